@@ -1,0 +1,110 @@
+#pragma once
+/// The 9P2000 server: one reader and one writer per connection, every request on the
+/// connection's strand, protocol checked (fids, tags, modes, offsets) before a file system
+/// sees a request, every reply sent exactly once. Like plan9port's lib9p srv.c.
+
+#include <sys/types.h>
+
+#include <asio/awaitable.hpp>
+#include <asio/io_context.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dial.hpp"
+#include "fcall.hpp"
+#include "result.hpp"
+
+namespace p9 {
+
+/// The connecting process, from SO_PEERCRED (Unix sockets only).
+struct Peer {
+  bool known = false;
+  pid_t pid = -1;
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+};
+
+/// A fid of one connection. The library owns num, qid, omode and the directory-read cursor;
+/// the file system owns `file` (which file: copied by walk) and `aux` (per-open state).
+struct Fid {
+  std::uint32_t num = NOFID;
+  Qid qid;
+  std::string uid;       ///< the principal: uname of the attach this fid descends from
+  int omode = -1;        ///< -1 while not open
+  std::shared_ptr<void> file;
+  std::shared_ptr<void> aux;
+  Peer peer;
+
+  bool is_open() const { return omode >= 0; }
+  bool is_dir() const { return qid.type & QTDIR; }
+
+  // Directory read cursor (library-owned): the listing taken at offset 0.
+  std::vector<Dir> dir_entries;
+  std::size_t dir_index = 0;
+  std::uint64_t dir_offset = 0;
+};
+
+/// What a file system implements. Synchronous calls must not block; read, write and clunk may
+/// wait (a blocked read is a suspended coroutine; Tflush cancels it through the coroutine's
+/// cancellation slot, so waits must be cancellable asio operations).
+class FileServer {
+ public:
+  virtual ~FileServer() = default;
+
+  /// Tauth. Default: `authentication not required`. To authenticate, set afid.qid (QTAUTH) and
+  /// afid.file, and serve reads and writes of that fid.
+  virtual Status auth(Fid& afid, const std::string& uname, const std::string& aname);
+  /// Tattach: set fid.file and fid.qid (a directory). afid is null when NOFID was given.
+  virtual Status attach(Fid& fid, Fid* afid, const std::string& uname, const std::string& aname) = 0;
+  /// Moves fid (a working copy) one element on; sets fid.file and fid.qid. ".." is included.
+  virtual Status walk1(Fid& fid, const std::string& name) = 0;
+  /// Topen: mode is checked by the file system (permissions); set per-open state in fid.aux.
+  virtual Status open(Fid& fid, std::uint8_t mode) = 0;
+  /// The directory's entries, taken when a read starts at offset 0.
+  virtual Result<std::vector<Dir>> readdir(Fid& fid) = 0;
+  virtual asio::awaitable<Result<std::string>> read(Fid& fid, std::uint64_t offset, std::uint32_t count) = 0;
+  virtual asio::awaitable<Result<std::uint32_t>> write(Fid& fid, std::uint64_t offset, std::string data) = 0;
+  /// An explicit Tclunk of an open fid (not called when a fid dies with its connection).
+  virtual asio::awaitable<Status> clunk(Fid& fid);
+  virtual Result<Dir> stat(Fid& fid) = 0;
+  /// Default: accepts a wstat that changes nothing, else `wstat not supported`.
+  virtual Status wstat(Fid& fid, const Dir& changes);
+  virtual Status create(Fid& fid, const std::string& name, std::uint32_t perm, std::uint8_t mode);
+  virtual Status remove(Fid& fid);
+};
+
+/// True when every field of d is "don't touch" (a no-op or sync Twstat).
+bool is_null_wstat(const Dir& d);
+
+struct ServerOptions {
+  std::uint32_t max_msize = MAX_MSIZE;
+};
+
+class Listener;
+
+/// Serves one FileServer on any number of listeners; each connection has its own fid and
+/// tag tables and runs on its own strand of the io_context.
+class Server {
+ public:
+  Server(asio::io_context& io, std::shared_ptr<FileServer> fs, ServerOptions opt = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// Starts listening. A Unix socket is created 0600, its directory 0700 if it must be made;
+  /// a stale socket file is replaced. The socket is removed by stop().
+  Status listen(const Address& addr);
+  /// The TCP port actually bound (for tcp!host!0), else 0.
+  std::uint16_t tcp_port() const;
+  /// Closes every listener (removing Unix sockets) and every connection.
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace p9
