@@ -1,0 +1,147 @@
+#include "toolsrv/catalog.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace toolsrv {
+namespace {
+
+bool valid_name(const std::string& name) {
+  static const std::regex re("^[A-Za-z0-9_-]{1,64}$");
+  return std::regex_match(name, re);
+}
+
+std::vector<std::string> meta_names(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string file = e->d_name;
+    if (file.size() > 5 && file.compare(file.size() - 5, 5, ".meta") == 0) names.push_back(file.substr(0, file.size() - 5));
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> tool_dirs(const std::string& tools_path, const std::string& config_root,
+                                   std::vector<std::string>* warnings) {
+  std::vector<std::string> dirs;
+  if (tools_path.empty()) {
+    dirs.push_back(config_root + "/tools");
+    return dirs;
+  }
+  std::stringstream in(tools_path);
+  std::string entry;
+  while (std::getline(in, entry, ':')) {
+    if (entry.empty()) continue;
+    if (entry.front() != '/') {
+      if (warnings) warnings->push_back("tool directory not absolute, skipped: " + entry);
+      continue;
+    }
+    dirs.push_back(entry);
+  }
+  return dirs;
+}
+
+std::vector<CatalogEntry> scan_tools(const std::vector<std::string>& dirs, const HostFacts& host) {
+  std::vector<CatalogEntry> out;
+  std::set<std::string> seen;
+  for (const auto& dir : dirs) {
+    for (const auto& name : meta_names(dir)) {
+      if (!seen.insert(name).second) continue;
+      CatalogEntry e;
+      e.name = name;
+      e.meta_path = dir + "/" + name + ".meta";
+      struct stat st {};
+      if (::stat(e.meta_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        seen.erase(name);  // a directory called x.meta is not a tool
+        continue;
+      }
+      if (!valid_name(name)) {
+        e.error = "invalid tool name: must match ^[A-Za-z0-9_-]{1,64}$";
+        out.push_back(std::move(e));
+        continue;
+      }
+      std::ifstream in(e.meta_path, std::ios::binary);
+      std::ostringstream text;
+      text << in.rdbuf();
+      if (!in) {
+        e.error = "cannot read " + e.meta_path;
+        out.push_back(std::move(e));
+        continue;
+      }
+      const auto exe = dir + "/" + name;
+      struct stat xs {};
+      const bool has_exe = ::stat(exe.c_str(), &xs) == 0 && S_ISREG(xs.st_mode) && (xs.st_mode & 0111) != 0;
+      auto tool = parse_meta(name, dir, text.str(), has_exe, host);
+      if (tool) e.tool = std::move(*tool);
+      else e.error = tool.ename();
+      out.push_back(std::move(e));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const CatalogEntry& a, const CatalogEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+nlohmann::json catalog_json(const std::vector<CatalogEntry>& entries) {
+  auto list = nlohmann::json::array();
+  for (const auto& e : entries) {
+    if (e.tool) list.push_back(tool_json(*e.tool));
+    else list.push_back({{"name", e.name}, {"error", e.error}});
+  }
+  return list;
+}
+
+const CatalogEntry* find_entry(const std::vector<CatalogEntry>& catalog, const std::string& name) {
+  const auto it = std::find_if(catalog.begin(), catalog.end(), [&](const CatalogEntry& e) { return e.name == name; });
+  return it == catalog.end() ? nullptr : &*it;
+}
+
+p9::Result<void> Registry::load(const std::string& agent, const std::vector<std::string>& names,
+                                const std::vector<CatalogEntry>& catalog) {
+  for (const auto& name : names) {
+    const auto* e = find_entry(catalog, name);
+    if (!e) return p9::error("unknown tool: " + name);
+    if (e->error == not_available_error) return p9::error("tool not available on this host: " + name);
+    if (!e->tool) return p9::error("invalid tool: " + name + ": " + e->error);
+  }
+  auto& set = loaded_[agent];
+  set.insert(names.begin(), names.end());
+  return {};
+}
+
+void Registry::unload(const std::string& agent, const std::vector<std::string>& names) {
+  const auto it = loaded_.find(agent);
+  if (it == loaded_.end()) return;
+  for (const auto& n : names) it->second.erase(n);
+}
+
+void Registry::forget(const std::string& agent) { loaded_.erase(agent); }
+
+bool Registry::loaded(const std::string& agent, const std::string& name) const {
+  const auto it = loaded_.find(agent);
+  return it != loaded_.end() && it->second.count(name) > 0;
+}
+
+nlohmann::json Registry::agent_json(const std::string& agent, const std::vector<CatalogEntry>& catalog,
+                                    std::vector<std::string>* dropped) const {
+  auto list = nlohmann::json::array();
+  const auto it = loaded_.find(agent);
+  if (it == loaded_.end()) return list;
+  for (const auto& name : it->second) {  // std::set: sorted by name
+    const auto* e = find_entry(catalog, name);
+    if (e && e->tool) list.push_back(tool_json(*e->tool));
+    else if (dropped) dropped->push_back(name);
+  }
+  return list;
+}
+
+}  // namespace toolsrv

@@ -1,0 +1,226 @@
+#include "toolsrv/meta.hpp"
+
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+#include <wordexp.h>
+
+#include <algorithm>
+#include <array>
+
+namespace toolsrv {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::array reserved_args = {"timeout", "background", "bypass", "sandbox"};
+constexpr std::array override_fields = {"description", "prompt", "args", "tier", "scope", "outputFormat", "cmd", "timeout"};
+constexpr std::array condition_keys = {"binary", "file", "os", "arch", "env", "nenv"};
+
+Result<std::vector<std::string>> string_list(const json& v, std::string_view key) {
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+    return out;
+  }
+  if (v.is_array()) {
+    for (const auto& item : v) {
+      if (!item.is_string()) break;
+      out.push_back(item.get<std::string>());
+    }
+    if (out.size() == v.size()) return out;
+  }
+  return p9::error("condition " + std::string(key) + ": expected a string or an array of strings");
+}
+
+bool executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
+}
+
+bool binary_found(const std::string& name, const HostFacts& host) {
+  if (name.find('/') != std::string::npos) return executable_file(name);
+  return std::any_of(host.path.begin(), host.path.end(),
+                     [&](const std::string& dir) { return executable_file(dir + "/" + name); });
+}
+
+bool file_exists(const std::string& pattern) {
+  wordexp_t w{};
+  if (::wordexp(pattern.c_str(), &w, WRDE_NOCMD | WRDE_UNDEF) != 0) {
+    ::wordfree(&w);
+    return false;
+  }
+  bool ok = false;
+  if (w.we_wordc == 1) {
+    struct stat st {};
+    ok = ::stat(w.we_wordv[0], &st) == 0;
+  }
+  ::wordfree(&w);
+  return ok;
+}
+
+bool env_holds(const std::string& cond, const HostFacts& host) {
+  const auto eq = cond.find('=');
+  const auto it = host.env.find(cond.substr(0, eq));
+  if (eq == std::string::npos) return it != host.env.end() && !it->second.empty();
+  return it != host.env.end() && it->second == cond.substr(eq + 1);
+}
+
+// Validates a `when` object; returns whether it holds on this host.
+Result<bool> evaluate_when(const json& when, const HostFacts& host) {
+  if (!when.is_object()) return p9::error("variant when must be an object");
+  bool holds = true;
+  for (const auto& [key, value] : when.items()) {
+    if (std::find(condition_keys.begin(), condition_keys.end(), key) == condition_keys.end()) {
+      return p9::error("unknown condition: " + key);
+    }
+    auto values = string_list(value, key);
+    if (!values) return values.error();
+    if (key == "os" || key == "arch") {
+      const auto& mine = key == "os" ? host.os : host.arch;
+      if (std::find(values->begin(), values->end(), mine) == values->end()) holds = false;
+      continue;
+    }
+    for (const auto& v : *values) {
+      bool ok = true;
+      if (key == "binary") ok = binary_found(v, host);
+      else if (key == "file") ok = file_exists(v);
+      else if (key == "env") ok = env_holds(v, host);
+      else ok = !env_holds(v, host);  // nenv
+      if (!ok) holds = false;
+    }
+  }
+  return holds;
+}
+
+// Type checks of the fields that both the top level and variants may carry.
+Result<void> check_fields(const json& obj, std::string_view where) {
+  auto err = [&](const std::string& text) {
+    return p9::error(where.empty() ? text : std::string(where) + ": " + text);
+  };
+  if (obj.contains("description") && !obj["description"].is_string()) return err("description must be a string");
+  if (obj.contains("prompt") && !obj["prompt"].is_string()) return err("prompt must be a string");
+  if (obj.contains("outputFormat") && !obj["outputFormat"].is_string()) return err("outputFormat must be a string");
+  if (obj.contains("cmd") && !obj["cmd"].is_string()) return err("cmd must be a string");
+  if (obj.contains("tier")) {
+    const auto& t = obj["tier"];
+    if (!t.is_string() || (t != "hot" && t != "warm" && t != "cold")) return err("tier must be hot, warm or cold");
+  }
+  if (obj.contains("scope")) {
+    const auto& s = obj["scope"];
+    if (!s.is_string() || (s != "read" && s != "write" && s != "global")) return err("scope must be read, write or global");
+  }
+  if (obj.contains("timeout")) {
+    const auto& t = obj["timeout"];
+    if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() > 86400 * 365) {
+      return err("timeout must be an integer >= 0");
+    }
+  }
+  if (obj.contains("args")) {
+    const auto& a = obj["args"];
+    if (!a.is_object() || !a.contains("type") || a["type"] != "object") return err("args must be a JSON Schema object");
+    if (a.contains("properties")) {
+      if (!a["properties"].is_object()) return err("args.properties must be an object");
+      for (const auto& r : reserved_args) {
+        if (a["properties"].contains(r)) return err(std::string("reserved argument name: ") + r);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view scope_name(Scope s) {
+  switch (s) {
+    case Scope::read: return "read";
+    case Scope::write: return "write";
+    case Scope::global: return "global";
+  }
+  return "global";
+}
+
+std::pair<std::string, std::string> host_os_arch() {
+  struct utsname u {};
+  ::uname(&u);
+  std::string os = u.sysname;
+  std::transform(os.begin(), os.end(), os.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::string arch = u.machine;
+  if (arch == "x86_64") arch = "amd64";
+  else if (arch == "aarch64") arch = "arm64";
+  else if (arch == "i686" || arch == "i386") arch = "386";
+  else if (arch == "armv7l") arch = "arm";
+  return {os, arch};
+}
+
+Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string_view text,
+                        bool has_executable, const HostFacts& host) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return p9::error(std::string("invalid JSON: ") + e.what());
+  }
+  if (!doc.is_object()) return p9::error("a .meta must be a JSON object");
+  if (!doc.contains("description")) return p9::error("description is required");
+  if (auto ok = check_fields(doc, ""); !ok) return ok.error();
+
+  json effective = doc;
+  if (doc.contains("variants")) {
+    const auto& variants = doc["variants"];
+    if (!variants.is_array()) return p9::error("variants must be an array");
+    std::optional<std::size_t> chosen;
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      const auto& v = variants[i];
+      const auto where = "variant " + std::to_string(i + 1);
+      if (!v.is_object()) return p9::error(where + ": must be an object");
+      for (const auto& [key, value] : v.items()) {
+        if (key != "when" && std::find(override_fields.begin(), override_fields.end(), key) == override_fields.end()) {
+          return p9::error(where + ": unknown field: " + key);
+        }
+      }
+      if (auto ok = check_fields(v, where); !ok) return ok.error();
+      bool holds = true;
+      if (v.contains("when")) {
+        auto r = evaluate_when(v["when"], host);
+        if (!r) return p9::error(where + ": " + r.ename());
+        holds = *r;
+      }
+      if (holds && !chosen) chosen = i;  // keep validating the rest: an invalid later variant is an error
+    }
+    if (!chosen) return p9::error(std::string(not_available_error));
+    for (const auto& [key, value] : variants[*chosen].items()) {
+      if (key != "when") effective[key] = value;
+    }
+  }
+
+  Tool t;
+  t.name = name;
+  t.dir = dir;
+  t.meta_path = std::string(dir) + "/" + std::string(name) + ".meta";
+  t.description = effective["description"].get<std::string>();
+  t.prompt = effective.value("prompt", t.description);
+  t.args = effective.value("args", json{{"type", "object"}, {"properties", json::object()}});
+  t.tier = effective.value("tier", "hot");
+  const auto scope = effective.value("scope", "global");
+  t.scope = scope == "read" ? Scope::read : scope == "write" ? Scope::write : Scope::global;
+  if (effective.contains("outputFormat")) t.output_format = effective["outputFormat"].get<std::string>();
+  if (effective.contains("cmd")) t.cmd = effective["cmd"].get<std::string>();
+  t.timeout = effective.value("timeout", 30);
+  if (!t.cmd) {
+    if (!has_executable) return p9::error("no executable and no cmd: " + std::string(dir) + "/" + std::string(name) + " is not an executable file");
+    t.exe_path = std::string(dir) + "/" + std::string(name);
+  }
+  return t;
+}
+
+nlohmann::json tool_json(const Tool& tool) {
+  json j = {{"name", tool.name},         {"description", tool.description},
+            {"prompt", tool.prompt},     {"parameters", tool.args},
+            {"scope", scope_name(tool.scope)}, {"tier", tool.tier}};
+  if (tool.output_format) j["outputFormat"] = *tool.output_format;
+  j["timeout"] = tool.timeout;
+  return j;
+}
+
+}  // namespace toolsrv

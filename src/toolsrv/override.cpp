@@ -1,0 +1,75 @@
+#include "toolsrv/override.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "toolsrv/fd.hpp"
+#include "toolsrv/paths.hpp"
+
+namespace toolsrv {
+
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += hex[digest[i] >> 4];
+    out += hex[digest[i] & 15];
+  }
+  return out;
+}
+
+Result<void> Approvals::replace(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::set<std::pair<std::string, std::string>> next;
+  for (const auto& [hash, dir] : pairs) {
+    const bool hex = hash.size() == 64 && hash.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) return p9::error("invalid hash: " + hash);
+    if (dir.empty() || dir.front() != '/') return p9::error("dir must be absolute: " + dir);
+    next.emplace(hash, clean_path(dir));
+  }
+  pairs_ = std::move(next);
+  return {};
+}
+
+bool Approvals::approved(std::string_view sha256, std::string_view dir) const {
+  return pairs_.count({std::string(sha256), clean_path(dir)}) > 0;
+}
+
+std::optional<ProjectOverride> find_override(const std::string& cwd, std::string* note) {
+  ProjectOverride o;
+  o.dir = clean_path(cwd);
+  o.path = o.dir == "/" ? "/.ollie-sandbox.yaml" : o.dir + "/.ollie-sandbox.yaml";
+  UniqueFd fd(::open(o.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    if (errno != ENOENT && note) *note = o.path + ": ignored: " + std::strerror(errno);
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (note) *note = o.path + ": ignored: not a regular file";
+    return std::nullopt;
+  }
+  char buf[65536];
+  while (true) {
+    const auto n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      if (note) *note = o.path + ": ignored: " + std::strerror(errno);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    o.bytes.append(buf, static_cast<std::size_t>(n));
+  }
+  o.sha256 = sha256_hex(o.bytes);
+  return o;
+}
+
+}  // namespace toolsrv

@@ -1,0 +1,94 @@
+#include "toolsrv/paths.hpp"
+
+#include <climits>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+namespace toolsrv {
+
+std::string clean_path(std::string_view path) {
+  const bool rooted = !path.empty() && path.front() == '/';
+  std::vector<std::string_view> parts;
+  std::size_t i = 0;
+  while (i < path.size()) {
+    std::size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    std::string_view part = path.substr(i, j - i);
+    i = j + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty() && parts.back() != "..") {
+        parts.pop_back();
+      } else if (!rooted) {
+        parts.push_back(part);
+      }
+      continue;
+    }
+    parts.push_back(part);
+  }
+  std::string out = rooted ? "/" : "";
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (k > 0) out += '/';
+    out += parts[k];
+  }
+  return out.empty() ? "." : out;
+}
+
+std::string absolute_path(std::string_view path, std::string_view base) {
+  if (!path.empty() && path.front() == '/') return clean_path(path);
+  std::string joined(base);
+  joined += '/';
+  joined += path;
+  return clean_path(joined);
+}
+
+std::string resolve_existing(std::string_view path) {
+  std::string prefix(path);
+  std::string rest;
+  while (true) {
+    std::unique_ptr<char, decltype(&std::free)> real(realpath(prefix.c_str(), nullptr), &std::free);
+    if (real) {
+      std::string out(real.get());
+      if (!rest.empty()) out = clean_path(out + "/" + rest);
+      return out;
+    }
+    if (prefix == "/" || prefix.empty()) return clean_path(path);
+    const auto slash = prefix.rfind('/');
+    std::string last = prefix.substr(slash + 1);
+    rest = rest.empty() ? last : last + "/" + rest;
+    prefix = slash == 0 ? "/" : prefix.substr(0, slash);
+  }
+}
+
+bool is_within(std::string_view path, std::string_view dir) {
+  if (dir == "/") return !path.empty() && path.front() == '/';
+  if (path.size() < dir.size() || path.substr(0, dir.size()) != dir) return false;
+  return path.size() == dir.size() || path[dir.size()] == '/';
+}
+
+}  // namespace toolsrv
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace toolsrv {
+
+p9::Result<void> ensure_private_dir(const std::string& dir) {
+  std::error_code ec;
+  const auto parent = std::filesystem::path(dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return p9::error(dir + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return p9::error(dir + ": " + std::strerror(errno));
+  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) return p9::error(dir + ": not a directory");
+  if (st.st_uid != ::getuid()) return p9::error(dir + ": not owned by uid " + std::to_string(::getuid()));
+  if ((st.st_mode & 0777) != 0700) return p9::error(dir + ": mode is not 0700");
+  return {};
+}
+
+}  // namespace toolsrv

@@ -1,0 +1,165 @@
+#include "toolsrv/policy.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace toolsrv {
+namespace {
+
+struct ParseError {
+  std::string text;
+};
+
+[[noreturn]] void fail(const YAML::Node& node, const std::string& what) {
+  const auto mark = node.Mark();
+  if (mark.line >= 0) throw ParseError{"line " + std::to_string(mark.line + 1) + ": " + what};
+  throw ParseError{what};
+}
+
+void check_keys(const YAML::Node& map, const std::string& where, std::initializer_list<const char*> keys) {
+  if (!map.IsMap()) fail(map, (where.empty() ? std::string("document") : where) + ": expected a mapping");
+  for (const auto& kv : map) {
+    const auto key = kv.first.as<std::string>();
+    if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; })) {
+      fail(kv.first, "unknown key: " + (where.empty() ? key : where + "." + key));
+    }
+  }
+}
+
+std::optional<bool> get_bool(const YAML::Node& map, const char* key, const std::string& where) {
+  const auto node = map[key];
+  if (!node || node.IsNull()) return std::nullopt;
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) fail(node, where + "." + key + ": expected true or false");
+  return value;
+}
+
+std::vector<std::string> get_strings(const YAML::Node& map, const char* key, const std::string& where) {
+  std::vector<std::string> out;
+  const auto node = map[key];
+  if (!node || node.IsNull()) return out;
+  if (!node.IsSequence()) fail(node, where + "." + key + ": expected a list of strings");
+  for (const auto& item : node) {
+    if (!item.IsScalar()) fail(item, where + "." + key + ": expected a list of strings");
+    out.push_back(item.Scalar());
+  }
+  return out;
+}
+
+std::vector<std::uint16_t> get_ports(const YAML::Node& map, const char* key) {
+  std::vector<std::uint16_t> out;
+  const auto node = map[key];
+  if (!node || node.IsNull()) return out;
+  if (!node.IsSequence()) fail(node, std::string("network.") + key + ": expected a list of ports");
+  for (const auto& item : node) {
+    int port = -1;
+    if (!item.IsScalar() || !YAML::convert<int>::decode(item, port) || port < 0 || port > 65535) {
+      fail(item, std::string("network.") + key + ": invalid port: " + (item.IsScalar() ? item.Scalar() : "?"));
+    }
+    out.push_back(static_cast<std::uint16_t>(port));
+  }
+  return out;
+}
+
+PolicyFile parse_document(const YAML::Node& doc) {
+  PolicyFile file;
+  if (!doc || doc.IsNull()) return file;
+  check_keys(doc, "", {"general", "filesystem", "network", "env", "advanced"});
+  if (const auto general = doc["general"]; general && !general.IsNull()) {
+    check_keys(general, "general", {"best_effort", "log_level"});
+    file.best_effort = get_bool(general, "best_effort", "general");
+    if (const auto level = general["log_level"]; level && !level.IsNull()) {
+      static const char* levels[] = {"", "error", "warn", "info", "debug"};
+      if (!level.IsScalar() || std::none_of(std::begin(levels), std::end(levels),
+                                             [&](const char* l) { return level.Scalar() == l; })) {
+        fail(level, "general.log_level: expected one of \"\", error, warn, info, debug");
+      }
+      file.log_level = level.Scalar();
+    }
+  }
+  if (const auto fs = doc["filesystem"]; fs && !fs.IsNull()) {
+    check_keys(fs, "filesystem", {"ro", "rox", "rw", "rwx"});
+    file.ro = get_strings(fs, "ro", "filesystem");
+    file.rox = get_strings(fs, "rox", "filesystem");
+    file.rw = get_strings(fs, "rw", "filesystem");
+    file.rwx = get_strings(fs, "rwx", "filesystem");
+  }
+  if (const auto net = doc["network"]; net && !net.IsNull()) {
+    check_keys(net, "network", {"enabled", "unrestricted", "bind_tcp", "connect_tcp"});
+    file.net_enabled = get_bool(net, "enabled", "network");
+    file.net_unrestricted = get_bool(net, "unrestricted", "network");
+    file.bind_tcp = get_ports(net, "bind_tcp");
+    file.connect_tcp = get_ports(net, "connect_tcp");
+  }
+  if (const auto env = doc["env"]; env && !env.IsNull()) {
+    if (!env.IsSequence()) fail(env, "env: expected a list of variable names");
+    for (const auto& item : env) {
+      if (!item.IsScalar()) fail(item, "env: expected a list of variable names");
+      file.env.push_back(item.Scalar());
+    }
+  }
+  if (const auto adv = doc["advanced"]; adv && !adv.IsNull()) {
+    check_keys(adv, "advanced", {"ldd", "add_exec"});
+    file.ldd = get_bool(adv, "ldd", "advanced");
+    file.add_exec = get_bool(adv, "add_exec", "advanced");
+  }
+  return file;
+}
+
+template <class T>
+void union_into(std::vector<T>& into, const std::vector<T>& more) {
+  for (const auto& v : more) {
+    if (std::find(into.begin(), into.end(), v) == into.end()) into.push_back(v);
+  }
+}
+
+}  // namespace
+
+Result<PolicyFile> parse_policy(std::string_view text) {
+  try {
+    return parse_document(YAML::Load(std::string(text)));
+  } catch (const ParseError& e) {
+    return p9::error(e.text);
+  } catch (const YAML::Exception& e) {
+    if (e.mark.line >= 0) return p9::error("line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    return p9::error(e.msg);
+  }
+}
+
+Result<PolicyFile> load_policy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return p9::error(std::string("cannot open: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return p9::error(path + ": read error");
+  return parse_policy(text.str());
+}
+
+Policy effective_policy(const PolicyFile& global, const PolicyFile* project) {
+  Policy p;
+  auto apply = [&p](const PolicyFile& f) {
+    if (f.best_effort) p.best_effort = *f.best_effort;
+    if (f.log_level) p.log_level = *f.log_level;
+    union_into(p.ro, f.ro);
+    union_into(p.rox, f.rox);
+    union_into(p.rw, f.rw);
+    union_into(p.rwx, f.rwx);
+    if (f.net_enabled) p.network.enabled = *f.net_enabled;
+    if (f.net_unrestricted) p.network.unrestricted = *f.net_unrestricted;
+    union_into(p.network.bind_tcp, f.bind_tcp);
+    union_into(p.network.connect_tcp, f.connect_tcp);
+    union_into(p.env, f.env);
+    if (f.ldd) p.ldd = *f.ldd;
+    if (f.add_exec) p.add_exec = *f.add_exec;
+  };
+  apply(global);
+  if (project) apply(*project);
+  return p;
+}
+
+}  // namespace toolsrv

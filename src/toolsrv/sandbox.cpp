@@ -1,0 +1,125 @@
+#include "toolsrv/sandbox.hpp"
+
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "toolsrv/paths.hpp"
+
+namespace toolsrv {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::string home_dir() {
+  if (const char* h = std::getenv("HOME"); h && *h) return h;
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) return pw->pw_dir;
+  return "/";
+}
+
+}  // namespace
+
+TemplateVars TemplateVars::for_call(const std::string& cwd, const std::string& tmpdir, const std::string& config_root,
+                                    const std::string& data_root, const std::string& bin_path) {
+  TemplateVars t;
+  const auto home = home_dir();
+  t.vars = {
+      {"CWD", cwd},
+      {"HOME", home},
+      {"TMPDIR", tmpdir},
+      {"XDG_CONFIG_HOME", env_or("XDG_CONFIG_HOME", home + "/.config")},
+      {"XDG_DATA_HOME", env_or("XDG_DATA_HOME", home + "/.local/share")},
+      {"XDG_CACHE_HOME", env_or("XDG_CACHE_HOME", home + "/.cache")},
+      {"XDG_STATE_HOME", env_or("XDG_STATE_HOME", home + "/.local/state")},
+      {"XDG_RUNTIME_DIR", env_or("XDG_RUNTIME_DIR", "/run/user/" + std::to_string(::getuid()))},
+      {"OLLIE_CFG_PATH", config_root},
+      {"OLLIE_DATA_PATH", data_root},
+      {"OLLIE_BIN_PATH", bin_path},
+  };
+  return t;
+}
+
+std::string TemplateVars::expand(std::string_view text) const {
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto open = text.find('{', i);
+    if (open == std::string_view::npos) break;
+    const auto close = text.find('}', open + 1);
+    if (close == std::string_view::npos) break;
+    out.append(text.substr(i, open - i));
+    const std::string name(text.substr(open + 1, close - open - 1));
+    if (const auto it = vars.find(name); it != vars.end()) {
+      out += it->second;
+    } else if (const char* v = name.empty() ? nullptr : std::getenv(name.c_str())) {
+      out += v;
+    } else {
+      out.append(text.substr(open, close - open + 1));
+    }
+    i = close + 1;
+  }
+  out.append(text.substr(std::min(i, text.size())));
+  return out;
+}
+
+SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
+                         const std::string& data_root, const std::string& exe) {
+  SandboxPlan plan;
+  plan.network = policy.network;
+  plan.best_effort = policy.best_effort;
+  auto add = [&](const std::string& templ, Access access) {
+    const auto expanded = vars.expand(templ);
+    if (expanded.empty() || expanded.front() != '/') {
+      plan.skipped.push_back(templ + ": not absolute (" + expanded + ")");
+      return;
+    }
+    const auto path = clean_path(expanded);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      const bool create = (access == Access::rw || access == Access::rwx) && !data_root.empty() &&
+                          is_within(path, clean_path(data_root));
+      std::error_code ec;
+      if (!create || !std::filesystem::create_directories(path, ec) || ::chmod(path.c_str(), 0700) != 0) {
+        plan.skipped.push_back(path + ": does not exist");
+        return;
+      }
+    }
+    plan.rules.push_back({path, access});
+  };
+  for (const auto& p : policy.ro) add(p, Access::ro);
+  for (const auto& p : policy.rox) add(p, Access::rox);
+  for (const auto& p : policy.rw) add(p, Access::rw);
+  for (const auto& p : policy.rwx) add(p, Access::rwx);
+  for (const auto& d : tool_dirs) add(d, Access::rox);
+  if (policy.add_exec && !exe.empty()) add(exe, Access::rox);
+  return plan;
+}
+
+std::vector<std::string> writable_paths(const Policy& policy, const TemplateVars& vars) {
+  std::vector<std::string> out;
+  for (const auto* list : {&policy.rw, &policy.rwx}) {
+    for (const auto& templ : *list) {
+      const auto expanded = vars.expand(templ);
+      if (expanded.empty() || expanded.front() != '/') continue;
+      out.push_back(resolve_existing(clean_path(expanded)));
+    }
+  }
+  return out;
+}
+
+bool inside_writable(const std::string& path, const std::vector<std::string>& writable) {
+  const auto resolved = resolve_existing(clean_path(path));
+  for (const auto& w : writable) {
+    if (is_within(resolved, w)) return true;
+  }
+  return false;
+}
+
+}  // namespace toolsrv

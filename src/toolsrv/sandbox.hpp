@@ -1,0 +1,61 @@
+#pragma once
+/// From the policy to the concrete rules of one call: template expansion and path handling
+/// (spec §7.3.2). Landlock itself is in landlock.hpp.
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "toolsrv/policy.hpp"
+
+namespace toolsrv {
+
+/// The template variables of §7.3.2 for one call.
+struct TemplateVars {
+  /// CWD, HOME, TMPDIR, XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_CACHE_HOME, XDG_STATE_HOME,
+  /// XDG_RUNTIME_DIR, OLLIE_CFG_PATH, OLLIE_DATA_PATH, OLLIE_BIN_PATH.
+  std::map<std::string, std::string> vars;
+
+  /// The variables of a call in `cwd`: the fixed ones from the arguments, HOME and XDG_* from
+  /// toolsrv's environment with their defaults.
+  static TemplateVars for_call(const std::string& cwd, const std::string& tmpdir, const std::string& config_root,
+                               const std::string& data_root, const std::string& bin_path);
+
+  /// Replaces every `{NAME}`: a known variable, else the environment variable if set, else left
+  /// as is (a path still holding `{` is then not absolute or does not exist, and is skipped).
+  std::string expand(std::string_view text) const;
+};
+
+/// The four access classes of the filesystem section.
+enum class Access { ro, rox, rw, rwx };
+
+/// One path to grant, expanded and existing.
+struct PathRule {
+  std::string path;
+  Access access;
+};
+
+/// What a call's sandbox must enforce.
+struct SandboxPlan {
+  std::vector<PathRule> rules;
+  NetworkPolicy network;
+  bool best_effort = false;
+  /// Paths that were skipped (`<path>: does not exist` / `<template>: not absolute`), for the
+  /// caller's log (once per path).
+  std::vector<std::string> skipped;
+};
+
+/// Expands the policy for a call: rules for ro, rox, rw, rwx; rox for every tool directory; rox
+/// on `exe` when advanced.add_exec. A missing rw path under `data_root` is created (0700).
+SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
+                         const std::string& data_root, const std::string& exe);
+
+/// The rw and rwx paths of the policy expanded for a call, cleaned and symlink-resolved: the
+/// paths the model can write (tool directories inside them are not trusted for bypass or PATH).
+std::vector<std::string> writable_paths(const Policy& policy, const TemplateVars& vars);
+
+/// True when `path` (resolved) is or lies inside one of `writable`.
+bool inside_writable(const std::string& path, const std::vector<std::string>& writable);
+
+}  // namespace toolsrv

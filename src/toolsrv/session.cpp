@@ -1,0 +1,543 @@
+#include "toolsrv/session.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <regex>
+#include <sstream>
+
+#include "toolsrv/landlock.hpp"
+#include "toolsrv/paths.hpp"
+
+extern char** environ;
+
+namespace toolsrv {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::string home() { return env_or("HOME", "/"); }
+
+// PATH entries that are absolute, so no command resolves in the model-writable cwd.
+std::string clean_search_path(const std::string& path) {
+  std::string out;
+  std::stringstream in(path);
+  std::string entry;
+  while (std::getline(in, entry, ':')) {
+    if (entry.empty() || entry.front() != '/') continue;
+    if (!out.empty()) out += ':';
+    out += entry;
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v, char sep) {
+  std::string out;
+  for (const auto& s : v) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+SessionConfig SessionConfig::from_environment(const std::string& config_root, const std::string& cwd,
+                                              const std::string& bin_path) {
+  SessionConfig c;
+  c.config_root = config_root;
+  c.cwd = cwd;
+  c.bin_path = bin_path;
+  c.session_id = env_or("OLLIE_SESSION_ID", "pid-" + std::to_string(::getpid()));
+  c.data_root = env_or("XDG_DATA_HOME", home() + "/.local/share") + "/ollie";
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  const auto run_root = runtime && *runtime ? std::string(runtime) + "/ollie" : "/tmp/ollie-" + std::to_string(::getuid());
+  c.tmpdir = run_root + "/tmp/" + c.session_id;
+  c.tools_path = env_or("OLLIE_TOOLS_PATH", "");
+  return c;
+}
+
+// ---- Call ----
+
+void Call::cancel() {
+  std::function<void()> fn;
+  {
+    std::lock_guard lock(mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    if (cancel_process_) fn = cancel_process_;
+    else if (cancel_lock_) fn = cancel_lock_;
+    else if (cancel_bypass_) fn = cancel_bypass_;
+  }
+  if (fn) fn();
+}
+
+int Call::pid() const {
+  std::lock_guard lock(mu_);
+  return pid_;
+}
+
+// ---- Session ----
+
+/// Everything about a call that is decided before it waits for anything.
+struct Session::Prepared {
+  CallRequest request;
+  bool background = false;
+  Tool tool;
+  std::string cwd;
+  std::chrono::seconds timeout{0};
+  std::vector<std::string> headers;
+  std::string fail;  // non-empty: the call ends failed with this reason
+  Policy policy;
+  TemplateVars vars;
+  std::vector<std::string> tool_dirs;  // every absolute tool directory (rox)
+  std::vector<std::string> trusted;    // those outside every writable path (PATH)
+  std::map<std::string, std::string> session_env;
+};
+
+Session::Session(SessionConfig config)
+    : config_(std::move(config)),
+      bypass_(config_.bypass_timeout),
+      locks_(LockTable::create()),
+      procs_(std::make_unique<ProcessTable>(config_.proc_keep)) {
+  const auto slash = config_.tmpdir.rfind("/tmp/");
+  if (slash != std::string::npos && slash > 0) {
+    if (auto r = ensure_private_dir(config_.tmpdir.substr(0, slash)); !r) tmpdir_error_ = r.ename();
+  }
+  if (tmpdir_error_.empty()) {
+    if (auto r = ensure_private_dir(config_.tmpdir); !r) tmpdir_error_ = r.ename();
+  }
+  if (!tmpdir_error_.empty()) spdlog::error("toolsrv: private TMPDIR: {}", tmpdir_error_);
+}
+
+Session::~Session() { procs_.reset(); }
+
+void Session::warn_once(const std::string& text) {
+  {
+    std::lock_guard lock(mu_);
+    if (!warned_.insert(text).second) return;
+  }
+  spdlog::warn("toolsrv: {}", text);
+}
+
+std::string Session::agent_cwd(const std::string& agent) const {
+  std::lock_guard lock(mu_);
+  const auto it = agent_cwd_.find(agent);
+  return it != agent_cwd_.end() ? it->second : config_.cwd;
+}
+
+std::map<std::string, std::string> Session::sandbox_env(const Policy& policy) const {
+  std::map<std::string, std::string> env;
+  for (const auto& name : policy.env) {
+    if (const char* v = std::getenv(name.c_str())) env[name] = v;
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& [k, v] : env_) env[k] = v;
+  return env;
+}
+
+std::vector<CatalogEntry> Session::scan() {
+  std::vector<std::string> warnings;
+  const auto dirs = tool_dirs(config_.tools_path, config_.config_root, &warnings);
+  for (const auto& w : warnings) warn_once(w);
+  auto global = load_policy(config_.config_root + "/sandbox.yaml");
+  const Policy policy = global ? effective_policy(*global, nullptr) : Policy{};
+  const auto vars = TemplateVars::for_call(config_.cwd, config_.tmpdir, config_.config_root, config_.data_root, config_.bin_path);
+  const auto writable = writable_paths(policy, vars);
+  HostFacts host;
+  std::tie(host.os, host.arch) = host_os_arch();
+  host.env = sandbox_env(policy);
+  for (const auto& d : dirs) {
+    if (!inside_writable(d, writable)) host.path.push_back(d);
+  }
+  const auto it = host.env.find("PATH");
+  std::stringstream in(clean_search_path(it != host.env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin"));
+  for (std::string e; std::getline(in, e, ':');) host.path.push_back(e);
+  return scan_tools(dirs, host);
+}
+
+// ---- ctl ----
+
+p9::Result<void> Session::load(const std::string& agent, const std::vector<std::string>& tools) {
+  const auto catalog = scan();
+  std::lock_guard lock(mu_);
+  return registry_.load(agent, tools, catalog);
+}
+
+void Session::unload(const std::string& agent, const std::vector<std::string>& tools) {
+  std::lock_guard lock(mu_);
+  registry_.unload(agent, tools);
+}
+
+void Session::forget(const std::string& agent) {
+  {
+    std::lock_guard lock(mu_);
+    registry_.forget(agent);
+    agent_cwd_.erase(agent);
+  }
+  procs_->forget_agent(agent);
+}
+
+p9::Result<void> Session::set_env(const std::string& key, const std::string& value) {
+  static const std::regex name("^[A-Za-z_][A-Za-z0-9_]*$");
+  if (!std::regex_match(key, name)) return p9::error("invalid env name: " + key);
+  std::lock_guard lock(mu_);
+  if (value.empty()) env_.erase(key);
+  else env_[key] = value;
+  return {};
+}
+
+namespace {
+p9::Result<std::string> check_dir(const std::string& verb, const std::string& dir) {
+  if (dir.empty() || dir.front() != '/') return p9::error(verb + " must be absolute: " + dir);
+  if (!is_dir(dir)) return p9::error(verb + ": " + dir + ": not a directory");
+  return clean_path(dir);
+}
+}  // namespace
+
+p9::Result<void> Session::set_cwd(const std::string& dir) {
+  auto d = check_dir("cwd", dir);
+  if (!d) return d.error();
+  std::lock_guard lock(mu_);
+  config_.cwd = *d;
+  return {};
+}
+
+p9::Result<void> Session::set_agent_cwd(const std::string& agent, const std::optional<std::string>& dir) {
+  if (!dir) {
+    std::lock_guard lock(mu_);
+    agent_cwd_.erase(agent);
+    return {};
+  }
+  auto d = check_dir("cwd", *dir);
+  if (!d) return d.error();
+  std::lock_guard lock(mu_);
+  agent_cwd_[agent] = *d;
+  return {};
+}
+
+p9::Result<void> Session::set_approvals(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::lock_guard lock(mu_);
+  return approvals_.replace(pairs);
+}
+
+// ---- tools, info ----
+
+std::string Session::tools(const std::string& request) {
+  const auto catalog = scan();
+  if (request == "*") return catalog_json(catalog).dump() + "\n";
+  std::vector<std::string> dropped;
+  nlohmann::json list;
+  {
+    std::lock_guard lock(mu_);
+    list = registry_.agent_json(request, catalog, &dropped);
+  }
+  for (const auto& d : dropped) spdlog::warn("toolsrv: loaded tool {} of agent {} is no longer valid", d, request);
+  return list.dump() + "\n";
+}
+
+std::string Session::info(const std::string& agent) {
+  const auto cwd = agent.empty() ? agent_cwd("") : agent_cwd(agent);
+  const auto [os, arch] = host_os_arch();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  bool git = false;
+  for (std::string dir = cwd;; dir = clean_path(dir + "/..")) {
+    struct stat st {};
+    if (::stat((dir + "/.git").c_str(), &st) == 0) {
+      git = true;
+      break;
+    }
+    if (dir == "/") break;
+  }
+  return "os=" + os + "\narch=" + arch + "\nhostname=" + host + "\nlandlock=" + std::to_string(landlock_abi()) +
+         "\ncwd=" + cwd + "\ngit=" + (git ? "true" : "false") + "\n";
+}
+
+std::string Session::stat_paths(const std::string& agent, const std::vector<std::string>& paths) {
+  const auto cwd = agent_cwd(agent);
+  std::string out;
+  for (const auto& p : paths) {
+    struct stat st {};
+    if (::stat(absolute_path(p, cwd).c_str(), &st) == 0) {
+      const auto ns = static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+      out += p + "\ttrue\t" + std::to_string(ns) + "\t" + std::to_string(st.st_size) + "\n";
+    } else {
+      out += p + "\tfalse\t-\t-\n";
+    }
+  }
+  return out;
+}
+
+// ---- calls ----
+
+/// Runs one prepared call through its stages: bypass approval, path lock, sandbox, process.
+struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
+  Session* s;
+  Prepared p;
+  std::shared_ptr<Call> call;
+  std::function<void(std::shared_ptr<Process>)> on_start, on_end;
+
+  void end_early(ProcStatus status, const std::string& reason) {
+    on_start(s->procs_->add_finished(p.request.tool, p.request.agent, p.background, status, reason, p.headers));
+  }
+
+  bool cancelled() {
+    std::lock_guard lock(call->mu_);
+    return call->cancelled_;
+  }
+
+  void begin() {
+    if (!p.fail.empty()) return end_early(ProcStatus::failed, p.fail);
+    if (!p.request.bypass) return lock(false);
+    for (const auto& path : {p.tool.exe_path, p.tool.meta_path}) {
+      if (!path.empty() && inside_writable(path, writable_paths(p.policy, p.vars))) {
+        return end_early(ProcStatus::denied, "bypass refused: tool inside a writable path: " + path);
+      }
+    }
+    auto self = shared_from_this();
+    std::lock_guard lock(call->mu_);
+    call->bypass_id_ = s->bypass_.request(p.request.agent, p.request.tool, p.request.args, p.cwd, p.background,
+                                          [self](BypassDecision d) { self->decided(d); });
+    call->cancel_bypass_ = [self] {
+      if (self->s->bypass_.withdraw(self->call->bypass_id_)) self->end_early(ProcStatus::denied, "bypass withdrawn");
+    };
+  }
+
+  void decided(const BypassDecision& d) {
+    {
+      std::lock_guard lock(call->mu_);
+      call->cancel_bypass_ = nullptr;
+    }
+    if (cancelled()) return end_early(ProcStatus::denied, "bypass withdrawn");
+    if (!d.allowed) {
+      return end_early(ProcStatus::denied, d.reason == "timeout" ? "bypass denied: no answer within " +
+                                                                      std::to_string(s->config_.bypass_timeout.count()) + " s"
+                                                                : "bypass denied");
+    }
+    lock(true);
+  }
+
+  void lock(bool bypass) {
+    if (p.background) return run(bypass, nullptr);
+    auto self = shared_from_this();
+    auto req = LockRequest::for_call(p.tool.scope, p.request.args, p.cwd);
+    std::unique_lock lock(call->mu_);
+    call->cancel_lock_ = [self] {
+      if (self->s->locks_->cancel(self->call->lock_ticket_)) self->end_early(ProcStatus::failed, "cancelled while waiting for a path lock");
+    };
+    lock.unlock();
+    const auto ticket = s->locks_->acquire(req, [self, bypass](LockHold hold) {
+      {
+        std::lock_guard l(self->call->mu_);
+        self->call->cancel_lock_ = nullptr;
+      }
+      if (self->cancelled()) return self->end_early(ProcStatus::failed, "cancelled");
+      self->run(bypass, std::make_shared<LockHold>(std::move(hold)));
+    });
+    lock.lock();
+    call->lock_ticket_ = ticket;
+  }
+
+  std::vector<std::string> environment(bool bypass) {
+    std::map<std::string, std::string> env;
+    if (bypass) {
+      for (char** e = environ; e && *e; ++e) {
+        const std::string kv = *e;
+        const auto eq = kv.find('=');
+        if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+      for (const auto& [k, v] : p.session_env) env[k] = v;
+    } else {
+      for (const auto& name : p.policy.env) {
+        if (const char* v = std::getenv(name.c_str())) env[name] = v;
+      }
+      for (const auto& [k, v] : p.session_env) env[k] = v;
+    }
+    const auto path_it = env.find("PATH");
+    std::string path = clean_search_path(path_it != env.end() ? path_it->second : "");
+    if (path.empty() && !bypass) path = "/usr/local/bin:/usr/bin:/bin";
+    if (!bypass && !p.trusted.empty()) path = join(p.trusted, ':') + (path.empty() ? "" : ":" + path);
+    long k = 0;
+    if (const auto it = env.find("GIT_CONFIG_COUNT"); it != env.end()) {
+      char* end = nullptr;
+      const long n = std::strtol(it->second.c_str(), &end, 10);
+      if (!it->second.empty() && *end == '\0' && n >= 0) k = n;
+    }
+    env["OLLIE_AGENT_ID"] = p.request.agent;
+    env["OLLIE_UNAME"] = p.request.agent;
+    if (!p.request.auth.empty()) env["OLLIE_AUTH"] = p.request.auth;
+    env["OLLIE_SESSION_ID"] = s->config_.session_id;
+    env["OLLIE_TOOLS_PATH"] = join(p.trusted, ':');
+    env["TMPDIR"] = s->config_.tmpdir;
+    env["PATH"] = path;
+    env["GIT_CONFIG_COUNT"] = std::to_string(k + 1);
+    env["GIT_CONFIG_KEY_" + std::to_string(k)] = "core.fsmonitor";
+    env["GIT_CONFIG_VALUE_" + std::to_string(k)] = "false";
+    std::vector<std::string> out;
+    for (const auto& [key, v] : env) out.push_back(key + "=" + v);
+    return out;
+  }
+
+  void run(bool bypass, std::shared_ptr<LockHold> hold) {
+    Launch l;
+    l.tool = p.request.tool;
+    l.agent = p.request.agent;
+    l.background = p.background;
+    l.timeout = p.background ? std::chrono::seconds(0) : p.timeout;
+    l.stdin_data = p.request.args_text;
+    l.headers = p.headers;
+    l.spec.cwd = p.cwd;
+    l.spec.env = environment(bypass);
+    if (p.tool.cmd) l.spec.argv = {"/bin/sh", "-c", *p.tool.cmd};
+    else l.spec.argv = {p.tool.exe_path};
+    l.spec.no_new_privs = !bypass;
+    if (!bypass) {
+      const auto plan = plan_sandbox(p.policy, p.vars, p.tool_dirs, s->config_.data_root, p.tool.exe_path);
+      for (const auto& skipped : plan.skipped) s->warn_once("sandbox path skipped: " + skipped);
+      if (p.policy.ldd) s->warn_once("sandbox.yaml advanced.ldd is not supported; nothing extra is granted");
+      const int abi = landlock_abi();
+      if (auto why = sandbox_unavailable(plan, abi)) {
+        if (!p.policy.best_effort) return end_early(ProcStatus::failed, *why);
+        if (abi <= 0) {
+          spdlog::warn("toolsrv: NO LANDLOCK: {} runs UNCONFINED (best_effort): {}", p.request.tool, *why);
+          l.headers.push_back("sandbox=none");
+        } else {
+          s->warn_once("best_effort: running with Landlock ABI " + std::to_string(abi) + ": " + *why);
+        }
+      }
+      if (abi > 0) {
+        auto ruleset = build_ruleset(plan, abi);
+        if (!ruleset) return end_early(ProcStatus::failed, "sandbox: " + ruleset.ename());
+        l.ruleset = std::move(*ruleset);
+      }
+    }
+    auto self = shared_from_this();
+    l.on_finish = [self, hold](const std::shared_ptr<Process>& proc) {
+      if (hold) hold->release();
+      if (self->on_end) self->on_end(proc);
+    };
+    s->procs_->start(std::move(l), [self, hold](std::shared_ptr<Process> proc) {
+      bool kill = false;
+      if (proc->finished()) {
+        if (hold) hold->release();
+      } else {
+        std::lock_guard lock(self->call->mu_);
+        self->call->pid_ = proc->pid();
+        const int pid = proc->pid();
+        auto* procs = self->s->procs_.get();
+        self->call->cancel_process_ = [procs, pid] { procs->cancel(pid); };
+        kill = self->call->cancelled_;
+      }
+      if (kill) self->s->procs_->cancel(proc->pid());
+      self->on_start(proc);
+    });
+  }
+};
+
+p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request, bool background,
+                                                      std::function<void(std::shared_ptr<Process>)> on_start,
+                                                      std::function<void(std::shared_ptr<Process>)> on_end) {
+  Prepared p;
+  {
+    std::lock_guard lock(mu_);
+    if (!registry_.loaded(request.agent, request.tool)) return p9::error("tool not loaded: " + request.tool);
+  }
+  p.request = request;
+  p.background = background;
+  p.cwd = agent_cwd(request.agent);
+  const auto catalog = scan();
+  const auto* entry = find_entry(catalog, request.tool);
+  if (!entry) p.fail = "unknown tool: " + request.tool;
+  else if (!entry->tool) p.fail = "invalid tool: " + request.tool + ": " + entry->error;
+  else p.tool = *entry->tool;
+  p.timeout = std::chrono::seconds(request.timeout ? *request.timeout : p.tool.timeout);
+  if (!tmpdir_error_.empty() && p.fail.empty()) p.fail = "private TMPDIR: " + tmpdir_error_;
+
+  auto global = load_policy(config_.config_root + "/sandbox.yaml");
+  if (!global && p.fail.empty()) p.fail = "sandbox.yaml: " + global.ename();
+  if (global) {
+    std::string note;
+    std::optional<PolicyFile> project;
+    if (auto o = find_override(p.cwd, &note)) {
+      bool ok;
+      {
+        std::lock_guard lock(mu_);
+        ok = approvals_.approved(o->sha256, o->dir);
+      }
+      if (ok) {
+        auto parsed = parse_policy(o->bytes);
+        if (!parsed && p.fail.empty()) p.fail = o->path + ": " + parsed.ename();
+        if (parsed) project = std::move(*parsed);
+        p.headers.push_back("override=" + o->sha256 + " applied");
+      } else {
+        spdlog::info("toolsrv: project sandbox override {} ignored: not approved (sha256 {})", o->path, o->sha256);
+        p.headers.push_back("override=" + o->sha256 + " ignored");
+      }
+    }
+    if (!note.empty()) warn_once(note);
+    p.policy = effective_policy(*global, project ? &*project : nullptr);
+  }
+  p.vars = TemplateVars::for_call(p.cwd, config_.tmpdir, config_.config_root, config_.data_root, config_.bin_path);
+  std::vector<std::string> warnings;
+  p.tool_dirs = tool_dirs(config_.tools_path, config_.config_root, &warnings);
+  const auto writable = writable_paths(p.policy, p.vars);
+  for (const auto& d : p.tool_dirs) {
+    if (inside_writable(d, writable)) warn_once("tool directory inside a writable path, kept off PATH: " + d);
+    else p.trusted.push_back(d);
+  }
+  {
+    std::lock_guard lock(mu_);
+    p.session_env = env_;
+  }
+
+  auto launcher = std::make_shared<Launcher>();
+  launcher->s = this;
+  launcher->p = std::move(p);
+  launcher->call = std::make_shared<Call>();
+  launcher->on_start = std::move(on_start);
+  launcher->on_end = std::move(on_end);
+  auto call = launcher->call;
+  launcher->begin();
+  return call;
+}
+
+p9::Result<std::shared_ptr<Call>> Session::call(const CallRequest& request, std::function<void(std::string)> done) {
+  auto once = std::make_shared<std::function<void(std::string)>>(std::move(done));
+  return start_call(
+      request, false,
+      [once](std::shared_ptr<Process> proc) {
+        if (proc->finished()) (*once)(proc->reply());
+      },
+      [once](std::shared_ptr<Process> proc) { (*once)(proc->reply()); });
+}
+
+p9::Result<std::shared_ptr<Call>> Session::call_background(const CallRequest& request,
+                                                           std::function<void(p9::Result<int>)> done) {
+  auto* procs = procs_.get();
+  return start_call(
+      request, true,
+      [done = std::move(done), procs](std::shared_ptr<Process> proc) {
+        if (!proc->finished() || proc->os_pid() > 0) return done(proc->pid());
+        const auto status = proc->status();
+        auto reason = proc->reply();
+        reason = reason.substr(reason.find("\n\n") + 2);
+        while (!reason.empty() && reason.back() == '\n') reason.pop_back();
+        procs->dismiss(proc->pid());
+        if (status == ProcStatus::denied) return done(p9::error("bypass denied"));
+        done(p9::error("start failed: " + reason));
+      },
+      nullptr);
+}
+
+}  // namespace toolsrv

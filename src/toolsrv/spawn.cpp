@@ -1,0 +1,145 @@
+#include "toolsrv/spawn.hpp"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "toolsrv/landlock.hpp"
+
+namespace toolsrv {
+namespace {
+
+// Steps of the child, reported with errno over the error pipe.
+enum Step : int { step_pgrp = 1, step_pdeathsig, step_parent_gone, step_sigmask, step_nnp, step_landlock, step_dup, step_close, step_chdir, step_exec };
+
+const char* step_name(int step) {
+  switch (step) {
+    case step_pgrp: return "setpgid";
+    case step_pdeathsig: return "prctl PR_SET_PDEATHSIG";
+    case step_parent_gone: return "parent exited";
+    case step_sigmask: return "sigprocmask";
+    case step_nnp: return "prctl PR_SET_NO_NEW_PRIVS";
+    case step_landlock: return "landlock_restrict_self";
+    case step_dup: return "dup2";
+    case step_close: return "close_range";
+    case step_chdir: return "chdir";
+    case step_exec: return "exec";
+  }
+  return "spawn";
+}
+
+[[noreturn]] void child_fail(int errfd, int step) noexcept {
+  const int msg[2] = {step, errno};
+  (void)!::write(errfd, msg, sizeof msg);
+  ::_exit(127);
+}
+
+// Moves `fd` to a number >= 3 so dup2 onto 0-2 cannot clobber another pipe end.
+int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 3); }
+
+[[noreturn]] void run_child(const SpawnSpec& spec, pid_t parent, char* const* argv, char* const* envp,
+                            int in_r, int out_w, int err_w, int errfd) noexcept {
+  if (::setpgid(0, 0) != 0) child_fail(errfd, step_pgrp);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(errfd, step_pdeathsig);
+  if (::getppid() != parent) {
+    errno = ESRCH;
+    child_fail(errfd, step_parent_gone);
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) (void)::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) child_fail(errfd, step_sigmask);
+  if (spec.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail(errfd, step_nnp);
+  if (spec.ruleset_fd >= 0) {
+    if (const int e = landlock_restrict_self(spec.ruleset_fd); e != 0) {
+      errno = e;
+      child_fail(errfd, step_landlock);
+    }
+  }
+  in_r = above_stdio(in_r);
+  out_w = above_stdio(out_w);
+  err_w = above_stdio(err_w);
+  if (in_r < 0 || out_w < 0 || err_w < 0) child_fail(errfd, step_dup);
+  if (::dup2(in_r, 0) < 0 || ::dup2(out_w, 1) < 0 || ::dup2(err_w, 2) < 0) child_fail(errfd, step_dup);
+  // Every descriptor above 2 closes at exec; the error pipe is one of them, so EOF means success.
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) child_fail(errfd, step_close);
+  if (::chdir(spec.cwd.c_str()) != 0) child_fail(errfd, step_chdir);
+  ::execve(argv[0], argv, envp);
+  child_fail(errfd, step_exec);
+}
+
+std::vector<char*> c_array(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+p9::Result<Spawned> spawn(const SpawnSpec& spec) {
+  if (spec.argv.empty()) return p9::error("spawn: empty argv");
+  int in[2], out[2], err[2], ep[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
+  UniqueFd in_r(in[0]), in_w(in[1]);
+  if (::pipe2(out, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
+  UniqueFd out_r(out[0]), out_w(out[1]);
+  if (::pipe2(err, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
+  UniqueFd err_r(err[0]), err_w(err[1]);
+  if (::pipe2(ep, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
+  UniqueFd ep_r(ep[0]), ep_w(ep[1]);
+
+  auto argv = c_array(spec.argv);
+  auto envp = c_array(spec.env);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return p9::error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) run_child(spec, parent, argv.data(), envp.data(), in_r.get(), out_w.get(), err_w.get(), ep_w.get());
+
+  (void)::setpgid(pid, pid);  // also here, so a kill right after start cannot miss the group
+  in_r.reset();
+  out_w.reset();
+  err_w.reset();
+  ep_w.reset();
+
+  int msg[2] = {0, 0};
+  ssize_t n;
+  do n = ::read(ep_r.get(), msg, sizeof msg);
+  while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    std::string what = step_name(msg[0]);
+    if (msg[0] == step_exec) what += " " + spec.argv[0];
+    else if (msg[0] == step_chdir) what += " " + spec.cwd;
+    return p9::error(what + ": " + std::strerror(msg[1]));
+  }
+
+  Spawned s;
+  s.pid = pid;
+  s.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!s.pidfd) {
+    const int e = errno;
+    ::kill(-pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    return p9::error(std::string("pidfd_open: ") + std::strerror(e));
+  }
+  for (int fd : {in_w.get(), out_r.get(), err_r.get()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  s.stdin_w = std::move(in_w);
+  s.stdout_r = std::move(out_r);
+  s.stderr_r = std::move(err_r);
+  return s;
+}
+
+}  // namespace toolsrv

@@ -1,0 +1,42 @@
+#pragma once
+/// spawn: fork and exec one tool process as spec §6.6 says. Between fork and exec the child makes
+/// only async-signal-safe calls: own process group, parent-death signal, signal dispositions and
+/// mask reset, no_new_privs, landlock_restrict_self, the pipes onto 0-2, every other descriptor
+/// close-on-exec, chdir, execve. A failing step is reported over a close-on-exec pipe and nothing
+/// is executed.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "lib9p/result.hpp"
+#include "toolsrv/fd.hpp"
+
+namespace toolsrv {
+
+/// What to run and how.
+struct SpawnSpec {
+  std::vector<std::string> argv;  ///< argv[0] is the path executed (no PATH search)
+  std::vector<std::string> env;   ///< KEY=VALUE, the whole environment
+  std::string cwd;
+  int ruleset_fd = -1;            ///< Landlock ruleset to enforce; -1 = unconfined
+  bool no_new_privs = true;       ///< false only for an approved bypass call
+};
+
+/// A started child: its pid (also its process group), a pidfd to reap it, and our pipe ends.
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFd pidfd;
+  UniqueFd stdin_w;   ///< non-blocking
+  UniqueFd stdout_r;  ///< non-blocking
+  UniqueFd stderr_r;  ///< non-blocking
+};
+
+/// Forks and execs. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.
+/// `exec /x/tool: Permission denied`, `chdir /gone: No such file or directory`,
+/// `landlock_restrict_self: ...`. Must be called from a thread that lives as long as the children
+/// should (PR_SET_PDEATHSIG follows the forking thread).
+p9::Result<Spawned> spawn(const SpawnSpec& spec);
+
+}  // namespace toolsrv
