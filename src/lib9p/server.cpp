@@ -421,11 +421,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   void spawn(const std::shared_ptr<Req>& req) {
-    asio::co_spawn(strand_, run(req), asio::bind_cancellation_slot(req->cancel.slot(), [req](std::exception_ptr) {}));
+    asio::co_spawn(strand_, run(shared_from_this(), req),
+                   asio::bind_cancellation_slot(req->cancel.slot(), [req](std::exception_ptr) {}));
   }
 
   // The waiting part of read, write and clunk. Never lets an exception escape: every path responds.
-  asio::awaitable<void> run(std::shared_ptr<Req> req) {
+  // `self` keeps the connection alive while the request waits.
+  asio::awaitable<void> run(std::shared_ptr<Conn> self, std::shared_ptr<Req> req) {
     const Fcall& t = req->t;
     Fcall r;
     r.type = t.type + 1;

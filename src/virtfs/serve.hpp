@@ -1,0 +1,337 @@
+#pragma once
+/// The one adapter that serves any virtfs tree through lib9p (spec §1.5-§1.7): generic walk,
+/// stat and directory reads over the declaration; per-fid state for each file kind; mode bits
+/// checked at walk and open against the fid's principal.
+
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "dsl.hpp"
+#include "lib9p/errors.hpp"
+#include "lib9p/server.hpp"
+
+namespace virtfs {
+
+/// What Tattach presents, for the application to decide who the client is.
+struct AttachRequest {
+  std::string uname;
+  std::string aname;
+  bool has_afid = false;
+  std::string afid_uname;  ///< the uname of the Tauth that made the afid
+  std::string secret;      ///< the bytes written to the afid
+  p9::Peer peer;
+};
+
+/// The application's side of authentication and the root context.
+template <class Ctx>
+struct Access {
+  std::string hostowner;  ///< uid of every node without an Owner
+  /// Tauth: ok hands out an auth fid (whose writes carry a secret); an error is the Rerror.
+  std::function<p9::Status(const std::string& uname, const std::string& aname)> auth =
+      [](const std::string&, const std::string&) { return p9::Status(p9::error(p9::err::auth_not_required)); };
+  /// Tattach: the principal, or the error to answer.
+  std::function<p9::Result<Principal>(const AttachRequest&)> attach;
+  /// The context handlers of the root see for a principal.
+  std::function<Ctx(const Principal&)> root;
+};
+
+inline constexpr std::size_t MAX_WRITE = 16u << 20;  ///< per-fid buffer of Write and Rdwr (spec §1.7)
+inline constexpr auto BLOCKONCE_HEARTBEAT = std::chrono::seconds(5);
+
+template <class Ctx>
+class Adapter : public p9::FileServer {
+ public:
+  Adapter(Tree<Ctx> tree, Access<Ctx> access) : tree_(std::move(tree)), access_(std::move(access)), start_(std::time(nullptr)) {}
+
+  const Tree<Ctx>& tree() const { return tree_; }
+
+  p9::Status auth(p9::Fid& afid, const std::string& uname, const std::string& aname) override {
+    if (auto st = access_.auth(uname, aname); !st) return st;
+    auto a = std::make_shared<AuthFile>();
+    a->uname = uname;
+    afid.file = a;
+    afid.qid = {p9::QTAUTH, 0, AUTH_QID_PATH};
+    return {};
+  }
+
+  p9::Status attach(p9::Fid& fid, p9::Fid* afid, const std::string& uname, const std::string& aname) override {
+    AttachRequest req{uname, aname, afid != nullptr, {}, {}, fid.peer};
+    if (afid) {
+      auto a = std::static_pointer_cast<AuthFile>(afid->file);
+      req.afid_uname = a->uname;
+      req.secret = a->secret;
+    }
+    auto who = access_.attach(req);
+    if (!who) return who.error();
+    auto h = std::make_shared<Handle>();
+    h->node = &tree_.root();
+    h->who = std::make_shared<const Principal>(*who);
+    h->ctx = access_.root(*who);
+    h->name = "/";
+    fid.file = h;
+    fid.qid = qid_of(*h);
+    return {};
+  }
+
+  p9::Status walk1(p9::Fid& fid, const std::string& name) override {
+    auto h = handle(fid);
+    if (!(perm(*h) & 1)) return p9::error(p9::err::permission_denied);
+    std::shared_ptr<Handle> next;
+    if (name == "..") {
+      next = h->parent ? h->parent : h;
+    } else if (auto* c = h->node->child(name)) {
+      next = std::make_shared<Handle>(Handle{c, h->ctx, h->key, name, h, h->who});
+    } else if (auto* t = h->node->template_child()) {
+      auto ctx = t->lookup(h->ctx, name);
+      if (!ctx) return p9::error(name + ": " + p9::err::file_not_found);
+      next = std::make_shared<Handle>(Handle{t, std::move(*ctx), intern(t, h->key, name), name, h, h->who});
+    } else {
+      return p9::error(name + ": " + p9::err::file_not_found);
+    }
+    fid.file = next;
+    fid.qid = qid_of(*next);
+    return {};
+  }
+
+  p9::Status open(p9::Fid& fid, std::uint8_t mode) override {
+    auto h = handle(fid);
+    const auto& n = *h->node;
+    std::uint8_t rw = mode & 3;
+    int p = perm(*h);
+    if (mode & p9::ORCLOSE) return p9::error(p9::err::permission_denied);
+    bool wants_read = rw != p9::OWRITE, wants_write = rw == p9::OWRITE || rw == p9::ORDWR;
+    if ((wants_read && !(p & 4)) || (wants_write && !(p & 2))) return p9::error(p9::err::permission_denied);
+    auto o = std::make_shared<Open>();
+    if (wants_read && n.block_read) {
+      auto v = n.block_read(h->ctx);
+      if (v) o->seen = *v;
+    }
+    if (wants_read && n.stream) {
+      auto c = n.stream(h->ctx);
+      if (!c) return c.error();
+      o->cursor = std::move(*c);
+    }
+    fid.aux = o;
+    return {};
+  }
+
+  p9::Result<std::vector<p9::Dir>> readdir(p9::Fid& fid) override {
+    auto h = handle(fid);
+    std::vector<p9::Dir> out;
+    for (auto& c : h->node->children) {
+      if (c.is_template) {
+        for (auto& name : c.list(h->ctx)) {
+          auto ctx = c.lookup(h->ctx, name);
+          if (!ctx) continue;  // gone between List and Lookup
+          Handle ch{&c, std::move(*ctx), intern(&c, h->key, name), name, h, h->who};
+          out.push_back(dir_of(ch));
+        }
+      } else {
+        out.push_back(dir_of(Handle{&c, h->ctx, h->key, c.name, h, h->who}));
+      }
+    }
+    return out;
+  }
+
+  asio::awaitable<p9::Result<std::string>> read(p9::Fid& fid, std::uint64_t offset, std::uint32_t count) override {
+    if (fid.qid.type & p9::QTAUTH) co_return std::string();
+    auto h = handle(fid);
+    auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    const auto& n = *h->node;
+    if (n.rdwr) co_return co_await read_rdwr(*h, o, offset, count);
+    if (n.stream) co_return co_await read_stream(o, count);
+    if (n.block_read) co_return co_await read_blockonce(*h, o, offset, count);
+    if (!o.snapshot) {
+      auto r = n.read(h->ctx);
+      if (!r) co_return r.error();
+      o.snapshot = std::move(*r);
+    }
+    co_return slice(*o.snapshot, offset, count);
+  }
+
+  asio::awaitable<p9::Result<std::uint32_t>> write(p9::Fid& fid, std::uint64_t, std::string data) override {
+    if (fid.qid.type & p9::QTAUTH) {
+      auto a = std::static_pointer_cast<AuthFile>(fid.file);
+      if (a->secret.size() + data.size() > 4096) co_return p9::error(p9::err::write_too_large);
+      a->secret += data;
+      co_return static_cast<std::uint32_t>(data.size());
+    }
+    auto h = handle(fid);
+    auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    if (h->node->stream && o.started) co_return p9::error("filter already set");
+    if (o.reply) {  // a new request after a reply: the old reply is gone
+      o.reply.reset();
+      o.request.clear();
+    }
+    if (o.request.size() + data.size() > MAX_WRITE) co_return p9::error(p9::err::write_too_large);
+    o.request += data;
+    o.pending = true;
+    co_return static_cast<std::uint32_t>(data.size());
+  }
+
+  asio::awaitable<p9::Status> clunk(p9::Fid& fid) override {
+    if (fid.qid.type & p9::QTAUTH || !fid.aux) co_return p9::Status{};
+    auto h = handle(fid);
+    auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    const auto& n = *h->node;
+    if (n.rdwr && o.pending) {
+      auto r = co_await n.rdwr(h->ctx, std::move(o.request));
+      if (!r) co_return r.error();
+    } else if (n.write && !o.request.empty()) {
+      co_return n.write(h->ctx, std::move(o.request));
+    }
+    co_return p9::Status{};
+  }
+
+  p9::Result<p9::Dir> stat(p9::Fid& fid) override {
+    if (fid.qid.type & p9::QTAUTH) {
+      p9::Dir d;
+      d.qid = fid.qid;
+      d.mode = p9::DMAUTH | 0600;
+      d.name = "#a";
+      d.uid = d.gid = d.muid = fid.uid;
+      return d;
+    }
+    return dir_of(*handle(fid));
+  }
+
+ private:
+  static constexpr std::uint64_t AUTH_QID_PATH = ~std::uint64_t{0};
+
+  struct AuthFile {
+    std::string uname;
+    std::string secret;
+  };
+
+  struct Handle {
+    const Node<Ctx>* node = nullptr;
+    Ctx ctx;
+    std::uint64_t key = 0;  // identity of the nearest template instance
+    std::string name;
+    std::shared_ptr<Handle> parent;
+    std::shared_ptr<const Principal> who;
+  };
+
+  struct Open {
+    std::optional<std::string> snapshot;  // Read
+    std::string request;                  // Write buffer, Rdwr pending request, StreamRdwr filter
+    bool pending = false;                 // Rdwr: written since the last reply
+    std::optional<std::string> reply;     // Rdwr
+    std::size_t reply_pos = 0;
+    std::string seen, delivered;          // BlockOnce
+    std::shared_ptr<Cursor> cursor;       // Stream
+    bool started = false;                 // Stream: first read done
+  };
+
+  static std::shared_ptr<Handle> handle(p9::Fid& fid) { return std::static_pointer_cast<Handle>(fid.file); }
+
+  static std::string slice(const std::string& s, std::uint64_t offset, std::uint32_t count) {
+    if (offset >= s.size()) return {};
+    return s.substr(offset, count);
+  }
+
+  asio::awaitable<p9::Result<std::string>> read_rdwr(Handle& h, Open& o, std::uint64_t offset, std::uint32_t count) {
+    if (o.pending || (!o.reply && h.node->default_request)) {
+      std::string req = o.pending ? std::move(o.request) : *h.node->default_request;
+      o.pending = false;
+      o.request.clear();
+      auto r = co_await h.node->rdwr(h.ctx, std::move(req));
+      if (!r) co_return r.error();
+      o.reply = std::move(*r);
+      o.reply_pos = 0;
+    } else if (!o.reply) {
+      co_return std::string();
+    } else if (offset == 0) {
+      o.reply_pos = 0;
+    }
+    std::string out = slice(*o.reply, o.reply_pos, count);
+    o.reply_pos += out.size();
+    co_return out;
+  }
+
+  asio::awaitable<p9::Result<std::string>> read_stream(Open& o, std::uint32_t count) {
+    if (!o.started) {
+      o.started = true;
+      if (!o.request.empty())
+        if (auto st = o.cursor->request(o.request); !st) co_return st.error();
+    }
+    auto sig = o.cursor->signal();
+    for (;;) {
+      auto ver = sig->version();
+      Chunk c = o.cursor->read(count);
+      if (!c.data.empty() || c.eof) co_return std::move(c.data);
+      co_await sig->wait(ver);
+    }
+  }
+
+  asio::awaitable<p9::Result<std::string>> read_blockonce(Handle& h, Open& o, std::uint64_t offset, std::uint32_t count) {
+    if (offset > 0) co_return slice(o.delivered, offset, count);
+    auto deadline = std::chrono::steady_clock::now() + BLOCKONCE_HEARTBEAT;
+    auto sig = h.node->block_signal(h.ctx);
+    for (;;) {
+      auto ver = sig->version();
+      auto v = h.node->block_read(h.ctx);
+      if (!v) co_return v.error();
+      if (*v != o.seen) {
+        o.seen = o.delivered = std::move(*v);
+        co_return slice(o.delivered, 0, count);
+      }
+      auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= decltype(left)::zero() || !co_await sig->wait(ver, left)) {
+        if (std::chrono::steady_clock::now() < deadline) continue;
+        if (!h.node->read) co_return std::string();
+        auto r = h.node->read(h.ctx);
+        if (!r) co_return r.error();
+        o.seen = o.delivered = std::move(*r);
+        co_return slice(o.delivered, 0, count);
+      }
+    }
+  }
+
+  // The permission bits (rwx) the fid's principal has on its node (spec §1.6).
+  int perm(const Handle& h) const {
+    std::uint32_t m = h.node->mode;
+    if (h.who->hostowner) return (m >> 6) & 7;
+    if (h.who->uname == uid_of(h)) return (m >> 6) & 7;
+    if (h.who->group == h.node->gid) return (m >> 3) & 7;
+    return m & 7;
+  }
+
+  std::string uid_of(const Handle& h) const { return h.node->owner ? h.node->owner(h.ctx) : access_.hostowner; }
+
+  p9::Qid qid_of(const Handle& h) const {
+    p9::Qid q;
+    q.type = h.node->is_dir ? p9::QTDIR : p9::QTFILE;
+    q.path = (std::uint64_t(h.node->index) << 40) | (h.key & ((std::uint64_t{1} << 40) - 1));
+    return q;
+  }
+
+  p9::Dir dir_of(const Handle& h) const {
+    p9::Dir d;
+    d.qid = qid_of(h);
+    d.mode = (h.node->is_dir ? p9::DMDIR : 0) | (h.node->mode & 0777);
+    d.atime = d.mtime = static_cast<std::uint32_t>(start_);
+    d.name = h.name;
+    d.uid = d.muid = uid_of(h);
+    d.gid = h.node->gid;
+    return d;
+  }
+
+  // A stable number for a template instance, by its template, its parent instance and its name.
+  std::uint64_t intern(const Node<Ctx>* t, std::uint64_t parent_key, const std::string& name) {
+    std::lock_guard lk(intern_mu_);
+    auto [it, fresh] = keys_.try_emplace({t->index, parent_key, name}, keys_.size() + 1);
+    return it->second;
+  }
+
+  Tree<Ctx> tree_;
+  Access<Ctx> access_;
+  std::time_t start_;
+  std::mutex intern_mu_;
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::string>, std::uint64_t> keys_;
+};
+
+}  // namespace virtfs

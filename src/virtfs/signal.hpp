@@ -1,0 +1,33 @@
+#pragma once
+/// Signal: a change counter that coroutines wait on. Producers call notify() from any thread;
+/// a waiter wakes on the next notify, on its timeout, or on cancellation (Tflush), costing a
+/// suspended coroutine and a timer, never a thread.
+
+#include <asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace virtfs {
+
+class Signal {
+ public:
+  using duration = std::chrono::steady_clock::duration;
+
+  std::uint64_t version() const;
+  /// Bumps the version and wakes every waiter.
+  void notify();
+  /// Waits until the version differs from seen or timeout passes. Returns true when it changed.
+  /// Throws std::system_error(operation_aborted) when the awaiting coroutine is cancelled.
+  asio::awaitable<bool> wait(std::uint64_t seen, duration timeout = std::chrono::hours(24 * 365));
+
+ private:
+  struct Waiter;
+  mutable std::mutex mu_;
+  std::uint64_t version_ = 0;
+  std::vector<std::shared_ptr<Waiter>> waiters_;
+};
+
+}  // namespace virtfs
