@@ -1,0 +1,219 @@
+// Landlock really denies and allows, on the running kernel, through real tool processes.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include "toolsrv/landlock.hpp"
+#include "world.hpp"
+
+namespace toolsrv::test {
+namespace {
+
+class LandlockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (landlock_abi() < 6) GTEST_SKIP() << "needs Landlock ABI 6 (kernel has " << landlock_abi() << ")";
+  }
+};
+
+std::string policy_with(const std::string& extra_fs, const std::string& network = "network: {enabled: true, unrestricted: true}") {
+  return "general: {best_effort: false}\n"
+         "filesystem:\n"
+         "  ro:  [\"/etc\", \"/proc\", \"/dev/urandom\"" + extra_fs + "]\n"
+         "  rox: [\"/usr\", \"/bin\", \"/lib\", \"/lib64\"]\n"
+         "  rw:  [\"/dev/null\"]\n"
+         "  rwx: [\"{CWD}\", \"{TMPDIR}\"]\n" + network + "\n"
+         "env: [HOME, PATH]\n";
+}
+
+// A loopback TCP listener on an ephemeral port.
+struct Listener {
+  int fd = -1;
+  int port = 0;
+  Listener() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd, 8);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd); }
+};
+
+std::string connect_cmd(int port) {
+  return "bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + "' 2>/dev/null && echo connected || echo refused";
+}
+
+TEST_F(LandlockTest, AbiIsNegotiated) {
+  EXPECT_GE(landlock_abi(), 1);
+  EXPECT_TRUE(landlock_missing_reason().empty());
+}
+
+TEST_F(LandlockTest, ReadOutsideAllowedPathsDenied) {
+  Fixture f;
+  f.load("shell");
+  write_file(world().home + "/secret", "s3cret\n");
+  const auto r = f.sh("cat $HOME/secret; echo rc=$?");
+  EXPECT_EQ(header(r, "status"), "exited");
+  EXPECT_EQ(body_stdout(r).find("s3cret"), std::string::npos) << r;
+  EXPECT_NE(body_stdout(r).find("rc=1"), std::string::npos) << r;
+  EXPECT_NE(body_stderr(r).find("Permission denied"), std::string::npos) << r;
+}
+
+TEST_F(LandlockTest, ReadInsideAllowedPathsWorks) {
+  Fixture f;
+  f.load("shell");
+  write_file(f.cwd + "/mine.txt", "hello\n");
+  const auto r = f.sh("cat mine.txt && head -c 4 /etc/hostname >/dev/null && echo ok");
+  EXPECT_EQ(body_stdout(r), "hello\nok\n") << r;
+}
+
+TEST_F(LandlockTest, WriteOutsideRwDeniedSharedTmpIncluded) {
+  Fixture f;
+  f.load("shell");
+  const auto outside = "/tmp/toolsrv-landlock-" + std::to_string(::getpid());
+  const auto r = f.sh("echo x > " + outside + "; echo rc=$?; echo y > $HOME/planted; echo rc=$?");
+  EXPECT_EQ(body_stdout(r), "rc=2\nrc=2\n") << r;  // dash: a failed redirection is status 2
+  EXPECT_NE(body_stderr(r).find("cannot create " + outside + ": Permission denied"), std::string::npos) << r;
+  EXPECT_FALSE(std::filesystem::exists(outside));
+  EXPECT_FALSE(std::filesystem::exists(world().home + "/planted"));
+}
+
+TEST_F(LandlockTest, WriteInCwdAndPrivateTmpdirWorks) {
+  Fixture f;
+  f.load("shell");
+  const auto r = f.sh("echo x > out.txt && echo y > $TMPDIR/t && mkdir d && mv out.txt d/ && echo ok");
+  EXPECT_EQ(body_stdout(r), "ok\n") << r;
+  EXPECT_TRUE(std::filesystem::exists(f.cwd + "/d/out.txt"));
+}
+
+TEST_F(LandlockTest, ExecuteOutsideRoxDenied) {
+  const auto dir = temp_dir("ro");
+  std::filesystem::copy_file("/usr/bin/true", dir + "/mytrue");
+  Fixture f(policy_with(", \"" + dir + "\""));
+  f.load("shell");
+  std::filesystem::copy_file("/usr/bin/true", f.cwd + "/cwdtrue");
+  const auto r = f.sh(dir + "/mytrue; echo rc=$?; ./cwdtrue; echo rc=$?; cat " + dir + "/mytrue > /dev/null; echo rc=$?");
+  // rc=126: exec refused (EACCES); the cwd (rwx) may execute; the ro dir can still be read.
+  EXPECT_EQ(body_stdout(r), "rc=126\nrc=0\nrc=0\n") << r;
+}
+
+TEST_F(LandlockTest, TcpConnectDeniedWhenNetworkOff) {
+  Listener l;
+  Fixture f(policy_with("", "network: {enabled: false, unrestricted: false}"));
+  f.load("shell");
+  EXPECT_EQ(body_stdout(f.sh(connect_cmd(l.port))), "refused\n");
+}
+
+TEST_F(LandlockTest, TcpConnectOnlyToListedPorts) {
+  Listener listed, other;
+  Fixture f(policy_with("", "network: {enabled: true, unrestricted: false, connect_tcp: [" + std::to_string(listed.port) + "]}"));
+  f.load("shell");
+  EXPECT_EQ(body_stdout(f.sh(connect_cmd(listed.port))), "connected\n");
+  EXPECT_EQ(body_stdout(f.sh(connect_cmd(other.port))), "refused\n");
+}
+
+TEST_F(LandlockTest, TcpConnectAllowedWhenUnrestricted) {
+  Listener l;
+  Fixture f;
+  f.load("shell");
+  EXPECT_EQ(body_stdout(f.sh(connect_cmd(l.port))), "connected\n");
+}
+
+TEST_F(LandlockTest, SignalOutsideSandboxDenied) {
+  const pid_t victim = ::fork();
+  if (victim == 0) {
+    ::execl("/usr/bin/sleep", "sleep", "30", nullptr);
+    ::_exit(127);
+  }
+  Fixture f;
+  f.load("shell");
+  const auto r = f.sh("kill -TERM " + std::to_string(victim) + "; echo rc=$?; sleep 0.1 & kill -TERM $! && echo own=ok");
+  EXPECT_NE(body_stdout(r).find("rc=1"), std::string::npos) << r;
+  EXPECT_NE(body_stdout(r).find("own=ok"), std::string::npos) << r;
+  EXPECT_EQ(::waitpid(victim, nullptr, WNOHANG), 0) << "the process outside the sandbox was killed";
+  ::kill(victim, SIGKILL);
+  ::waitpid(victim, nullptr, 0);
+}
+
+TEST_F(LandlockTest, MissingSandboxYamlFailsEveryCall) {
+  Fixture f("");
+  f.load("echo");
+  const auto r = f.run("tool=echo\nagent=a1\n\n{}");
+  EXPECT_EQ(header(r, "status"), "failed");
+  EXPECT_EQ(body_stderr(r).rfind("sandbox.yaml: cannot open", 0), 0u) << r;
+}
+
+TEST_F(LandlockTest, UnparsableSandboxYamlFailsEveryCall) {
+  Fixture f("filesystem: [unclosed\n");
+  f.load("echo");
+  const auto r = f.run("tool=echo\nagent=a1\n\n{}");
+  EXPECT_EQ(header(r, "status"), "failed");
+  EXPECT_EQ(body_stderr(r).rfind("sandbox.yaml: line ", 0), 0u) << r;
+}
+
+TEST_F(LandlockTest, UnapprovedOverrideIgnoredAndReported) {
+  Fixture f;
+  f.load("shell");
+  write_file(world().home + "/granted", "g\n");
+  const std::string override_text = "filesystem:\n  ro: [\"" + world().home + "\"]\n";
+  write_file(f.cwd + "/.ollie-sandbox.yaml", override_text);
+  const auto sha = sha256_hex(override_text);
+  auto r = f.sh("cat $HOME/granted");
+  EXPECT_EQ(header(r, "override"), sha + " ignored") << r;
+  EXPECT_EQ(body_stdout(r), "");
+  // The same file approved in another directory is still not approved.
+  ASSERT_TRUE(f.session->set_approvals({{sha, "/elsewhere"}}));
+  EXPECT_EQ(header(f.sh("true"), "override"), sha + " ignored");
+  ASSERT_TRUE(f.session->set_approvals({{sha, f.cwd}}));
+  r = f.sh("cat $HOME/granted");
+  EXPECT_EQ(header(r, "override"), sha + " applied") << r;
+  EXPECT_EQ(body_stdout(r), "g\n");
+}
+
+TEST_F(LandlockTest, SymlinkedOverrideIgnored) {
+  Fixture f;
+  f.load("shell");
+  const auto real = temp_dir("ovr") + "/o.yaml";
+  write_file(real, "filesystem: {ro: [\"/\"]}\n");
+  std::filesystem::create_symlink(real, f.cwd + "/.ollie-sandbox.yaml");
+  ASSERT_TRUE(f.session->set_approvals({{sha256_hex(read_file(real)), f.cwd}}));
+  const auto r = f.sh("true");
+  EXPECT_EQ(header(r, "override"), "");
+  EXPECT_EQ(header(r, "status"), "exited");
+}
+
+TEST(LandlockAbi, UnenforceablePoliciesNamed) {
+  SandboxPlan plan;
+  EXPECT_EQ(*sandbox_unavailable(plan, 2), "sandbox unavailable: truncate needs Landlock ABI 3, kernel has 2");
+  EXPECT_FALSE(sandbox_unavailable(plan, 3));
+  plan.network.unrestricted = false;
+  EXPECT_EQ(*sandbox_unavailable(plan, 3), "sandbox unavailable: network needs Landlock ABI 4, kernel has 3");
+  EXPECT_FALSE(sandbox_unavailable(plan, 4));
+  EXPECT_EQ(sandbox_unavailable(plan, 0)->rfind("sandbox unavailable: Landlock not supported by this kernel", 0), 0u);
+}
+
+TEST(LandlockAbi, RulesetBuildsOnEveryAbiUpToTheKernels) {
+  const int abi = landlock_abi();
+  if (abi == 0) GTEST_SKIP() << "no Landlock";
+  SandboxPlan plan;
+  plan.rules = {{"/usr", Access::rox}, {"/etc/hostname", Access::rw}, {"/tmp", Access::rwx}};
+  plan.network.unrestricted = false;
+  plan.network.connect_tcp = {443};
+  for (int a = 1; a <= abi; ++a) {
+    auto r = build_ruleset(plan, a);
+    EXPECT_TRUE(r) << "ABI " << a << ": " << (r ? "" : r.ename());
+  }
+}
+
+}  // namespace
+}  // namespace toolsrv::test
