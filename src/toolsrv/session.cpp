@@ -289,6 +289,11 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
   std::function<void(std::shared_ptr<Process>)> on_start, on_end;
 
   void end_early(ProcStatus status, const std::string& reason) {
+    {
+      std::lock_guard lock(call->mu_);  // the cancel hooks hold this launcher: break the cycle
+      call->cancel_bypass_ = nullptr;
+      call->cancel_lock_ = nullptr;
+    }
     on_start(s->procs_->add_finished(p.request.tool, p.request.agent, p.background, status, reason, p.headers));
   }
 

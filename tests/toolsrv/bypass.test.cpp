@@ -1,0 +1,170 @@
+// Bypass: pending lines, allow, deny, timeout, withdrawal; and what an allowed call may do.
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "toolsrv/bypass.hpp"
+#include "world.hpp"
+
+namespace toolsrv::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(BypassBroker, DefaultTimeoutIsFiveMinutes) { EXPECT_EQ(bypass_timeout_default, 300s); }
+
+TEST(BypassBroker, PendingAllowDeny) {
+  BypassBroker b;
+  std::optional<BypassDecision> d1, d2;
+  b.request("a1", "shell", {{"cmd", "ls"}}, "/w", false, [&](BypassDecision d) { d1 = d; });
+  auto reader = b.open_pending();
+  b.request("a1", "shell", {{"cmd", "rm"}}, "/w", true, [&](BypassDecision d) { d2 = d; });
+  EXPECT_EQ(b.read_pending(reader),
+            "{\"agent\":\"a1\",\"args\":{\"cmd\":\"ls\"},\"background\":false,\"cwd\":\"/w\",\"id\":\"1\",\"tool\":\"shell\"}\n"
+            "{\"agent\":\"a1\",\"args\":{\"cmd\":\"rm\"},\"background\":true,\"cwd\":\"/w\",\"id\":\"2\",\"tool\":\"shell\"}\n");
+  EXPECT_EQ(b.read_pending(reader), "");
+  EXPECT_TRUE(b.resolve("1 allow\n2 deny\n"));
+  ASSERT_TRUE(d1 && d2);
+  EXPECT_TRUE(d1->allowed);
+  EXPECT_FALSE(d2->allowed);
+  EXPECT_EQ(b.resolve("1 allow").ename(), "no such request: 1");
+  EXPECT_EQ(b.resolve("x").ename(), "bad resolve line: x");
+  EXPECT_EQ(b.resolve("3 maybe").ename(), "bad resolve line: 3 maybe");
+  // A new reader sees nothing resolved.
+  auto late = b.open_pending();
+  EXPECT_EQ(b.read_pending(late), "");
+}
+
+TEST(BypassBroker, TimeoutDeniesAndSaysSo) {
+  BypassBroker b(1s);
+  std::promise<BypassDecision> p;
+  auto reader = b.open_pending();
+  b.request("a1", "shell", {{"cmd", "x"}}, "/w", false, [&](BypassDecision d) { p.set_value(d); });
+  auto f = p.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  const auto d = f.get();
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, "timeout");
+  const auto lines = b.read_pending(reader);
+  EXPECT_NE(lines.find("{\"id\":\"1\",\"reason\":\"timeout\",\"resolved\":\"deny\"}\n"), std::string::npos) << lines;
+}
+
+TEST(BypassBroker, WithdrawnRequestIsReported) {
+  BypassBroker b;
+  bool called = false;
+  auto reader = b.open_pending();
+  const auto id = b.request("a1", "t", nlohmann::json::object(), "/w", false, [&](BypassDecision) { called = true; });
+  EXPECT_TRUE(b.withdraw(id));
+  EXPECT_FALSE(b.withdraw(id));
+  EXPECT_FALSE(called);
+  EXPECT_NE(b.read_pending(reader).find("\"reason\":\"withdrawn\""), std::string::npos);
+}
+
+// Resolves the next pending request with `verb` once it appears.
+void resolve_next(Session& s, const std::string& verb) {
+  auto reader = s.bypass().open_pending();
+  for (int i = 0; i < 500; ++i) {
+    const auto text = s.bypass().read_pending(reader);
+    if (!text.empty()) {
+      const auto j = nlohmann::json::parse(text.substr(0, text.find('\n')));
+      ASSERT_TRUE(s.bypass().resolve(j["id"].get<std::string>() + " " + verb));
+      return;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  FAIL() << "no pending request";
+}
+
+TEST(BypassCall, AllowedRunsUnconfined) {
+  Fixture f;
+  f.load("shell");
+  const auto outside = "/tmp/toolsrv-bypass-" + std::to_string(::getpid());
+  std::thread resolver([&] { resolve_next(*f.session, "allow"); });
+  const auto r = f.sh("echo x > " + outside + " && echo wrote; echo $PATH", "bypass=true\n");
+  resolver.join();
+  EXPECT_EQ(header(r, "status"), "exited") << r;
+  EXPECT_EQ(body_stdout(r).substr(0, 6), "wrote\n") << r;
+  EXPECT_EQ(body_stdout(r).find(fixture_tools), std::string::npos) << "a bypass call gets no tool dirs on PATH";
+  EXPECT_TRUE(std::filesystem::exists(outside));
+  std::filesystem::remove(outside);
+}
+
+TEST(BypassCall, DeniedRunsNothing) {
+  Fixture f;
+  f.load("shell");
+  const auto marker = f.cwd + "/ran";
+  std::thread resolver([&] { resolve_next(*f.session, "deny"); });
+  const auto r = f.sh("touch " + marker, "bypass=true\n");
+  resolver.join();
+  EXPECT_EQ(header(r, "status"), "denied");
+  EXPECT_EQ(body_stderr(r), "bypass denied\n");
+  EXPECT_FALSE(std::filesystem::exists(marker));
+}
+
+TEST(BypassCall, TimeoutDenies) {
+  Fixture f(default_policy(), 1s);
+  f.load("shell");
+  const auto r = f.sh("true", "bypass=true\n");
+  EXPECT_EQ(header(r, "status"), "denied");
+  EXPECT_EQ(body_stderr(r), "bypass denied: no answer within 1 s\n");
+}
+
+TEST(BypassCall, BackgroundDeniedIsAnError) {
+  Fixture f;
+  f.load("shell");
+  auto req = parse_call_request("tool=shell\nagent=a1\nbypass=true\n\n{\"cmd\":\"true\"}");
+  ASSERT_TRUE(req);
+  std::promise<p9::Result<int>> p;
+  auto fut = p.get_future();
+  std::thread resolver([&] { resolve_next(*f.session, "deny"); });
+  ASSERT_TRUE(f.session->call_background(*req, [&](p9::Result<int> r) { p.set_value(std::move(r)); }));
+  resolver.join();
+  const auto r = fut.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.ename(), "bypass denied");
+}
+
+TEST(BypassCall, ToolInsideWritablePathRefused) {
+  Fixture f;
+  // A tools directory inside the cwd ({CWD} is rwx): the model could have planted this tool.
+  write_file(f.cwd + "/tools/planted", "#!/bin/sh\necho planted\n", 0755);
+  write_file(f.cwd + "/tools/planted.meta", "{\"description\": \"planted\"}\n");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+  c.session_id = "bypass-planted";
+  c.tmpdir = world().root + "/run/ollie/tmp/bypass-planted";
+  c.tools_path = f.cwd + "/tools:" + fixture_tools;
+  Session s(c);
+  ASSERT_TRUE(s.load("a1", {"planted"}));
+  auto req = parse_call_request("tool=planted\nagent=a1\nbypass=true\n\n{}");
+  std::promise<std::string> p;
+  ASSERT_TRUE(s.call(*req, [&](std::string r) { p.set_value(r); }));
+  const auto r = p.get_future().get();
+  EXPECT_EQ(header(r, "status"), "denied");
+  EXPECT_EQ(body_stderr(r), "bypass refused: tool inside a writable path: " + f.cwd + "/tools/planted\n");
+  // Sandboxed, it still runs, but its directory is not on PATH.
+  req = parse_call_request("tool=shell\nagent=a1\n\n{\"cmd\":\"echo $PATH\"}");
+  ASSERT_TRUE(s.load("a1", {"shell"}));
+  std::promise<std::string> p2;
+  ASSERT_TRUE(s.call(*req, [&](std::string r) { p2.set_value(r); }));
+  const auto path = body_stdout(p2.get_future().get());
+  EXPECT_EQ(path.rfind(fixture_tools + ":", 0), 0u) << path;
+  EXPECT_EQ(path.find(f.cwd), std::string::npos) << path;
+}
+
+TEST(BypassCall, CancelWithdraws) {
+  Fixture f;
+  f.load("shell");
+  auto req = parse_call_request("tool=shell\nagent=a1\nbypass=true\n\n{\"cmd\":\"true\"}");
+  std::promise<std::string> p;
+  auto reader = f.session->bypass().open_pending();
+  auto call = f.session->call(*req, [&](std::string r) { p.set_value(r); });
+  ASSERT_TRUE(call);
+  (*call)->cancel();
+  const auto r = p.get_future().get();
+  EXPECT_EQ(header(r, "status"), "denied");
+  EXPECT_NE(f.session->bypass().read_pending(reader).find("\"reason\":\"withdrawn\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace toolsrv::test
