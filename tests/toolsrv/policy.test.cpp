@@ -1,0 +1,127 @@
+// sandbox.yaml parsing, merging, template expansion, path handling and override approval.
+
+#include <gtest/gtest.h>
+
+#include "toolsrv/override.hpp"
+#include "toolsrv/policy.hpp"
+#include "toolsrv/sandbox.hpp"
+#include "world.hpp"
+
+namespace toolsrv::test {
+namespace {
+
+TEST(Policy, ShippedDefaultParses) {
+  auto f = parse_policy(default_policy());
+  ASSERT_TRUE(f) << f.ename();
+  const auto p = effective_policy(*f, nullptr);
+  EXPECT_FALSE(p.best_effort);
+  EXPECT_EQ(p.rwx, (std::vector<std::string>{"{CWD}", "{TMPDIR}"}));
+  EXPECT_EQ(p.ro.front(), "/etc");
+  EXPECT_EQ(std::count(p.ro.begin(), p.ro.end(), "/proc"), 1);
+  EXPECT_EQ(std::count(p.rw.begin(), p.rw.end(), "/tmp"), 0);
+  EXPECT_TRUE(p.network.unrestricted);
+  EXPECT_EQ(std::count(p.env.begin(), p.env.end(), "TMPDIR"), 0);
+}
+
+TEST(Policy, ErrorsNameKeyAndLine) {
+  EXPECT_EQ(parse_policy("filesystem:\n  rox2: []\n").ename(), "line 2: unknown key: filesystem.rox2");
+  EXPECT_EQ(parse_policy("filesystem:\n  ro: /etc\n").ename(), "line 2: filesystem.ro: expected a list of strings");
+  EXPECT_EQ(parse_policy("network:\n  connect_tcp: [70000]\n").ename(), "line 2: network.connect_tcp: invalid port: 70000");
+  EXPECT_EQ(parse_policy("general: {best_effort: maybe}\n").ename(), "line 1: general.best_effort: expected true or false");
+  EXPECT_EQ(parse_policy("filesystem: [unclosed\n").ename().rfind("line ", 0), 0u);
+  EXPECT_TRUE(parse_policy(""));
+}
+
+TEST(Policy, MissingFileIsAnError) {
+  EXPECT_EQ(load_policy("/no/such/sandbox.yaml").ename(), "cannot open: No such file or directory");
+}
+
+TEST(Policy, OverrideUnionsListsAndReplacesScalars) {
+  auto g = parse_policy("general: {best_effort: false}\nfilesystem: {ro: [/a, /b]}\nnetwork: {unrestricted: true}\nenv: [HOME]\n");
+  auto o = parse_policy("filesystem: {ro: [/b, /c]}\nnetwork: {unrestricted: false, connect_tcp: [443]}\n");
+  ASSERT_TRUE(g && o);
+  const auto p = effective_policy(*g, &*o);
+  EXPECT_EQ(p.ro, (std::vector<std::string>{"/a", "/b", "/c"}));
+  EXPECT_FALSE(p.best_effort) << "not present in the override: kept";
+  EXPECT_FALSE(p.network.unrestricted);
+  EXPECT_EQ(p.network.connect_tcp, std::vector<std::uint16_t>{443});
+  EXPECT_EQ(p.env, std::vector<std::string>{"HOME"});
+}
+
+TEST(Sandbox, TemplatesExpand) {
+  world();
+  auto v = TemplateVars::for_call("/w", "/t", "/cfg", "/data", "/bin");
+  EXPECT_EQ(v.expand("{CWD}/x"), "/w/x");
+  EXPECT_EQ(v.expand("{OLLIE_CFG_PATH}/tools:{OLLIE_BIN_PATH}"), "/cfg/tools:/bin");
+  EXPECT_EQ(v.expand("{HOME}"), world().home);
+  EXPECT_EQ(v.expand("{XDG_CONFIG_HOME}/git"), world().root + "/config/git");
+  EXPECT_EQ(v.expand("{NO_SUCH_VARIABLE_X}/y"), "{NO_SUCH_VARIABLE_X}/y");
+}
+
+TEST(Sandbox, MissingPathsSkippedDataPathsCreated) {
+  world();
+  Policy p;
+  p.ro = {"/etc", "/no/such/dir", "relative/dir", "{NO_SUCH_VARIABLE_X}/a"};
+  p.rw = {"{OLLIE_DATA_PATH}/optmem", "/dev/null"};
+  const auto data = temp_dir("data");
+  auto v = TemplateVars::for_call("/", "/tmp", "/cfg", data, "/usr/bin");
+  const auto plan = plan_sandbox(p, v, {"/usr/bin"}, data, "");
+  std::vector<std::string> paths;
+  for (const auto& r : plan.rules) paths.push_back(r.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"/etc", data + "/optmem", "/dev/null", "/usr/bin"}));
+  EXPECT_EQ(plan.skipped.size(), 3u);
+  EXPECT_EQ(plan.skipped[0], "/no/such/dir: does not exist");
+  EXPECT_TRUE(std::filesystem::is_directory(data + "/optmem"));
+  EXPECT_EQ(std::filesystem::status(data + "/optmem").permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
+}
+
+TEST(Sandbox, WritablePathsAreResolved) {
+  const auto dir = temp_dir("w");
+  std::filesystem::create_directory_symlink(dir, dir + "-link");
+  Policy p;
+  p.rwx = {dir + "-link"};
+  auto v = TemplateVars::for_call("/", "/tmp", "/cfg", "/data", "/usr/bin");
+  const auto w = writable_paths(p, v);
+  EXPECT_TRUE(inside_writable(dir + "/tools/x", w));
+  EXPECT_TRUE(inside_writable(dir + "-link/tools", w));
+  EXPECT_FALSE(inside_writable(dir + "x", w));
+  std::filesystem::remove(dir + "-link");
+}
+
+TEST(Override, Sha256) {
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Override, ApprovalsNeedHashAndDirectory) {
+  Approvals a;
+  const std::string h(64, 'a');
+  EXPECT_EQ(a.replace({{"xyz", "/d"}}).ename(), "invalid hash: xyz");
+  EXPECT_EQ(a.replace({{h, "d"}}).ename(), "dir must be absolute: d");
+  ASSERT_TRUE(a.replace({{h, "/p/q/"}}));
+  EXPECT_TRUE(a.approved(h, "/p/q"));
+  EXPECT_FALSE(a.approved(h, "/p"));
+  EXPECT_FALSE(a.approved(std::string(64, 'b'), "/p/q"));
+  ASSERT_TRUE(a.replace({}));
+  EXPECT_FALSE(a.approved(h, "/p/q"));
+}
+
+TEST(Override, FoundWithoutFollowingSymlinks) {
+  const auto dir = temp_dir("ov");
+  std::string note;
+  EXPECT_FALSE(find_override(dir, &note));
+  EXPECT_EQ(note, "");
+  write_file(dir + "/.ollie-sandbox.yaml", "env: [X]\n");
+  auto o = find_override(dir, &note);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->bytes, "env: [X]\n");
+  EXPECT_EQ(o->sha256, sha256_hex("env: [X]\n"));
+  EXPECT_EQ(o->dir, dir);
+  const auto other = temp_dir("ov");
+  std::filesystem::create_symlink(dir + "/.ollie-sandbox.yaml", other + "/.ollie-sandbox.yaml");
+  EXPECT_FALSE(find_override(other, &note));
+  EXPECT_NE(note.find("ignored"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace toolsrv::test
