@@ -1,0 +1,229 @@
+// Whole calls through a Session: requests, ctl, environment, cwd, tool results, tools and info.
+
+#include <gtest/gtest.h>
+
+#include "toolsrv/landlock.hpp"
+#include "world.hpp"
+
+namespace toolsrv::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string env_of(const std::string& env_dump, const std::string& key) {
+  const auto at = ("\n" + env_dump).find("\n" + key + "=");
+  if (at == std::string::npos) return "<unset>";
+  const auto start = at + key.size() + 1;
+  return env_dump.substr(start, env_dump.find('\n', start) - start);
+}
+
+TEST(CallRequest, Parsing) {
+  auto r = parse_call_request("tool=t\nagent=a\ntimeout=0\nbypass=true\nauth=abc\n\n{\"x\": 1}\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r->timeout, 0);
+  EXPECT_TRUE(r->bypass);
+  EXPECT_EQ(r->auth, "abc");
+  EXPECT_EQ(r->args_text, "{\"x\": 1}\n");
+  EXPECT_EQ(parse_call_request("agent=a\n\n{}").ename(), "missing tool");
+  EXPECT_EQ(parse_call_request("tool=t\n\n{}").ename(), "missing agent");
+  EXPECT_EQ(parse_call_request("tool=t\nagent=a\n\n[1]").ename(), "invalid args: not a JSON object");
+  EXPECT_EQ(parse_call_request("tool=t\nagent=a\n\n{").ename(), "invalid args: not valid JSON");
+  EXPECT_EQ(parse_call_request("tool=t\nagent=a\ntimeout=x\n\n{}").ename(), "invalid timeout: x");
+  EXPECT_EQ(parse_call_request("tool=t\nagent=a\ncolour=red\n\n{}").ename(), "bad header: colour=red");
+  EXPECT_EQ(parse_call_request("tool=t\nagent=a\nnonsense\n\n{}").ename(), "bad header: nonsense");
+}
+
+TEST(Session, CtlErrors) {
+  Fixture f;
+  auto& s = *f.session;
+  EXPECT_EQ(s.set_env("1BAD", "x").ename(), "invalid env name: 1BAD");
+  EXPECT_EQ(s.set_cwd("rel").ename(), "cwd must be absolute: rel");
+  EXPECT_EQ(s.set_cwd("/no/such/dir").ename(), "cwd: /no/such/dir: not a directory");
+  EXPECT_EQ(s.set_agent_cwd("a1", "/etc/hostname").ename(), "cwd: /etc/hostname: not a directory");
+  EXPECT_EQ(s.load("a1", {"echo", "noexec"}).ename(),
+            "invalid tool: noexec: no executable and no cmd: " + fixture_tools + "/noexec is not an executable file");
+  EXPECT_EQ(s.tools("a1"), "[]\n");
+  EXPECT_EQ(s.load("a1", {"unavailable"}).ename(), "tool not available on this host: unavailable");
+}
+
+TEST(Session, ToolNotLoadedIsARequestError) {
+  Fixture f;
+  EXPECT_EQ(f.run("tool=echo\nagent=a1\n\n{}"), "Rerror tool not loaded: echo");
+}
+
+TEST(Session, ToolsListing) {
+  Fixture f;
+  f.load("echo");
+  f.load("shell");
+  const auto list = nlohmann::json::parse(f.session->tools("a1"));
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["name"], "echo");
+  EXPECT_EQ(list[1]["name"], "shell");
+  const auto catalog = nlohmann::json::parse(f.session->tools("*"));
+  EXPECT_GE(catalog.size(), 10u);
+  EXPECT_EQ(f.session->tools("nobody"), "[]\n");
+}
+
+TEST(Session, EchoReplyHasBothStreams) {
+  Fixture f;
+  f.load("echo");
+  const auto r = f.run("tool=echo\nagent=a1\n\n{\"hello\":\"world\"}");
+  EXPECT_EQ(r, "pid=1\nstatus=exited\nexit=0\nstdout=17\nstderr=10\n\n{\"hello\":\"world\"}to stderr\n");
+}
+
+TEST(Session, EnvironmentOfASandboxedTool) {
+  Fixture f;
+  f.load("shell");
+  ASSERT_TRUE(f.session->set_env("SESSION_VAR", "with blanks  kept"));
+  ::setenv("TOOLSRV_TEST_SECRET_NOT_LISTED", "leak", 1);
+  const auto r = f.run("tool=shell\nagent=a1\nauth=0123abcd\n\n{\"cmd\":\"env\"}");
+  const auto env = body_stdout(r);
+  EXPECT_EQ(env_of(env, "OLLIE_AGENT_ID"), "a1");
+  EXPECT_EQ(env_of(env, "OLLIE_UNAME"), "a1");
+  EXPECT_EQ(env_of(env, "OLLIE_AUTH"), "0123abcd");
+  EXPECT_EQ(env_of(env, "OLLIE_TOOLS_PATH"), fixture_tools);
+  EXPECT_EQ(env_of(env, "SESSION_VAR"), "with blanks  kept");
+  EXPECT_EQ(env_of(env, "TOOLSRV_TEST_SECRET_NOT_LISTED"), "<unset>");
+  EXPECT_EQ(env_of(env, "HOME"), world().home);
+  EXPECT_EQ(env_of(env, "TMPDIR").rfind(world().root + "/run/ollie/tmp/test-", 0), 0u);
+  EXPECT_EQ(env_of(env, "PATH").rfind(fixture_tools + ":", 0), 0u);
+  EXPECT_EQ(env_of(env, "GIT_CONFIG_COUNT"), "1");
+  EXPECT_EQ(env_of(env, "GIT_CONFIG_KEY_0"), "core.fsmonitor");
+  EXPECT_EQ(env_of(env, "GIT_CONFIG_VALUE_0"), "false");
+  // An inherited GIT_CONFIG_COUNT keeps its entries; ours comes after them.
+  ASSERT_TRUE(f.session->set_env("GIT_CONFIG_COUNT", "2"));
+  const auto env2 = body_stdout(f.run("tool=shell\nagent=a1\n\n{\"cmd\":\"env\"}"));
+  EXPECT_EQ(env_of(env2, "GIT_CONFIG_COUNT"), "3");
+  EXPECT_EQ(env_of(env2, "GIT_CONFIG_KEY_2"), "core.fsmonitor");
+}
+
+TEST(Session, CwdFromAgentOverrideNeverFromRequest) {
+  Fixture f;
+  f.load("shell");
+  EXPECT_EQ(body_stdout(f.sh("pwd")), f.cwd + "\n");
+  const auto other = temp_dir("agentcwd");
+  ASSERT_TRUE(f.session->set_agent_cwd("a1", other));
+  EXPECT_EQ(body_stdout(f.sh("pwd")), other + "\n");
+  EXPECT_EQ(f.session->info("a1").find("cwd=" + other + "\n") != std::string::npos, true);
+  ASSERT_TRUE(f.session->set_agent_cwd("a1", std::nullopt));
+  EXPECT_EQ(body_stdout(f.sh("pwd")), f.cwd + "\n");
+}
+
+TEST(Session, InvalidJsonOutputIsPassedThrough) {
+  Fixture f;
+  f.load("badjson");
+  const auto r = f.run("tool=badjson\nagent=a1\n\n{}");
+  EXPECT_EQ(header(r, "status"), "exited");
+  EXPECT_EQ(body_stdout(r), "{\"content\": [oops\n");
+}
+
+TEST(Session, ToolThatBecameNonExecutableFailsClearly) {
+  Fixture f;
+  const auto dir = temp_dir("tools");
+  write_file(dir + "/t", "#!/bin/sh\necho hi\n", 0755);
+  write_file(dir + "/t.meta", "{\"description\": \"t\"}\n");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+  c.session_id = "nonexec";
+  c.tmpdir = world().root + "/run/ollie/tmp/nonexec";
+  c.tools_path = dir;
+  Session s(c);
+  ASSERT_TRUE(s.load("a1", {"t"}));
+  ::chmod((dir + "/t").c_str(), 0644);
+  std::promise<std::string> p;
+  ASSERT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
+  const auto r = p.get_future().get();
+  EXPECT_EQ(header(r, "status"), "failed");
+  EXPECT_EQ(body_stderr(r), "invalid tool: t: no executable and no cmd: " + dir + "/t is not an executable file\n");
+}
+
+TEST(Session, StrayChildReturnsAtOnce) {
+  Fixture f;
+  f.load("stray");
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = f.run("tool=stray\nagent=a1\n\n{}");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  EXPECT_EQ(body_stdout(r), "started\n");
+}
+
+TEST(Session, HundredMegabyteToolIsCapped) {
+  Fixture f;
+  f.load("flood");
+  const auto r = f.run("tool=flood\nagent=a1\n\n{}", 120s);
+  EXPECT_EQ(header(r, "status"), "exited");
+  const std::size_t omitted = 104857600 - output_head_cap - output_tail_cap;
+  const std::string line = "\n[\u2026 " + std::to_string(omitted) + " bytes omitted \u2026]\n";
+  EXPECT_EQ(header(r, "stdout"), std::to_string(output_head_cap + line.size() + output_tail_cap));
+}
+
+TEST(Session, TimeoutHeaderAndToolDefault) {
+  Fixture f;
+  f.load("shell");
+  const auto r = f.sh("sleep 5", "timeout=1\n");
+  EXPECT_EQ(header(r, "status"), "timeout");
+}
+
+TEST(Session, BackgroundCallGivesPidAtOnce) {
+  Fixture f;
+  f.load("shell");
+  std::promise<p9::Result<int>> p;
+  ASSERT_TRUE(f.session->call_background(*parse_call_request("tool=shell\nagent=a1\ntimeout=1\n\n{\"cmd\":\"sleep 2; echo done\"}"),
+                                         [&](p9::Result<int> r) { p.set_value(std::move(r)); }));
+  auto fut = p.get_future();
+  ASSERT_EQ(fut.wait_for(2s), std::future_status::ready);
+  const auto pid = fut.get();
+  ASSERT_TRUE(pid);
+  auto proc = f.session->processes().find(*pid);
+  ASSERT_TRUE(proc);
+  EXPECT_TRUE(proc->background());
+  EXPECT_FALSE(proc->finished());
+  // Background processes have no timeout.
+  while (!proc->finished()) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(proc->wait_text().find("status=exited\nexit=0\n"), 6u) << proc->wait_text();
+  EXPECT_EQ(proc->read_out(0, 100).data, "done\n");
+}
+
+TEST(Session, CancelKillsARunningCall) {
+  Fixture f;
+  f.load("shell");
+  std::promise<std::string> p;
+  auto call = f.session->call(*parse_call_request("tool=shell\nagent=a1\n\n{\"cmd\":\"sleep 30\"}"),
+                              [&](std::string r) { p.set_value(r); });
+  ASSERT_TRUE(call);
+  while ((*call)->pid() == 0) std::this_thread::sleep_for(10ms);
+  (*call)->cancel();
+  const auto r = p.get_future().get();
+  EXPECT_EQ(header(r, "status"), "signaled");
+  EXPECT_EQ(header(r, "signal"), "9");
+}
+
+TEST(Session, ForgetKillsTheAgentsProcesses) {
+  Fixture f;
+  f.load("shell");
+  std::promise<p9::Result<int>> p;
+  ASSERT_TRUE(f.session->call_background(*parse_call_request("tool=shell\nagent=a1\n\n{\"cmd\":\"sleep 30\"}"),
+                                         [&](p9::Result<int> r) { p.set_value(std::move(r)); }));
+  const auto pid = p.get_future().get();
+  ASSERT_TRUE(pid);
+  f.session->forget("a1");
+  EXPECT_EQ(f.session->processes().find(*pid), nullptr);
+  EXPECT_EQ(f.session->tools("a1"), "[]\n");
+}
+
+TEST(Session, InfoAndStat) {
+  Fixture f;
+  const auto info = f.session->info("");
+  EXPECT_EQ(info.rfind("os=linux\narch=", 0), 0u);
+  EXPECT_NE(info.find("\nlandlock=" + std::to_string(landlock_abi()) + "\n"), std::string::npos);
+  EXPECT_NE(info.find("\ncwd=" + f.cwd + "\ngit=false\n"), std::string::npos);
+  std::filesystem::create_directories(f.cwd + "/.git");
+  std::filesystem::create_directories(f.cwd + "/sub");
+  ASSERT_TRUE(f.session->set_agent_cwd("a1", f.cwd + "/sub"));
+  EXPECT_NE(f.session->info("a1").find("git=true"), std::string::npos);
+  write_file(f.cwd + "/sub/f.txt", "12345");
+  const auto st = f.session->stat_paths("a1", {"f.txt", "missing", f.cwd + "/sub/f.txt"});
+  EXPECT_EQ(st.substr(0, 12), "f.txt\ttrue\t1");
+  EXPECT_NE(st.find("\t5\nmissing\tfalse\t-\t-\n" + f.cwd + "/sub/f.txt\ttrue\t"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace toolsrv::test
