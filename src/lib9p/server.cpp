@@ -109,15 +109,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
     });
   }
 
+  // Stops serving: pending requests are cancelled and their replies dropped, fids freed; replies
+  // already queued are still written (so `ctl kill` gets its `ok`), then the socket closes.
   void close() {
     if (closed_) return;
     closed_ = true;
     abort_requests();
     fids_.clear();
     std::error_code ec;
-    sock_.shutdown(asio::socket_base::shutdown_both, ec);
-    sock_.close(ec);
-    srv_->forget(this);
+    sock_.shutdown(asio::socket_base::shutdown_receive, ec);  // ends the reader
+    if (!writing_) close_socket();
   }
 
  private:
@@ -478,6 +479,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
     req->fid.reset();
   }
 
+  void close_socket() {
+    if (!sock_.is_open()) return;
+    std::error_code ec;
+    sock_.shutdown(asio::socket_base::shutdown_both, ec);
+    sock_.close(ec);
+    srv_->forget(this);
+  }
+
   void send(const Fcall& r) {
     if (closed_) return;
     if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("9p -> {} tag {}", type_name(r.type), r.tag);
@@ -493,8 +502,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
                       asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec, std::size_t) {
                         self->writing_ = false;
                         self->inflight_.clear();
-                        if (ec) return self->close();
-                        if (!self->pending_.empty() && !self->closed_) self->start_write();
+                        if (ec) {
+                          self->close();
+                          return self->close_socket();
+                        }
+                        if (!self->pending_.empty()) self->start_write();
+                        else if (self->closed_) self->close_socket();
                       }));
   }
 

@@ -1,0 +1,121 @@
+#include "event.hpp"
+
+#include <algorithm>
+
+namespace ollie {
+
+p9::Result<Pattern> Pattern::parse(const std::string& text) {
+  Pattern p;
+  std::size_t i = 0;
+  for (;;) {
+    auto j = text.find('.', i);
+    std::string seg = text.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    if (seg.empty() || (seg.find('*') != std::string::npos && seg != "*")) return p9::error("bad pattern: " + text);
+    p.segs_.push_back(std::move(seg));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return p;
+}
+
+bool Pattern::matches(const std::string& topic) const {
+  std::size_t i = 0;
+  for (std::size_t k = 0; k < segs_.size(); k++) {
+    if (i > topic.size()) return false;
+    auto j = topic.find('.', i);
+    bool last = k + 1 == segs_.size();
+    if (segs_[k] == "*" && last) return i < topic.size();  // one or more remaining segments
+    std::string_view seg(topic.data() + i, (j == std::string::npos ? topic.size() : j) - i);
+    if (segs_[k] != "*" && seg != segs_[k]) return false;
+    if (last) return j == std::string::npos;
+    if (j == std::string::npos) return false;
+    i = j + 1;
+  }
+  return false;
+}
+
+void Bus::publish(const std::string& topic, const std::string& payload) {
+  std::string line = payload.empty() ? topic + "\n" : topic + " " + payload + "\n";
+  std::vector<std::shared_ptr<Subscription>> live;
+  {
+    std::lock_guard lk(mu_);
+    std::erase_if(subs_, [&](auto& w) {
+      auto s = w.lock();
+      if (!s) return true;
+      live.push_back(std::move(s));
+      return false;
+    });
+  }
+  for (auto& s : live) s->offer(topic, line);
+}
+
+std::shared_ptr<Subscription> Bus::subscribe() {
+  auto s = std::make_shared<Subscription>();
+  std::lock_guard lk(mu_);
+  subs_.push_back(s);
+  return s;
+}
+
+bool Subscription::wanted(const std::string& topic) const {
+  if (filter_.empty()) return true;
+  return std::any_of(filter_.begin(), filter_.end(), [&](auto& p) { return p.matches(topic); });
+}
+
+void Subscription::offer(const std::string& topic, const std::string& line) {
+  {
+    std::lock_guard lk(mu_);
+    if (!wanted(topic)) return;
+    queue_.push_back({topic, line});
+    if (queue_.size() > Bus::BUFFER) {
+      queue_.pop_front();
+      dropped_++;
+    }
+  }
+  signal_->notify();
+}
+
+p9::Status Subscription::request(const std::string& text) {
+  std::vector<Pattern> pats;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    auto j = text.find_first_of(" \t\r\n", i);
+    if (j == std::string::npos) j = text.size();
+    if (j > i) {
+      auto p = Pattern::parse(text.substr(i, j - i));
+      if (!p) return p.error();
+      pats.push_back(std::move(*p));
+    }
+    i = j + 1;
+  }
+  std::lock_guard lk(mu_);
+  filter_ = std::move(pats);
+  std::erase_if(queue_, [&](const Event& e) { return !wanted(e.topic); });
+  return {};
+}
+
+virtfs::Chunk Subscription::read(std::size_t max) {
+  std::lock_guard lk(mu_);
+  std::string out;
+  if (dropped_) {
+    queue_.push_front({"event.overflow", "event.overflow " + std::to_string(dropped_) + "\n"});
+    dropped_ = 0;
+  }
+  if (!partial_.empty()) {
+    out = partial_.substr(0, max);
+    partial_.erase(0, out.size());
+    return {out, false};
+  }
+  while (!queue_.empty() && out.size() + queue_.front().line.size() <= max) {
+    out += queue_.front().line;
+    queue_.pop_front();
+  }
+  if (out.empty() && !queue_.empty()) {  // a line longer than the read: split it
+    partial_ = std::move(queue_.front().line);
+    queue_.pop_front();
+    out = partial_.substr(0, max);
+    partial_.erase(0, out.size());
+  }
+  return {out, false};
+}
+
+}  // namespace ollie

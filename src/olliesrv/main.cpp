@@ -1,0 +1,38 @@
+// olliesrv [-a dialstring]... [-insecure-tcp] [-l level]
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "olliesrv.hpp"
+
+namespace {
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr, "usage: olliesrv [-a dialstring]... [-insecure-tcp] [-l trace|debug|info|warn|error]\n");
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ollie::Options opt;
+  const char* level = std::getenv("OLLIE_LOG");
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "-a" && i + 1 < argc) opt.addresses.push_back(argv[++i]);
+    else if (a == "-insecure-tcp") opt.insecure_tcp = true;
+    else if (a == "-l" && i + 1 < argc) level = argv[++i];
+    else usage();
+  }
+  auto logger = spdlog::stderr_color_mt("olliesrv");
+  spdlog::set_default_logger(logger);
+  auto lvl = spdlog::level::from_str(level ? level : "warn");
+  if (level && lvl == spdlog::level::off && std::strcmp(level, "off") != 0) {
+    std::fprintf(stderr, "olliesrv: unknown log level: %s\n", level);
+    return 2;
+  }
+  spdlog::set_level(lvl);
+  return ollie::run(std::move(opt));
+}

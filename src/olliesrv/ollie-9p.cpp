@@ -1,0 +1,229 @@
+// ollie-9p: the shell's client of olliesrv (and of any 9P2000 server).
+//
+//   ollie-9p [-a address] ls [-l] [path]
+//   ollie-9p [-a address] stat path
+//   ollie-9p [-a address] read [-l] path
+//   ollie-9p [-a address] write path      (stdin; the file's handler runs at close)
+//   ollie-9p [-a address] rdwr path       (stdin is the request; prints the reply)
+//
+// The address defaults to $OLLIE_ADDR, else the service `ollie` in the plan9port namespace
+// directory. It attaches as $OLLIE_UNAME (else the login name), authenticating with
+// $OLLIE_AUTH when the server asks for it.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "lib9p/client.hpp"
+#include "lib9p/dial.hpp"
+#include "lib9p/errors.hpp"
+
+namespace {
+
+const char* usage_text =
+    "usage: ollie-9p [-a address] ls [-l] [path]\n"
+    "       ollie-9p [-a address] stat path\n"
+    "       ollie-9p [-a address] read [-l] path\n"
+    "       ollie-9p [-a address] write path\n"
+    "       ollie-9p [-a address] rdwr path\n";
+
+[[noreturn]] void usage() {
+  std::fputs(usage_text, stderr);
+  std::exit(2);
+}
+
+[[noreturn]] void fail(const std::string& what, const std::string& why) {
+  std::fprintf(stderr, "ollie-9p: %s: %s\n", what.c_str(), why.c_str());
+  std::exit(1);
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+p9::CFid mount(const std::string& address) {
+  auto c = p9::Client::dial(address);
+  if (!c) fail(address, c.ename());
+  std::string uname = env("OLLIE_UNAME");
+  if (uname.empty()) uname = p9::login_name();
+  auto afid = (*c)->auth(uname);
+  if (!afid) {
+    if (afid.ename() != p9::err::auth_not_required) fail(address, afid.ename());
+    auto root = (*c)->attach(uname);
+    if (!root) fail(address, root.ename());
+    return std::move(*root);
+  }
+  if (auto w = afid->write(env("OLLIE_AUTH")); !w) fail(address, w.ename());
+  auto root = (*c)->attach(uname, "", &*afid);
+  if (!root) fail(address, root.ename());
+  return std::move(*root);
+}
+
+p9::CFid open_path(const p9::CFid& root, const std::string& path, std::uint8_t mode) {
+  auto f = root.walk(path);
+  if (!f) fail(path, f.ename());
+  if (auto st = f->open(mode); !st) fail(path, st.ename());
+  return std::move(*f);
+}
+
+void put(const std::string& s) {
+  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) std::exit(1);
+}
+
+std::string read_stdin() {
+  std::string all;
+  char buf[65536];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) all.append(buf, n);
+  return all;
+}
+
+// Like ls(1) and plan9port's 9p: d-rwxr-xr-x.
+std::string mode_string(std::uint32_t m) {
+  std::string s;
+  s += (m & p9::DMDIR) ? 'd' : (m & p9::DMAPPEND) ? 'a' : (m & p9::DMAUTH) ? 'A' : '-';
+  s += (m & p9::DMEXCL) ? 'l' : '-';
+  const char* rwx = "rwx";
+  for (int shift = 6; shift >= 0; shift -= 3)
+    for (int b = 0; b < 3; b++) s += (m >> (shift + 2 - b)) & 1 ? rwx[b] : '-';
+  return s;
+}
+
+std::string time_string(std::uint32_t t) {
+  std::time_t tt = t;
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%b %e %H:%M", std::localtime(&tt));
+  return buf;
+}
+
+void print_entry(const p9::Dir& d, bool longform) {
+  if (!longform) return put(d.name + "\n");
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%s M %u %s %s %llu %s %s\n", mode_string(d.mode).c_str(), d.dev, d.uid.c_str(),
+                d.gid.c_str(), static_cast<unsigned long long>(d.length), time_string(d.mtime).c_str(), d.name.c_str());
+  put(buf);
+}
+
+int cmd_ls(const p9::CFid& root, std::vector<std::string> args) {
+  bool longform = false;
+  if (!args.empty() && args[0] == "-l") {
+    longform = true;
+    args.erase(args.begin());
+  }
+  if (args.size() > 1) usage();
+  std::string path = args.empty() ? "/" : args[0];
+  auto f = root.walk(path);
+  if (!f) fail(path, f.ename());
+  auto d = f->stat();
+  if (!d) fail(path, d.ename());
+  if (!(d->mode & p9::DMDIR)) {
+    print_entry(*d, longform);
+    return 0;
+  }
+  if (auto st = f->open(p9::OREAD); !st) fail(path, st.ename());
+  auto entries = f->dirread_all();
+  if (!entries) fail(path, entries.ename());
+  std::sort(entries->begin(), entries->end(), [](auto& a, auto& b) { return a.name < b.name; });
+  for (auto& e : *entries) print_entry(e, longform);
+  return 0;
+}
+
+int cmd_stat(const p9::CFid& root, const std::vector<std::string>& args) {
+  if (args.size() != 1) usage();
+  auto f = root.walk(args[0]);
+  if (!f) fail(args[0], f.ename());
+  auto d = f->stat();
+  if (!d) fail(args[0], d.ename());
+  char buf[1024];
+  std::snprintf(buf, sizeof buf, "'%s' '%s' '%s' '%s' q (%016llx %u %02x) m %#o at %u mt %u l %llu t %u d %u\n",
+                d->name.c_str(), d->uid.c_str(), d->gid.c_str(), d->muid.c_str(),
+                static_cast<unsigned long long>(d->qid.path), d->qid.vers, d->qid.type, d->mode, d->atime, d->mtime,
+                static_cast<unsigned long long>(d->length), d->type, d->dev);
+  put(buf);
+  return 0;
+}
+
+int cmd_read(const p9::CFid& root, std::vector<std::string> args) {
+  bool lines = false;
+  if (!args.empty() && args[0] == "-l") {
+    lines = true;
+    args.erase(args.begin());
+  }
+  if (args.size() != 1) usage();
+  auto f = open_path(root, args[0], p9::OREAD);
+  std::string pending;  // -l: bytes of an unfinished line
+  for (;;) {
+    auto r = f.read();
+    if (!r) fail(args[0], r.ename());
+    if (r->empty()) break;
+    if (!lines) {
+      put(*r);
+      std::fflush(stdout);
+      continue;
+    }
+    pending += *r;
+    auto nl = pending.rfind('\n');
+    if (nl == std::string::npos) continue;
+    put(pending.substr(0, nl + 1));
+    pending.erase(0, nl + 1);
+    std::fflush(stdout);
+  }
+  put(pending);
+  return 0;
+}
+
+int cmd_write(const p9::CFid& root, const std::vector<std::string>& args) {
+  if (args.size() != 1) usage();
+  auto f = open_path(root, args[0], p9::OWRITE | p9::OTRUNC);
+  if (auto w = f.write(read_stdin()); !w) fail(args[0], w.ename());
+  if (auto st = f.clunk(); !st) fail(args[0], st.ename());  // a Write file's handler runs here
+  return 0;
+}
+
+int cmd_rdwr(const p9::CFid& root, const std::vector<std::string>& args) {
+  if (args.size() != 1) usage();
+  auto f = open_path(root, args[0], p9::ORDWR);
+  if (auto w = f.write(read_stdin()); !w) fail(args[0], w.ename());
+  bool replied = false;
+  for (;;) {
+    auto r = f.read();
+    // A server that stops on this very request (root `ctl kill`) hangs up after its reply.
+    if (!r && replied && r.ename() == p9::err::hung_up) return 0;
+    if (!r) fail(args[0], r.ename());
+    if (r->empty()) break;
+    replied = true;
+    put(*r);
+    std::fflush(stdout);
+  }
+  if (auto st = f.clunk(); !st) fail(args[0], st.ename());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string address = env("OLLIE_ADDR");
+  if (address.empty()) address = "ollie";
+  if (args.size() >= 2 && args[0] == "-a") {
+    address = args[1];
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  if (args.empty()) usage();
+  std::string verb = args[0];
+  args.erase(args.begin());
+  if (verb != "ls" && verb != "stat" && verb != "read" && verb != "write" && verb != "rdwr") usage();
+  if (address.find('!') == std::string::npos && address.find('/') != std::string::npos) address = "unix!" + address;
+  p9::CFid root = mount(address);
+  if (verb == "ls") return cmd_ls(root, args);
+  if (verb == "stat") return cmd_stat(root, args);
+  if (verb == "read") return cmd_read(root, args);
+  if (verb == "write") return cmd_write(root, args);
+  return cmd_rdwr(root, args);
+}

@@ -1,0 +1,49 @@
+#pragma once
+/// olliesrv: the 9P2000 server of sessions, agents and backends. This is the whole daemon
+/// minus argument parsing, so tests run it in-process on a socket of their own.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "event.hpp"
+#include "lib9p/result.hpp"
+
+namespace ollie {
+
+struct Options {
+  std::vector<std::string> addresses;  ///< dial strings; default unix!$NAMESPACE/ollie
+  bool insecure_tcp = false;           ///< accept tcp! addresses (any peer may attach as the hostowner)
+  unsigned threads = 0;                ///< io threads; 0 = one per core
+};
+
+class Olliesrv {
+ public:
+  explicit Olliesrv(Options opt);
+  ~Olliesrv();
+  Olliesrv(const Olliesrv&) = delete;
+  Olliesrv& operator=(const Olliesrv&) = delete;
+
+  /// Listens on every address and starts the io threads.
+  p9::Status start();
+  /// Graceful stop, from any thread: listeners closed and sockets removed, connections closed
+  /// once their last replies are written. Idempotent.
+  void shutdown();
+  /// Blocks until shutdown() completed and every io thread has ended.
+  void wait();
+
+  Bus& bus();
+  const std::string& hostowner() const;
+  /// The namespace declaration's help text (root `help`).
+  const std::string& help() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// main(): parses nothing, runs until SIGINT, SIGTERM or `ctl kill`; returns the exit status.
+int run(Options opt);
+
+}  // namespace ollie

@@ -1,0 +1,54 @@
+#include "tokenize.hpp"
+
+namespace ollie {
+
+namespace {
+bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+}  // namespace
+
+p9::Result<std::vector<std::string>> tokenize(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && blank(s[i])) i++;
+    if (i == s.size()) break;
+    std::string tok;
+    while (i < s.size() && !blank(s[i])) {
+      if (s[i] != '\'') {
+        tok += s[i++];
+        continue;
+      }
+      i++;  // opening quote
+      for (;;) {
+        if (i == s.size()) return p9::error("unterminated quote");
+        if (s[i] == '\'') {
+          if (i + 1 < s.size() && s[i + 1] == '\'') {
+            tok += '\'';
+            i += 2;
+            continue;
+          }
+          i++;
+          break;
+        }
+        tok += s[i++];
+      }
+    }
+    out.push_back(std::move(tok));
+  }
+  return out;
+}
+
+p9::Result<Command> parse_command(std::string_view req) {
+  while (!req.empty() && blank(req.front())) req.remove_prefix(1);
+  while (!req.empty() && blank(req.back())) req.remove_suffix(1);
+  if (req.find('\n') != std::string_view::npos) return p9::error("one command per request");
+  auto toks = tokenize(req);
+  if (!toks) return toks.error();
+  if (toks->empty()) return p9::error("empty command");
+  Command c;
+  c.verb = std::move(toks->front());
+  c.args.assign(std::make_move_iterator(toks->begin() + 1), std::make_move_iterator(toks->end()));
+  return c;
+}
+
+}  // namespace ollie

@@ -1,0 +1,185 @@
+// olliesrv and ollie-9p as a user runs them: real binaries, real socket.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <thread>
+
+#include "lib9p/dial.hpp"
+#include "olliesrv/olliesrv.hpp"
+#include "support/process.hpp"
+#include "support/testserver.hpp"
+
+using testing_support::built;
+using testing_support::Child;
+using testing_support::run;
+
+namespace {
+
+bool exists(const std::string& p) {
+  struct stat s;
+  return ::stat(p.c_str(), &s) == 0;
+}
+
+bool wait_for(const std::string& path, bool present = true) {
+  for (int i = 0; i < 1000; i++) {
+    if (exists(path) == present) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+struct Daemon : ::testing::Test {
+  testing_support::TempDir dir;
+  std::string sock = dir.path + "/ollie";
+  std::string addr = "unix!" + sock;
+  std::unique_ptr<Child> srv;
+
+  void SetUp() override {
+    srv = std::make_unique<Child>(std::vector<std::string>{built("src/olliesrv/olliesrv"), "-a", addr, "-l", "info"});
+    ASSERT_TRUE(wait_for(sock)) << srv->err_text();
+  }
+  testing_support::Ran o9p(std::vector<std::string> args, const std::string& input = "", std::vector<std::string> env = {}) {
+    args.insert(args.begin(), {built("src/olliesrv/ollie-9p"), "-a", addr});
+    return run(args, input, env);
+  }
+};
+
+}  // namespace
+
+TEST_F(Daemon, HelpIsGeneratedFromTheDeclaration) {
+  auto r = o9p({"read", "help"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("/\tdir\t0555\t"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/ctl\tRdwr\t0600\tserver control; verbs: kill\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/event\tStreamRdwr\t0666\t"), std::string::npos) << r.out;
+}
+
+TEST_F(Daemon, LsListsTheRoot) {
+  auto r = o9p({"ls"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ctl\nevent\nhelp\n");
+  auto l = o9p({"ls", "-l", "/"});
+  ASSERT_EQ(l.status, 0) << l.err;
+  std::string me = p9::login_name();
+  EXPECT_NE(l.out.find("--rw------- M 0 " + me + " agent 0 "), std::string::npos) << l.out;
+  EXPECT_TRUE(l.out.ends_with(" help\n")) << l.out;
+  auto f = o9p({"ls", "help"});
+  EXPECT_EQ(f.out, "help\n");
+}
+
+TEST_F(Daemon, StatPrintsTheDirEntry) {
+  auto r = o9p({"stat", "ctl"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string me = p9::login_name();
+  EXPECT_TRUE(r.out.starts_with("'ctl' '" + me + "' 'agent' '" + me + "' q (")) << r.out;
+  EXPECT_NE(r.out.find(" m 0600 "), std::string::npos) << r.out;
+}
+
+TEST_F(Daemon, ErrorsNameThePathAndExitNonZero) {
+  auto r = o9p({"read", "nosuch"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "ollie-9p: nosuch: nosuch: file not found\n");
+  auto u = o9p({"rdwr", "ctl"}, "bogus\n");
+  EXPECT_EQ(u.status, 1);
+  EXPECT_EQ(u.err, "ollie-9p: ctl: unknown command: bogus\n");
+  auto w = o9p({"write", "ctl"}, "bogus\n");  // the handler runs at clunk; its error is reported
+  EXPECT_EQ(w.status, 1);
+  EXPECT_EQ(w.err, "ollie-9p: ctl: unknown command: bogus\n");
+  auto usage = o9p({"frob"});
+  EXPECT_EQ(usage.status, 2);
+  auto dial = run({built("src/olliesrv/ollie-9p"), "-a", "unix!" + dir.path + "/none", "ls"});
+  EXPECT_EQ(dial.status, 1);
+  EXPECT_EQ(dial.err, "ollie-9p: unix!" + dir.path + "/none: dial " + dir.path + "/none: No such file or directory\n");
+}
+
+TEST_F(Daemon, UnknownUserIsRefused) {
+  auto r = o9p({"ls"}, "", {"OLLIE_UNAME=nobody-here"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "ollie-9p: " + addr + ": unknown user: nobody-here\n");
+}
+
+TEST_F(Daemon, SandboxedPeerCannotPoseAsTheHostowner) {
+  auto r = run({"setpriv", "--no-new-privs", built("src/olliesrv/ollie-9p"), "-a", addr, "read", "help"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "ollie-9p: " + addr + ": permission denied: sandboxed clients attach as their agent\n");
+}
+
+TEST_F(Daemon, CtlKillRepliesThenStops) {
+  auto r = o9p({"rdwr", "ctl"}, "kill\n");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ok\n");
+  ASSERT_TRUE(srv->wait());
+  EXPECT_EQ(srv->result().status, 0);
+  EXPECT_FALSE(exists(sock));
+}
+
+TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
+  Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "read", "event"});  // a blocked client
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(srv->pid(), SIGTERM);
+  ASSERT_TRUE(srv->wait());
+  EXPECT_EQ(srv->result().status, 0) << srv->err_text();
+  EXPECT_FALSE(exists(sock));
+  EXPECT_TRUE(reader.wait());  // the blocked reader was let go
+}
+
+TEST(DaemonFlags, TcpNeedsInsecureTcp) {
+  auto r = run({built("src/olliesrv/olliesrv"), "-a", "tcp!127.0.0.1!0"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("olliesrv: tcp!127.0.0.1!0: tcp needs -insecure-tcp\n"), std::string::npos) << r.err;
+  auto l = run({built("src/olliesrv/olliesrv"), "-l", "loud"});
+  EXPECT_EQ(l.status, 2);
+  EXPECT_EQ(l.err, "olliesrv: unknown log level: loud\n");
+}
+
+TEST(DaemonFlags, DefaultAddressIsTheNamespaceService) {
+  testing_support::TempDir dir;
+  std::string ns = dir.path + "/ns.me";
+  Child srv({built("src/olliesrv/olliesrv")}, {"NAMESPACE=" + ns});
+  ASSERT_TRUE(wait_for(ns + "/ollie")) << srv.err_text();
+  struct stat s;
+  ASSERT_EQ(::stat(ns.c_str(), &s), 0);
+  EXPECT_EQ(s.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((ns + "/ollie").c_str(), &s), 0);
+  EXPECT_EQ(s.st_mode & 0777, 0600u);
+  auto r = run({built("src/olliesrv/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ctl\nevent\nhelp\n");
+  ::kill(srv.pid(), SIGINT);
+  ASSERT_TRUE(srv.wait());
+  EXPECT_EQ(srv.result().status, 0);
+}
+
+// The event file, with events published inside an in-process olliesrv.
+struct Events : ::testing::Test {
+  testing_support::TempDir dir;
+  std::string addr = "unix!" + dir.path + "/ollie";
+  ollie::Olliesrv srv{ollie::Options{{addr}, false, 2}};
+  void SetUp() override { ASSERT_TRUE(srv.start()); }
+};
+
+TEST_F(Events, ReadDashLFollowsTheStreamLineByLine) {
+  Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "read", "-l", "event"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription starts at open
+  srv.bus().publish("session.1.new", "session/one");
+  EXPECT_NE(reader.read_until("session/one\n").find("session.1.new session/one\n"), std::string::npos);
+  srv.bus().publish("agent.2.state", "idle");
+  EXPECT_NE(reader.read_until("idle\n").find("agent.2.state idle\n"), std::string::npos);
+}
+
+TEST_F(Events, RdwrSetsTheFilter) {
+  Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "rdwr", "event"});
+  reader.write_stdin("agent.*.state\n");
+  reader.close_stdin();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  srv.bus().publish("session.1.new", "session/one");
+  srv.bus().publish("agent.2.state", "thinking");
+  auto out = reader.read_until("thinking\n");
+  EXPECT_EQ(out, "agent.2.state thinking\n");
+}
+
+TEST_F(Events, BadFilterIsTheReadError) {
+  auto r = run({built("src/olliesrv/ollie-9p"), "-a", addr, "rdwr", "event"}, "agent.**\n");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "ollie-9p: event: bad pattern: agent.**\n");
+}

@@ -1,0 +1,136 @@
+#pragma once
+// Test support: run the project's real binaries as child processes.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace testing_support {
+
+/// A binary of this build: $OLLIE_BUILD_DIR/<relative path>.
+inline std::string built(const std::string& rel) {
+  const char* b = std::getenv("OLLIE_BUILD_DIR");
+  if (!b) throw std::runtime_error("OLLIE_BUILD_DIR is not set (run the tests through ctest)");
+  return std::string(b) + "/" + rel;
+}
+
+struct Ran {
+  int status = -1;  // exit status, or 128+signal
+  std::string out, err;
+};
+
+class Child {
+ public:
+  /// Starts argv with extra environment entries ("K=V"); stdin, stdout and stderr are pipes.
+  Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+    int in[2], out[2], err[2];
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      for (auto& e : env) putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> a;
+      for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+      a.push_back(nullptr);
+      execvp(a[0], a.data());
+      _exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    ::close(err[1]);
+    in_ = in[1];
+    out_ = out[0];
+    err_ = err[0];
+  }
+  ~Child() {
+    if (pid_ > 0 && status_ < 0) {
+      ::kill(pid_, SIGKILL);
+      wait(5000);
+    }
+    for (int fd : {in_, out_, err_})
+      if (fd >= 0) ::close(fd);
+  }
+  Child(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void write_stdin(const std::string& s) {
+    std::size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = ::write(in_, s.data() + off, s.size() - off);
+      if (n <= 0) break;
+      off += n;
+    }
+  }
+  void close_stdin() {
+    if (in_ >= 0) ::close(in_);
+    in_ = -1;
+  }
+  /// Reads stdout until it holds `want` or the timeout passes; returns what was read so far.
+  std::string read_until(const std::string& want, int timeout_ms = 10000) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (out_text_.find(want) == std::string::npos) {
+      int left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0 || !pump(out_, out_text_, left)) break;
+    }
+    return out_text_;
+  }
+  /// Waits for exit (draining output); false on timeout.
+  bool wait(int timeout_ms = 20000) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      int st;
+      pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        while (pump(out_, out_text_, 0)) {
+        }
+        while (pump(err_, err_text_, 0)) {
+        }
+        return true;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      pump(out_, out_text_, 5);
+      pump(err_, err_text_, 5);
+    }
+  }
+  Ran result() const { return {status_, out_text_, err_text_}; }
+  const std::string& err_text() const { return err_text_; }
+
+ private:
+  static bool pump(int fd, std::string& into, int timeout_ms) {
+    if (fd < 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    char buf[65536];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    into.append(buf, n);
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1, err_ = -1;
+  int status_ = -1;
+  std::string out_text_, err_text_;
+};
+
+/// Runs a command to completion with the given stdin.
+inline Ran run(const std::vector<std::string>& argv, const std::string& input = "", const std::vector<std::string>& env = {}) {
+  Child c(argv, env);
+  c.write_stdin(input);
+  c.close_stdin();
+  if (!c.wait()) throw std::runtime_error("timed out: " + argv[0]);
+  return c.result();
+}
+
+}  // namespace testing_support
