@@ -1,0 +1,183 @@
+#include "backend/config.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "backend/text.hpp"
+
+namespace ollie::backend {
+
+namespace {
+
+struct Defaults {
+  const char* name;
+  const char* url;
+  const char* model;
+  std::vector<const char*> key_vars;  // empty: no secret
+};
+
+const std::vector<Defaults>& defaults() {
+  static const std::vector<Defaults> d{
+      {"ollama", "http://localhost:11434", "qwen3:8b", {}},
+      {"openai", "https://api.openai.com/v1", "gpt-4o", {"OLLIE_OPENAI_KEY", "OPENAI_API_KEY"}},
+      {"openrouter", "https://openrouter.ai/api/v1", "anthropic/claude-sonnet-4",
+       {"OLLIE_OPENROUTER_KEY", "OPENROUTER_API_KEY"}},
+      {"anthropic", "https://api.anthropic.com", "claude-sonnet-4-5",
+       {"OLLIE_ANTHROPIC_KEY", "ANTHROPIC_API_KEY"}},
+      {"copilot", "https://api.githubcopilot.com", "gpt-4.1",
+       {"OLLIE_COPILOT_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"}},
+      {"kiro", "https://codewhisperer.us-east-1.amazonaws.com", "claude-sonnet-4",
+       {"OLLIE_KIRO_TOKEN"}},
+      {"gemini", "https://generativelanguage.googleapis.com", "gemini-2.5-flash",
+       {"OLLIE_GEMINI_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"}},
+  };
+  return d;
+}
+
+const Defaults* find_defaults(std::string_view name) {
+  for (const auto& d : defaults())
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+std::string upper(std::string_view s) {
+  std::string r(s);
+  for (auto& c : r) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return r;
+}
+
+}  // namespace
+
+const std::vector<std::string>& backend_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& d : defaults()) v.emplace_back(d.name);
+    return v;
+  }();
+  return names;
+}
+
+BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
+  BackendsConf conf;
+  BackendSection* section = nullptr;
+  bool in_unknown = false;
+  std::string section_name;
+  int lineno = 0;
+  const auto warn = [&](const std::string& what) {
+    conf.warnings.push_back(std::string(file) + ":" + std::to_string(lineno) + ": " + what);
+    spdlog::warn("{}", conf.warnings.back());
+  };
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    auto nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    const auto line = trim(text.substr(pos, nl - pos));
+    pos = nl + 1;
+    ++lineno;
+    if (line.empty() || line.front() == '#') continue;
+    if (line.front() == '[') {
+      if (line.back() != ']') { warn("malformed section header, ignored"); continue; }
+      section_name = std::string(trim(line.substr(1, line.size() - 2)));
+      in_unknown = !find_defaults(section_name);
+      section = in_unknown ? nullptr : &conf.sections[section_name];
+      if (in_unknown) warn("unknown backend [" + section_name + "], ignored");
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string_view::npos) { warn("expected key = value, ignored"); continue; }
+    const std::string key(trim(line.substr(0, eq)));
+    const std::string value(trim(line.substr(eq + 1)));
+    if (in_unknown) continue;
+    if (!section) {
+      if (key == "backend") conf.backend = value;
+      else warn("only 'backend' is allowed before the first section, '" + key + "' ignored");
+      continue;
+    }
+    if (key == "url") section->url = value;
+    else if (key == "model") section->model = value;
+    else if (key == "key_env") section->key_env = value;
+    else if (key == "header" && value.find(':') != std::string::npos &&
+             (section_name == "openai" || section_name == "openrouter"))
+      section->headers.push_back(value);
+    else if (key == "header") warn("header needs 'Name: value' in an openai-compatible section, ignored");
+    else if (key == "num_ctx" && section_name == "ollama") {
+      char* end = nullptr;
+      const long n = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end || n <= 0 || n > 10'000'000) warn("num_ctx must be a positive integer, ignored");
+      else section->num_ctx = static_cast<int>(n);
+    } else warn("unknown key '" + key + "' in [" + section_name + "], ignored");
+  }
+  return conf;
+}
+
+Result<BackendsConf> load_backends_conf(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return BackendsConf{};
+    return Error{ErrorClass::config, path + ": cannot read", 0, {}};
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_backends_conf(ss.str(), path);
+}
+
+Environment process_environment() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    if (!v || !*v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string backends_conf_path(const Environment& env) {
+  if (auto x = env("XDG_CONFIG_HOME")) return *x + "/ollie/backends.conf";
+  return env("HOME").value_or("") + "/.config/ollie/backends.conf";
+}
+
+std::string default_backend(const BackendsConf& conf, const Environment& env) {
+  if (!conf.backend.empty()) return conf.backend;
+  return env("OLLIE_BACKEND").value_or("");
+}
+
+Result<BackendSettings> resolve_backend(std::string_view name, const BackendsConf& conf,
+                                        const Environment& env) {
+  const Defaults* d = find_defaults(name);
+  if (!d) return Error{ErrorClass::config, "unknown backend: " + std::string(name), 0, {}};
+  const BackendSection none;
+  const auto it = conf.sections.find(name);
+  const BackendSection& s = it == conf.sections.end() ? none : it->second;
+
+  BackendSettings out;
+  out.name = d->name;
+  out.url = !s.url.empty() ? s.url : env("OLLIE_" + upper(name) + "_URL").value_or(d->url);
+  while (!out.url.empty() && out.url.back() == '/') out.url.pop_back();
+  out.model = !s.model.empty() ? s.model : env("OLLIE_MODEL").value_or(d->model);
+  out.headers = s.headers;
+  out.num_ctx = s.num_ctx;
+  if (name == "copilot") out.token_url = "https://api.github.com/copilot_internal/v2/token";
+
+  if (d->key_vars.empty()) return out;
+  std::vector<std::string> vars;
+  if (!s.key_env.empty()) vars.push_back(s.key_env);
+  else for (const char* v : d->key_vars) vars.emplace_back(v);
+  for (const auto& v : vars) {
+    if (auto k = env(v)) {
+      out.key = *k;
+      out.key_var = v;
+      return out;
+    }
+  }
+  out.key_var = vars.front();
+  if (name == "kiro") {
+    if (auto db = find_kiro_token_db(env)) {
+      out.key = "sqlite://" + *db;
+      return out;
+    }
+  }
+  return Error{ErrorClass::config, out.name + ": missing key: set " + out.key_var, 0, {}};
+}
+
+}  // namespace ollie::backend

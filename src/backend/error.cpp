@@ -1,0 +1,147 @@
+#include "backend/error.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/text.hpp"
+
+namespace ollie::backend {
+
+namespace {
+
+constexpr std::array overflow_markers{
+    "context_length_exceeded", "prompt is too long", "please reduce the length", "too many tokens",
+    "maximum context length",  "exceeds the maximum number of tokens",
+};
+
+constexpr std::array tool_markers{
+    "tool use is not supported", "tools is not supported", "function calling is not supported",
+    "does not support tools",    "does not support function", "tool_use is not enabled",
+    "not support tool",          "no endpoints found that support tool",
+};
+
+template <class Markers>
+bool has_marker(std::string_view text, const Markers& markers) {
+  const std::string low = lower(text);
+  return std::any_of(markers.begin(), markers.end(),
+                     [&](const char* m) { return low.find(m) != std::string::npos; });
+}
+
+// The provider's own message: error.message (openai, anthropic, gemini), error (ollama),
+// message (AWS), else the body itself, cut to a readable length.
+std::string provider_message(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_discarded() && j.is_object()) {
+    if (auto e = j.find("error"); e != j.end()) {
+      if (e->is_string()) return e->get<std::string>();
+      if (e->is_object() && e->contains("message") && (*e)["message"].is_string())
+        return (*e)["message"].get<std::string>();
+    }
+    for (const char* k : {"message", "Message"})
+      if (j.contains(k) && j[k].is_string()) return j[k].get<std::string>();
+  }
+  std::string s(trim(body));
+  if (s.size() > 500) s = s.substr(0, 500) + "...";
+  return s.empty() ? "empty response body" : s;
+}
+
+// Gemini gives the delay in the body: details[].retryDelay = "7s".
+std::optional<int> body_retry_delay(std::string_view body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("error") || !j["error"].is_object())
+    return std::nullopt;
+  const auto& e = j["error"];
+  if (!e.contains("details") || !e["details"].is_array()) return std::nullopt;
+  for (const auto& d : e["details"]) {
+    if (d.is_object() && d.contains("retryDelay") && d["retryDelay"].is_string()) {
+      auto v = d["retryDelay"].get<std::string>();
+      if (!v.empty() && v.back() == 's') v.pop_back();
+      if (auto n = parse_retry_after(v)) return n;
+    }
+  }
+  return std::nullopt;
+}
+
+bool invalid_key_body(std::string_view body) {
+  return lower(body).find("api_key_invalid") != std::string::npos;
+}
+
+}  // namespace
+
+std::string_view class_name(ErrorClass c) {
+  switch (c) {
+    case ErrorClass::rate_limit: return "rate limit";
+    case ErrorClass::transient: return "transient";
+    case ErrorClass::stream_drop: return "stream drop";
+    case ErrorClass::context_overflow: return "context overflow";
+    case ErrorClass::tool_unsupported: return "tool unsupported";
+    case ErrorClass::auth: return "authentication";
+    case ErrorClass::client: return "client error";
+    case ErrorClass::config: return "configuration";
+  }
+  return "unknown";
+}
+
+bool has_overflow_marker(std::string_view text) { return has_marker(text, overflow_markers); }
+bool has_tool_unsupported_marker(std::string_view text) { return has_marker(text, tool_markers); }
+
+std::string redact(std::string text, std::string_view secret) {
+  if (secret.empty()) return text;
+  for (auto pos = text.find(secret); pos != std::string::npos; pos = text.find(secret, pos + 3))
+    text.replace(pos, secret.size(), "***");
+  return text;
+}
+
+std::optional<int> parse_retry_after(std::string_view value) {
+  value = trim(value);
+  if (value.empty()) return std::nullopt;
+  if (std::all_of(value.begin(), value.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; })) {
+    double d = 0;
+    try { d = std::stod(std::string(value)); } catch (...) { return std::nullopt; }
+    if (d < 0 || d > 1e9) return std::nullopt;
+    return static_cast<int>(d + 0.999);
+  }
+  std::tm tm{};  // HTTP-date: "Wed, 21 Oct 2015 07:28:00 GMT"
+  const std::string v(value);
+  if (!strptime(v.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm)) return std::nullopt;
+  const auto when = timegm(&tm);
+  const auto now = std::time(nullptr);
+  return when > now ? static_cast<int>(when - now) : 0;
+}
+
+Error classify_http(const HttpFailure& f) {
+  const std::string body = redact(std::string(f.body), f.secret);
+  const std::string msg = provider_message(body);
+  const std::string who(f.backend);
+  Error e;
+  e.http_status = f.status;
+  if (f.status == 429) {
+    e.cls = ErrorClass::rate_limit;
+    e.retry_after_s = parse_retry_after(f.retry_after);
+    if (!e.retry_after_s) e.retry_after_s = body_retry_delay(body);
+    e.message = who + ": rate limited: " + msg;
+  } else if (f.status == 401 || f.status == 403 || (f.status == 400 && invalid_key_body(body))) {
+    e.cls = ErrorClass::auth;
+    e.message = who + ": authentication failed" + (f.key_var.empty() ? std::string() : " (check " + std::string(f.key_var) + ")");
+  } else if (f.status >= 400 && f.status < 500 && has_overflow_marker(body)) {
+    e.cls = ErrorClass::context_overflow;
+    e.message = who + ": context overflow: " + msg;
+  } else if ((f.status == 400 || f.status == 404 || f.status == 422) &&
+             has_tool_unsupported_marker(body)) {
+    e.cls = ErrorClass::tool_unsupported;
+    e.message = "model does not support tool calls: " + std::string(f.model);
+  } else if (f.status >= 500) {
+    e.cls = ErrorClass::transient;
+    e.message = who + ": server error: " + std::to_string(f.status) + " " + msg;
+  } else {
+    e.cls = ErrorClass::client;
+    e.message = who + ": " + std::to_string(f.status) + " " + msg;
+  }
+  return e;
+}
+
+}  // namespace ollie::backend

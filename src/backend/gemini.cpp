@@ -1,0 +1,210 @@
+#include <map>
+
+#include "backend/http_backend.hpp"
+#include "backend/sse.hpp"
+
+namespace ollie::backend {
+
+namespace {
+
+class GeminiDecoder : public Decoder {
+ public:
+  using Decoder::Decoder;
+
+  void feed(std::string_view bytes) override {
+    if (!sse_.feed(bytes, [this](std::string_view, std::string_view data) { on_data(data); }))
+      fail(Error{ErrorClass::client, "gemini: unparsable response: line too long", 200, {}});
+  }
+
+ private:
+  void on_data(std::string_view data) {
+    if (failure) return;
+    auto j = parse_json(data);
+    if (!j.is_object()) {
+      fail(Error{ErrorClass::client, "gemini: unparsable response", 200, {}});
+      return;
+    }
+    if (auto e = j.find("error"); e != j.end() && e->is_object()) {
+      const auto msg = str_field(*e, "message");
+      const int code = e->value("code", 0);
+      ErrorClass cls = code == 429 ? ErrorClass::rate_limit
+                       : has_overflow_marker(msg) ? ErrorClass::context_overflow
+                                                  : ErrorClass::transient;
+      fail(Error{cls, "gemini: error in stream: " + msg, code, {}});
+      return;
+    }
+    if (auto u = j.find("usageMetadata"); u != j.end() && u->is_object()) {
+      // Cumulative in every chunk. promptTokenCount includes the cached tokens; thoughts
+      // are counted apart from the candidates.
+      has_usage = true;
+      const auto cached = u->value("cachedContentTokenCount", std::int64_t{0});
+      usage.cached_input = cached;
+      usage.input = u->value("promptTokenCount", std::int64_t{0}) - cached;
+      usage.output = u->value("candidatesTokenCount", std::int64_t{0}) + u->value("thoughtsTokenCount", std::int64_t{0});
+    }
+    auto cands = j.find("candidates");
+    if (cands == j.end() || !cands->is_array() || cands->empty()) return;
+    const auto& cand = (*cands)[0];
+    if (cand.contains("content") && cand["content"].is_object())
+      for (const auto& part : cand["content"].value("parts", json::array())) {
+        if (part.contains("functionCall") && part["functionCall"].is_object()) {
+          const auto& fc = part["functionCall"];
+          std::string id = str_field(fc, "id");
+          if (id.empty()) id = "call_" + std::to_string(calls);
+          if (auto sig = str_field(part, "thoughtSignature"); !sig.empty())
+            reasoning_items.push_back(json{{"call_id", id}, {"thoughtSignature", sig}}.dump());
+          call(ToolCall{id, str_field(fc, "name"), fc.value("args", json::object()).dump()});
+        } else if (part.value("thought", false)) {
+          reasoning(str_field(part, "text"));
+        } else {
+          text(str_field(part, "text"));
+        }
+      }
+    if (auto f = str_field(cand, "finishReason"); !f.empty()) {
+      stop_raw = f;
+      done = true;  // gemini's stream has no end marker of its own
+    }
+  }
+
+  SseParser sse_;
+};
+
+// Gemini's schema dialect is an OpenAPI subset: it rejects some JSON Schema keywords.
+void strip_schema(json& j) {
+  if (j.is_object()) {
+    for (const char* k : {"$schema", "additionalProperties", "$id", "$defs", "definitions"}) j.erase(k);
+    for (auto& [k, v] : j.items()) strip_schema(v);
+  } else if (j.is_array()) {
+    for (auto& v : j) strip_schema(v);
+  }
+}
+
+class GeminiBackend : public HttpBackend {
+ public:
+  using HttpBackend::HttpBackend;
+
+  Result<Stream> stream(const ChatRequest& req, EventSink sink) override {
+    const auto model = pick_model(req);
+    json b{{"contents", contents(req)}};
+    std::string system = req.system;
+    for (const auto& m : req.messages)
+      if (m.role == Role::system) system += (system.empty() ? "" : "\n\n") + m.content;
+    if (!system.empty()) b["systemInstruction"] = {{"parts", json::array({{{"text", system}}})}};
+    if (!req.tools.empty()) {
+      json decls = json::array();
+      for (const auto& t : req.tools) {
+        auto params = parse_json(t.parameters);
+        if (!params.is_object()) params = json{{"type", "object"}};
+        strip_schema(params);
+        decls.push_back({{"name", t.name}, {"description", t.description}, {"parameters", params}});
+      }
+      b["tools"] = json::array({{{"functionDeclarations", std::move(decls)}}});
+    }
+    const auto& p = req.params;
+    json g = json::object();
+    if (p.max_tokens) g["maxOutputTokens"] = *p.max_tokens;
+    if (p.temperature) g["temperature"] = *p.temperature;
+    if (p.top_p) g["topP"] = *p.top_p;
+    if (p.top_k) g["topK"] = *p.top_k;
+    if (p.presence_penalty) g["presencePenalty"] = *p.presence_penalty;
+    if (p.frequency_penalty) g["frequencyPenalty"] = *p.frequency_penalty;
+    if (!p.stop.empty()) g["stopSequences"] = p.stop;
+    if (p.response_format == "json") g["responseMimeType"] = "application/json";
+    if (p.reasoning > 0 || p.include_reasoning.value_or(false)) {
+      json t{{"includeThoughts", p.include_reasoning.value_or(true)}};
+      if (p.reasoning > 0) t["thinkingBudget"] = p.reasoning;
+      g["thinkingConfig"] = std::move(t);
+    }
+    if (!g.empty()) b["generationConfig"] = std::move(g);
+
+    auto c = control(std::move(sink));
+    auto r = json_request(s_, "POST", s_.url + "/v1beta/models/" + model + ":streamGenerateContent?alt=sse", b.dump());
+    r.headers.push_back("x-goog-api-key: " + s_.key);
+    start_stream(c, std::move(r), std::make_shared<GeminiDecoder>(c), context(model, request_bytes(req)));
+    return Stream(c);
+  }
+
+  Result<std::vector<std::string>> list_models() override {
+    return cached_models([this]() -> Result<std::vector<std::string>> {
+      auto r = json_request(s_, "GET", s_.url + "/v1beta/models", "");
+      r.headers.push_back("x-goog-api-key: " + s_.key);
+      auto j = fetch_json(std::move(r));
+      if (!j.ok()) return j.error();
+      std::vector<std::string> ids;
+      std::lock_guard lk(mu_);
+      for (const auto& m : (*j).value("models", json::array())) {
+        auto id = str_field(m, "name");
+        if (id.rfind("models/", 0) == 0) id.erase(0, 7);
+        if (id.empty()) continue;
+        if (m.contains("inputTokenLimit") && m["inputTokenLimit"].is_number_integer())
+          ctx_cache_[id] = m["inputTokenLimit"].get<int>();
+        ids.push_back(std::move(id));
+      }
+      return ids;
+    });
+  }
+
+  Result<int> context_length(std::string_view model) override {
+    auto l = list_models();
+    if (!l.ok()) return l.error();
+    std::lock_guard lk(mu_);
+    if (auto it = ctx_cache_.find(model); it != ctx_cache_.end()) return it->second;
+    return Error{ErrorClass::client, "gemini: unknown model: " + std::string(model), 0, {}};
+  }
+
+ private:
+  // Roles are user and model; consecutive same-role contents merge. A function response
+  // names its function, found from the call it answers.
+  json contents(const ChatRequest& req) const {
+    json out = json::array();
+    std::map<std::string, std::string> names;
+    auto append = [&](const char* role, json parts) {
+      if (parts.empty()) return;
+      if (!out.empty() && out.back()["role"] == role) {
+        for (auto& p : parts) out.back()["parts"].push_back(std::move(p));
+      } else {
+        out.push_back({{"role", role}, {"parts", std::move(parts)}});
+      }
+    };
+    for (const auto& m : req.messages) {
+      json parts = json::array();
+      switch (m.role) {
+        case Role::system: continue;
+        case Role::user:
+          if (!m.content.empty()) parts.push_back({{"text", m.content}});
+          append("user", std::move(parts));
+          break;
+        case Role::tool:
+          parts.push_back({{"functionResponse",
+                            {{"name", names.count(m.tool_call_id) ? names[m.tool_call_id] : m.tool_call_id},
+                             {"response", {{"content", m.content}}}}}});
+          append("user", std::move(parts));
+          break;
+        case Role::assistant: {
+          std::map<std::string, std::string> sigs;
+          if (m.reasoning_backend == s_.name)
+            for (const auto& item : m.reasoning_items)
+              if (auto j = parse_json(item); j.is_object()) sigs[str_field(j, "call_id")] = str_field(j, "thoughtSignature");
+          if (!m.content.empty()) parts.push_back({{"text", m.content}});
+          for (const auto& c : m.tool_calls) {
+            names[c.id] = c.name;
+            json part{{"functionCall", {{"name", c.name}, {"args", arguments_object(c.arguments)}}}};
+            if (auto it = sigs.find(c.id); it != sigs.end() && !it->second.empty()) part["thoughtSignature"] = it->second;
+            parts.push_back(std::move(part));
+          }
+          append("model", std::move(parts));
+          break;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_gemini(BackendSettings s, HttpEngine& e) {
+  return std::make_unique<GeminiBackend>(std::move(s), e);
+}
+
+}  // namespace ollie::backend

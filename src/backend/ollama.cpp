@@ -1,0 +1,189 @@
+#include <algorithm>
+
+#include "backend/http_backend.hpp"
+#include "backend/ndjson.hpp"
+
+namespace ollie::backend {
+
+namespace {
+
+constexpr int num_ctx_cap = 32768;
+
+class OllamaDecoder : public Decoder {
+ public:
+  using Decoder::Decoder;
+
+  void feed(std::string_view bytes) override {
+    if (!nd_.feed(bytes, [this](std::string_view l) { on_line(l); }))
+      fail(Error{ErrorClass::client, "ollama: unparsable response: line too long", 200, {}});
+  }
+
+  void end(bool clean) override {
+    if (clean) nd_.finish([this](std::string_view l) { on_line(l); });
+  }
+
+ private:
+  void on_line(std::string_view line) {
+    if (failure) return;
+    auto j = parse_json(line);
+    if (!j.is_object()) {
+      fail(Error{ErrorClass::client, "ollama: unparsable response", 200, {}});
+      return;
+    }
+    if (auto e = str_field(j, "error"); !e.empty()) {
+      ErrorClass cls = ErrorClass::transient;
+      if (has_overflow_marker(e)) cls = ErrorClass::context_overflow;
+      else if (has_tool_unsupported_marker(e)) cls = ErrorClass::tool_unsupported;
+      fail(Error{cls, "ollama: " + e, 0, {}});
+      return;
+    }
+    if (auto m = j.find("message"); m != j.end() && m->is_object()) {
+      reasoning(str_field(*m, "thinking"));
+      text(str_field(*m, "content"));
+      if (auto tc = m->find("tool_calls"); tc != m->end() && tc->is_array())
+        for (const auto& t : *tc) {
+          const auto& f = t.value("function", json::object());
+          const auto args = f.contains("arguments") ? f["arguments"] : json::object();
+          call(ToolCall{str_field(t, "id"), str_field(f, "name"),
+                        args.is_string() ? args.get<std::string>() : args.dump()});
+        }
+    }
+    if (j.value("done", false)) {
+      done = true;
+      stop_raw = str_field(j, "done_reason");
+      if (j.contains("prompt_eval_count") || j.contains("eval_count")) {
+        has_usage = true;
+        usage.input = j.value("prompt_eval_count", std::int64_t{0});
+        usage.output = j.value("eval_count", std::int64_t{0});
+      }
+    }
+  }
+
+  NdjsonParser nd_;
+};
+
+class OllamaBackend : public HttpBackend {
+ public:
+  using HttpBackend::HttpBackend;
+
+  Result<Stream> stream(const ChatRequest& req, EventSink sink) override {
+    const auto model = pick_model(req);
+    auto c = control(std::move(sink));
+    auto ctx = context(model, request_bytes(req));
+    if (auto n = cached_num_ctx(model)) {
+      send_chat(c, req, model, *n, std::move(ctx));
+      return Stream(c);
+    }
+    // The model's length comes from /api/show first, asynchronously, then the chat.
+    auto show = json_request(s_, "POST", s_.url + "/api/show", json{{"model", model}}.dump());
+    auto body = std::make_shared<std::string>();
+    auto head = std::make_shared<HttpHead>();
+    TransferHandler h;
+    h.on_head = [head](const HttpHead& hd) { *head = hd; };
+    h.on_body = [body](std::string_view b) { body->append(b); };
+    h.on_end = [this, c, req, model, ctx, body, head](const TransferEnd& end) {
+      HttpResponse r{*head, std::move(*body), end};
+      if (auto e = response_error(r, ctx)) return c->fail(*e);
+      send_chat(c, req, model, remember(model, show_length(parse_json(r.body))), ctx);
+    };
+    c->start(std::move(show), std::move(h));
+    return Stream(c);
+  }
+
+  Result<std::vector<std::string>> list_models() override {
+    return cached_models([this]() -> Result<std::vector<std::string>> {
+      auto j = fetch_json(json_request(s_, "GET", s_.url + "/api/tags", ""));
+      if (!j.ok()) return j.error();
+      std::vector<std::string> names;
+      for (const auto& m : (*j).value("models", json::array()))
+        if (auto n = str_field(m, "name"); !n.empty()) names.push_back(n);
+      return names;
+    });
+  }
+
+  /// The num_ctx sent: min(/api/show, [ollama] num_ctx, 32768), spec §8.16.
+  Result<int> context_length(std::string_view model) override {
+    if (auto n = cached_num_ctx(model)) return *n;
+    auto j = fetch_json(json_request(s_, "POST", s_.url + "/api/show", json{{"model", model}}.dump()),
+                        std::string(model));
+    if (!j.ok()) return j.error();
+    return remember(std::string(model), show_length(*j));
+  }
+
+ private:
+  std::optional<int> cached_num_ctx(std::string_view model) const {
+    std::lock_guard lk(mu_);
+    if (auto it = ctx_cache_.find(model); it != ctx_cache_.end()) return it->second;
+    return std::nullopt;
+  }
+
+  int remember(const std::string& model, std::optional<int> shown) {
+    int n = std::min(shown.value_or(num_ctx_cap), num_ctx_cap);
+    if (s_.num_ctx) n = std::min(n, *s_.num_ctx);
+    std::lock_guard lk(mu_);
+    ctx_cache_[model] = n;
+    return n;
+  }
+
+  // model_info holds "<architecture>.context_length".
+  static std::optional<int> show_length(const json& j) {
+    if (!j.is_object() || !j.contains("model_info") || !j["model_info"].is_object()) return std::nullopt;
+    for (const auto& [k, v] : j["model_info"].items())
+      if (k.size() > 15 && k.ends_with(".context_length") && v.is_number_integer()) return v.get<int>();
+    return std::nullopt;
+  }
+
+  void send_chat(const std::shared_ptr<StreamControl>& c, const ChatRequest& req, const std::string& model,
+                 int num_ctx, StreamContext ctx) {
+    json msgs = json::array();
+    if (!req.system.empty()) msgs.push_back({{"role", "system"}, {"content", req.system}});
+    std::map<std::string, std::string> call_names;
+    for (const auto& m : req.messages) {
+      json o{{"role", role_name(m.role)}, {"content", m.content}};
+      if (m.role == Role::assistant && !m.tool_calls.empty()) {
+        json calls = json::array();
+        for (const auto& tc : m.tool_calls) {
+          call_names[tc.id] = tc.name;
+          calls.push_back({{"function", {{"name", tc.name}, {"arguments", arguments_object(tc.arguments)}}}});
+        }
+        o["tool_calls"] = std::move(calls);
+      }
+      if (m.role == Role::tool && call_names.count(m.tool_call_id)) o["tool_name"] = call_names[m.tool_call_id];
+      msgs.push_back(std::move(o));
+    }
+    const auto& p = req.params;
+    json opts{{"num_ctx", num_ctx}};
+    if (p.max_tokens) opts["num_predict"] = *p.max_tokens;
+    if (p.temperature) opts["temperature"] = *p.temperature;
+    if (p.top_p) opts["top_p"] = *p.top_p;
+    if (p.top_k) opts["top_k"] = *p.top_k;
+    if (p.min_p) opts["min_p"] = *p.min_p;
+    if (p.repetition_penalty) opts["repeat_penalty"] = *p.repetition_penalty;
+    if (p.presence_penalty) opts["presence_penalty"] = *p.presence_penalty;
+    if (p.frequency_penalty) opts["frequency_penalty"] = *p.frequency_penalty;
+    if (!p.stop.empty()) opts["stop"] = p.stop;
+    json b{{"model", model}, {"messages", std::move(msgs)}, {"stream", true}, {"options", std::move(opts)}};
+    if (!req.tools.empty()) {
+      json tools = json::array();
+      for (const auto& t : req.tools) {
+        auto params = parse_json(t.parameters);
+        tools.push_back({{"type", "function"},
+                         {"function", {{"name", t.name}, {"description", t.description},
+                                       {"parameters", params.is_object() ? params : json::object()}}}});
+      }
+      b["tools"] = std::move(tools);
+    }
+    if (p.reasoning > 0 || !p.reasoning_effort.empty() || p.include_reasoning.value_or(false)) b["think"] = true;
+    if (p.response_format == "json") b["format"] = "json";
+    start_stream(c, json_request(s_, "POST", s_.url + "/api/chat", b.dump()), std::make_shared<OllamaDecoder>(c),
+                 std::move(ctx));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_ollama(BackendSettings s, HttpEngine& e) {
+  return std::make_unique<OllamaBackend>(std::move(s), e);
+}
+
+}  // namespace ollie::backend

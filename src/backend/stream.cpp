@@ -1,0 +1,195 @@
+#include "backend/stream.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace ollie::backend {
+
+Stream& Stream::operator=(Stream&& o) noexcept {
+  if (this != &o) {
+    cancel();
+    c_ = std::move(o.c_);
+  }
+  return *this;
+}
+
+Stream::~Stream() { cancel(); }
+
+void Stream::cancel() {
+  if (c_) c_->cancel();
+  c_.reset();
+}
+
+bool StreamControl::start(HttpRequest req, TransferHandler h) {
+  std::lock_guard lk(mu_);
+  if (closed_) return false;
+  current_ = engine_.start(std::move(req), std::move(h));
+  return true;
+}
+
+void StreamControl::cancel() {
+  TransferId id;
+  {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    id = current_;
+  }
+  if (id) engine_.cancel(id);
+}
+
+void StreamControl::emit(StreamEvent ev) {
+  const bool terminal = ev.kind == StreamEvent::Kind::done || ev.kind == StreamEvent::Kind::error;
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return;
+    if (terminal) closed_ = true;
+  }
+  sink_(std::move(ev));
+}
+
+void StreamControl::fail(Error e) {
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::error;
+  ev.error = std::move(e);
+  emit(std::move(ev));
+}
+
+void Decoder::text(std::string_view s) {
+  if (s.empty()) return;
+  out_bytes += s.size();
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::content;
+  ev.text.assign(s);
+  c_->emit(std::move(ev));
+}
+
+void Decoder::reasoning(std::string_view s) {
+  if (s.empty()) return;
+  out_bytes += s.size();
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::reasoning;
+  ev.text.assign(s);
+  c_->emit(std::move(ev));
+}
+
+void Decoder::call(ToolCall tc) {
+  out_bytes += tc.name.size() + tc.arguments.size();
+  if (tc.id.empty()) tc.id = "call_" + std::to_string(calls);
+  ++calls;
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::tool_call;
+  ev.call = std::move(tc);
+  c_->emit(std::move(ev));
+}
+
+Error transport_error(std::string_view backend, const TransferEnd& end) {
+  return Error{ErrorClass::transient, std::string(backend) + ": " + end.message, 0, {}};
+}
+
+std::optional<Error> response_error(const HttpResponse& r, const StreamContext& ctx) {
+  if (r.end.kind != TransferEnd::Kind::complete) return transport_error(ctx.backend, r.end);
+  if (r.head.status >= 200 && r.head.status < 300) return std::nullopt;
+  const std::string excerpt = redact(r.body, ctx.secret).substr(0, 2000);
+  spdlog::debug("{}: HTTP {}: {}", ctx.backend, r.head.status, excerpt);
+  if (ctx.classify)
+    if (auto e = ctx.classify(static_cast<int>(r.head.status), r.body)) return e;
+  return classify_http(HttpFailure{ctx.backend, ctx.key_var, ctx.model, static_cast<int>(r.head.status),
+                                   r.body, r.head.header("retry-after"), ctx.secret});
+}
+
+namespace {
+
+struct Run {
+  std::shared_ptr<StreamControl> c;
+  std::shared_ptr<Decoder> dec;
+  StreamContext ctx;
+  long status = 0;
+  std::string retry_after;
+  std::string error_body;
+  bool stopped = false;  // the decoder failed; ignore the rest
+};
+
+constexpr std::size_t max_error_body = 1u << 20;
+
+void finish(Run& r, const TransferEnd& end) {
+  if (r.stopped) return;
+  auto& d = *r.dec;
+  if (r.status == 0 || end.kind == TransferEnd::Kind::connect_timeout ||
+      end.kind == TransferEnd::Kind::idle_timeout) {
+    auto e = transport_error(r.ctx.backend, end);
+    spdlog::warn("{}", e.message);
+    r.c->fail(std::move(e));
+    return;
+  }
+  if (r.status < 200 || r.status >= 300) {
+    HttpResponse resp;
+    resp.head.status = r.status;
+    resp.head.headers.emplace_back("retry-after", r.retry_after);
+    resp.body = std::move(r.error_body);
+    auto e = *response_error(resp, r.ctx);
+    spdlog::warn("{} ({})", e.message, class_name(e.cls));
+    r.c->fail(std::move(e));
+    return;
+  }
+  d.end(end.kind == TransferEnd::Kind::complete);
+  if (d.failure) {
+    spdlog::warn("{} ({})", d.failure->message, class_name(d.failure->cls));
+    r.c->fail(*d.failure);
+    return;
+  }
+  if (!d.done) {
+    Error e{ErrorClass::stream_drop,
+            r.ctx.backend + ": stream dropped: " +
+                (end.kind == TransferEnd::Kind::complete ? std::string("ended without the done marker")
+                                                         : end.message),
+            static_cast<int>(r.status), {}};
+    spdlog::warn("{}", e.message);
+    r.c->fail(std::move(e));
+    return;
+  }
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::done;
+  ev.usage = d.usage;
+  if (!d.has_usage) {
+    ev.usage = Usage{};
+    ev.usage.input = static_cast<std::int64_t>(r.ctx.request_bytes / 4);
+    ev.usage.output = static_cast<std::int64_t>(d.out_bytes / 4);
+    ev.usage.estimated = true;
+  }
+  ev.stop_raw = d.stop_raw;
+  ev.stop = d.stop_raw.empty() ? (d.calls ? StopReason::tool_calls : StopReason::end)
+                               : map_stop_reason(d.stop_raw);
+  ev.reasoning_items = std::move(d.reasoning_items);
+  r.c->emit(std::move(ev));
+}
+
+}  // namespace
+
+bool start_stream(const std::shared_ptr<StreamControl>& c, HttpRequest req,
+                  std::shared_ptr<Decoder> dec, StreamContext ctx) {
+  auto run = std::make_shared<Run>(Run{c, std::move(dec), std::move(ctx)});
+  spdlog::debug("{}: {} {}", run->ctx.backend, req.method, req.url);
+  TransferHandler h;
+  h.on_head = [run](const HttpHead& head) {
+    run->status = head.status;
+    run->retry_after = std::string(head.header("retry-after"));
+  };
+  h.on_body = [run](std::string_view b) {
+    if (run->stopped) return;
+    if (run->status < 200 || run->status >= 300) {
+      if (run->error_body.size() < max_error_body) run->error_body.append(b.substr(0, max_error_body));
+      return;
+    }
+    run->dec->feed(b);
+    if (run->dec->failure) {
+      // A provider error inside the stream ends it now; the transfer is no longer wanted.
+      run->stopped = true;
+      spdlog::warn("{} ({})", run->dec->failure->message, class_name(run->dec->failure->cls));
+      run->c->fail(*run->dec->failure);
+      run->c->cancel();
+    }
+  };
+  h.on_end = [run](const TransferEnd& end) { finish(*run, end); };
+  return c->start(std::move(req), std::move(h));
+}
+
+}  // namespace ollie::backend

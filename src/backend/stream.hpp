@@ -1,0 +1,88 @@
+#pragma once
+// Internal: the shared streaming machinery of every provider (the seed's streamRequest):
+// run one HTTP transfer, classify its status, feed a provider decoder, and end with exactly
+// one done or error event.
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "backend/backend.hpp"
+
+namespace ollie::backend {
+
+/// Shared state of one stream; possibly several transfers in a row (token exchange, model
+/// metadata, then the chat).
+class StreamControl {
+ public:
+  StreamControl(HttpEngine& engine, EventSink sink) : engine_(engine), sink_(std::move(sink)) {}
+
+  /// Starts a transfer of this stream unless it was cancelled or has ended.
+  bool start(HttpRequest req, TransferHandler h);
+  /// Aborts the current transfer; no event is delivered afterwards.
+  void cancel();
+  /// Delivers an event; a terminal one (done, error) closes the stream.
+  void emit(StreamEvent ev);
+  /// Delivers an error event.
+  void fail(Error e);
+  HttpEngine& engine() { return engine_; }
+
+ private:
+  HttpEngine& engine_;
+  EventSink sink_;
+  std::mutex mu_;
+  bool closed_ = false;
+  TransferId current_ = 0;
+};
+
+/// What a provider decoder produces besides the deltas it emits.
+class Decoder {
+ public:
+  explicit Decoder(std::shared_ptr<StreamControl> c) : c_(std::move(c)) {}
+  virtual ~Decoder() = default;
+  /// Bytes of a 2xx body.
+  virtual void feed(std::string_view bytes) = 0;
+  /// End of the body; `clean` when the transfer completed without a network error.
+  virtual void end(bool clean) { (void)clean; }
+
+  bool done = false;                 ///< the provider's done marker was seen
+  std::optional<Error> failure;      ///< the provider reported an error in the stream
+  Usage usage;
+  bool has_usage = false;
+  std::string stop_raw;
+  std::vector<std::string> reasoning_items;
+  std::size_t calls = 0;
+  std::size_t out_bytes = 0;         ///< text + reasoning + arguments, for estimates
+
+ protected:
+  void text(std::string_view s);
+  void reasoning(std::string_view s);
+  void call(ToolCall tc);
+  void fail(Error e) { if (!failure) failure = std::move(e); }
+  std::shared_ptr<StreamControl> c_;
+};
+
+/// What classification of a failed request needs to know.
+struct StreamContext {
+  std::string backend;
+  std::string key_var;
+  std::string model;
+  std::string secret;
+  std::size_t request_bytes = 0;  ///< for the usage estimate when the provider reports none
+  /// A provider-specific classifier tried before the generic one (kiro's overflow reason).
+  std::function<std::optional<Error>(int status, std::string_view body)> classify;
+};
+
+/// Runs one streamed request: non-2xx answers are classified, 2xx bodies go to `dec`, and
+/// the stream ends with done (usage estimated when absent) or a classified error.
+bool start_stream(const std::shared_ptr<StreamControl>& c, HttpRequest req,
+                  std::shared_ptr<Decoder> dec, StreamContext ctx);
+
+/// Classifies a finished non-streamed response (models, show, token exchange).
+std::optional<Error> response_error(const HttpResponse& r, const StreamContext& ctx);
+
+/// Error for a transfer that failed before or without an HTTP answer.
+Error transport_error(std::string_view backend, const TransferEnd& end);
+
+}  // namespace ollie::backend

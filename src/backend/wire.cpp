@@ -1,0 +1,60 @@
+#include "backend/wire.hpp"
+
+#include "backend/text.hpp"
+
+namespace ollie::backend {
+
+json arguments_object(const std::string& args) {
+  auto j = parse_json(args.empty() ? "{}" : args);
+  return j.is_object() ? j : json::object();
+}
+
+std::string str_field(const json& j, const char* key) {
+  if (!j.is_object()) return {};
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+HttpRequest json_request(const BackendSettings& s, std::string method, std::string url,
+                         std::string body) {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.url = std::move(url);
+  r.body = std::move(body);
+  r.connect_timeout = s.connect_timeout;
+  r.idle_timeout = s.idle_timeout;
+  r.headers.push_back("Content-Type: application/json");
+  r.headers.push_back("Accept: application/json, text/event-stream");
+  r.headers.push_back("User-Agent: ollie/0.1");
+  return r;
+}
+
+std::size_t request_bytes(const ChatRequest& req) {
+  std::size_t n = req.system.size();
+  for (const auto& m : req.messages) {
+    n += m.content.size();
+    for (const auto& c : m.tool_calls) n += c.name.size() + c.arguments.size();
+  }
+  for (const auto& t : req.tools) n += t.name.size() + t.description.size() + t.parameters.size();
+  return n;
+}
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::system: return "system";
+    case Role::user: return "user";
+    case Role::assistant: return "assistant";
+    case Role::tool: return "tool";
+  }
+  return "user";
+}
+
+StopReason map_stop_reason(std::string_view raw) {
+  const auto r = lower(raw);
+  if (r == "stop" || r == "end_turn" || r == "stop_sequence") return StopReason::end;
+  if (r == "tool_use" || r == "tool_calls" || r == "function_call") return StopReason::tool_calls;
+  if (r == "length" || r == "max_tokens") return StopReason::length;
+  return StopReason::filtered;
+}
+
+}  // namespace ollie::backend

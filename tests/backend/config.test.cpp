@@ -1,0 +1,147 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include <sqlite3.h>
+
+#include "backend/config.hpp"
+
+namespace ollie::backend {
+namespace {
+
+Environment env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](std::string_view k) -> std::optional<std::string> {
+    auto it = vars.find(std::string(k));
+    if (it == vars.end() || it->second.empty()) return std::nullopt;
+    return it->second;
+  };
+}
+
+const char* spec_example = R"(# default backend for new agents
+backend = anthropic
+
+[anthropic]
+model = claude-sonnet-4-5
+key_env = OLLIE_ANTHROPIC_KEY
+
+[ollama]
+url = http://localhost:11434
+model = qwen3:8b
+num_ctx = 16384
+
+[openai]
+url = https://api.openai.com/v1/
+key_env = OPENAI_API_KEY
+header = OpenAI-Organization: org-123
+)";
+
+TEST(BackendConfig, ParsesTheSpecExample) {
+  auto c = parse_backends_conf(spec_example);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(c.backend, "anthropic");
+  EXPECT_EQ(c.sections.at("anthropic").model, "claude-sonnet-4-5");
+  EXPECT_EQ(c.sections.at("ollama").num_ctx, 16384);
+  ASSERT_EQ(c.sections.at("openai").headers.size(), 1u);
+  EXPECT_EQ(c.sections.at("openai").headers[0], "OpenAI-Organization: org-123");
+}
+
+TEST(BackendConfig, UnknownSectionsKeysAndBadLinesWarnWithFileAndLine) {
+  auto c = parse_backends_conf("model = x\n[mistral]\nurl = y\n[ollama]\ncolour = blue\nnonsense\nheader = A: b\n",
+                               "/cfg/backends.conf");
+  ASSERT_EQ(c.warnings.size(), 5u);
+  EXPECT_EQ(c.warnings[0], "/cfg/backends.conf:1: only 'backend' is allowed before the first section, 'model' ignored");
+  EXPECT_EQ(c.warnings[1], "/cfg/backends.conf:2: unknown backend [mistral], ignored");
+  EXPECT_EQ(c.warnings[2], "/cfg/backends.conf:5: unknown key 'colour' in [ollama], ignored");
+  EXPECT_EQ(c.warnings[3], "/cfg/backends.conf:6: expected key = value, ignored");
+  EXPECT_NE(c.warnings[4].find(":7: header"), std::string::npos);
+  EXPECT_FALSE(c.sections.count("mistral"));
+}
+
+TEST(BackendConfig, SectionBeatsVariableBeatsDefault) {
+  auto conf = parse_backends_conf(spec_example);
+  auto env = env_of({{"OLLIE_OPENAI_URL", "http://env"}, {"OLLIE_GEMINI_URL", "http://gem"}, {"OPENAI_API_KEY", "k1"},
+                     {"GEMINI_API_KEY", "g"}, {"OLLIE_MODEL", "m-env"}});
+  auto o = resolve_backend("openai", conf, env);
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->url, "https://api.openai.com/v1");  // section, trailing slash dropped
+  EXPECT_EQ(o->model, "m-env");
+  EXPECT_EQ(o->headers.size(), 1u);
+  auto g = resolve_backend("gemini", conf, env);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->url, "http://gem");
+  auto l = resolve_backend("ollama", conf, env);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->model, "qwen3:8b");
+  EXPECT_TRUE(l->key.empty());
+  auto r = resolve_backend("openrouter", BackendsConf{}, env_of({{"OPENROUTER_API_KEY", "r"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->url, "https://openrouter.ai/api/v1");
+}
+
+TEST(BackendConfig, OllieVariableBeforeTheProvidersOwn) {
+  auto a = resolve_backend("anthropic", BackendsConf{},
+                           env_of({{"OLLIE_ANTHROPIC_KEY", "ollie"}, {"ANTHROPIC_API_KEY", "usual"}}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->key, "ollie");
+  EXPECT_EQ(a->key_var, "OLLIE_ANTHROPIC_KEY");
+  auto b = resolve_backend("anthropic", BackendsConf{}, env_of({{"ANTHROPIC_API_KEY", "usual"}}));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->key, "usual");
+  auto g = resolve_backend("gemini", BackendsConf{}, env_of({{"GOOGLE_API_KEY", "gg"}}));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->key_var, "GOOGLE_API_KEY");
+  auto c = resolve_backend("copilot", BackendsConf{}, env_of({{"GITHUB_TOKEN", "gh"}}));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->key, "gh");
+}
+
+TEST(BackendConfig, MissingKeyNamesTheVariableToSet) {
+  auto conf = parse_backends_conf(spec_example);
+  auto a = resolve_backend("anthropic", conf, env_of({{"ANTHROPIC_API_KEY", "ignored: key_env names another"}}));
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.error().message, "anthropic: missing key: set OLLIE_ANTHROPIC_KEY");
+  EXPECT_EQ(a.error().cls, ErrorClass::config);
+  auto o = resolve_backend("openrouter", BackendsConf{}, env_of({}));
+  EXPECT_EQ(o.error().message, "openrouter: missing key: set OLLIE_OPENROUTER_KEY");
+  auto k = resolve_backend("kiro", BackendsConf{}, env_of({{"HOME", "/nonexistent"}}));
+  EXPECT_EQ(k.error().message, "kiro: missing key: set OLLIE_KIRO_TOKEN");
+}
+
+TEST(BackendConfig, DefaultBackendFromFileThenVariable) {
+  EXPECT_EQ(default_backend(parse_backends_conf(spec_example), env_of({{"OLLIE_BACKEND", "ollama"}})), "anthropic");
+  EXPECT_EQ(default_backend(BackendsConf{}, env_of({{"OLLIE_BACKEND", "ollama"}})), "ollama");
+  EXPECT_EQ(backends_conf_path(env_of({{"XDG_CONFIG_HOME", "/x"}, {"HOME", "/h"}})), "/x/ollie/backends.conf");
+  EXPECT_EQ(backends_conf_path(env_of({{"HOME", "/h"}})), "/h/.config/ollie/backends.conf");
+}
+
+TEST(BackendConfig, MissingFileIsEmptyConfiguration) {
+  auto c = load_backends_conf("/nonexistent/ollie/backends.conf");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->sections.empty());
+}
+
+TEST(BackendConfig, KiroTokenFromTheCliDatabase) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ollie-kiro-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "kiro-cli");
+  const auto db_path = (dir / "kiro-cli" / "data.sqlite3").string();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE auth_kv (key TEXT PRIMARY KEY, value TEXT);"
+                         "INSERT INTO auth_kv VALUES ('kirocli:social:token', '{\"access_token\":\"aoa-123\",\"expires_at\":\"x\"}');",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_EQ(read_kiro_token_db(db_path), "aoa-123");
+  auto k = resolve_backend("kiro", BackendsConf{}, env_of({{"XDG_DATA_HOME", dir.string()}}));
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  EXPECT_EQ(k->key, "sqlite://" + db_path);
+  auto t = resolve_backend("kiro", BackendsConf{}, env_of({{"OLLIE_KIRO_TOKEN", "bearer-x"}}));
+  EXPECT_EQ(t->key, "bearer-x");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ollie::backend

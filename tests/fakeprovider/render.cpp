@@ -1,0 +1,411 @@
+#include "render.hpp"
+
+#include <cstdint>
+
+namespace fakeprovider {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Splits text into pieces of about `n` bytes, never inside a UTF-8 sequence.
+std::vector<std::string> pieces(const std::string& s, int n) {
+  std::vector<std::string> out;
+  if (n <= 0) n = 8;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    std::size_t j = std::min(s.size(), i + static_cast<std::size_t>(n));
+    while (j < s.size() && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) ++j;
+    out.push_back(s.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+struct Call {
+  std::string id, name, args;  // args: JSON text, possibly cut off
+  json args_obj;               // parsed, {} when cut off
+};
+
+struct Script {
+  std::string text, reasoning, signature, stop;
+  std::vector<Call> calls;
+  json usage;
+  int chunk = 8;
+  bool stamp = false;
+};
+
+Script read_script(const json& r) {
+  Script s;
+  s.text = r.value("text", "");
+  s.reasoning = r.value("reasoning", "");
+  s.signature = r.value("signature", "sig-fake");
+  s.chunk = r.value("chunk", 8);
+  s.stamp = r.value("stamp", false);
+  s.usage = r.value("usage", json());
+  int n = 0;
+  for (const auto& c : r.value("tool_calls", json::array())) {
+    Call call;
+    call.id = c.value("id", "call_" + std::to_string(n));
+    call.name = c.value("name", "");
+    const auto& a = c.contains("arguments") ? c["arguments"] : json::object();
+    call.args = a.is_string() ? a.get<std::string>() : a.dump();
+    call.args_obj = json::parse(call.args, nullptr, false);
+    if (!call.args_obj.is_object()) call.args_obj = json::object();
+    s.calls.push_back(std::move(call));
+    ++n;
+  }
+  s.stop = r.value("stop", s.calls.empty() ? "end" : "tool_calls");
+  return s;
+}
+
+std::int64_t u(const json& usage, const char* k) {
+  return usage.is_object() ? usage.value(k, std::int64_t{0}) : 0;
+}
+
+std::string sse(const json& data, const char* event = nullptr) {
+  std::string s;
+  if (event) s += std::string("event: ") + event + "\n";
+  return s + "data: " + data.dump() + "\n\n";
+}
+
+Reply error_reply(int status, json body) {
+  Reply r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+// Each provider's error body for a fault, as that provider sends it.
+Reply fault_reply(Dialect d, const std::string& fault, const json& resp, const RequestInfo& req) {
+  const std::string model = req.model;
+  auto openai_err = [](int status, std::string msg, json type, json code) {
+    return error_reply(status, {{"error", {{"message", msg}, {"type", type}, {"param", nullptr}, {"code", code}}}});
+  };
+  auto anthropic_err = [](int status, std::string type, std::string msg) {
+    return error_reply(status, {{"type", "error"}, {"error", {{"type", type}, {"message", msg}}}});
+  };
+  auto gemini_err = [](int status, std::string msg, std::string st, json details = json::array()) {
+    return error_reply(status, {{"error", {{"code", status}, {"message", msg}, {"status", st}, {"details", details}}}});
+  };
+  auto aws_err = [](int status, std::string type, std::string msg, std::string reason = "") {
+    json b{{"__type", type}, {"message", msg}};
+    if (!reason.empty()) b["reason"] = reason;
+    return error_reply(status, b);
+  };
+  const int retry = resp.value("retry_after", -1);
+  Reply r;
+  if (fault == "rate_limit") {
+    switch (d) {
+      case Dialect::openai: r = openai_err(429, "Rate limit reached for requests", "requests", "rate_limit_exceeded"); break;
+      case Dialect::anthropic: r = anthropic_err(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"); break;
+      case Dialect::ollama: r = error_reply(429, {{"error", "too many requests"}}); break;
+      case Dialect::gemini: {
+        json details = json::array();
+        if (retry >= 0)
+          details.push_back({{"@type", "type.googleapis.com/google.rpc.RetryInfo"}, {"retryDelay", std::to_string(retry) + "s"}});
+        r = gemini_err(429, "Resource has been exhausted (e.g. check quota).", "RESOURCE_EXHAUSTED", details);
+        return r;  // gemini gives the delay in the body only
+      }
+      case Dialect::kiro: r = aws_err(429, "ThrottlingException", "Rate exceeded"); break;
+    }
+    if (retry >= 0) r.headers.emplace_back("Retry-After", std::to_string(retry));
+    return r;
+  }
+  if (fault == "server_error") {
+    switch (d) {
+      case Dialect::openai: return openai_err(500, "The server had an error while processing your request. Sorry about that!", "server_error", nullptr);
+      case Dialect::anthropic: return anthropic_err(529, "overloaded_error", "Overloaded");
+      case Dialect::ollama: return error_reply(500, {{"error", "llama runner process has terminated: exit status 2"}});
+      case Dialect::gemini: return gemini_err(500, "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting", "INTERNAL");
+      case Dialect::kiro: return aws_err(500, "InternalServerException", "Encountered an unexpected error when processing the request, please try again.");
+    }
+  }
+  if (fault == "context_overflow") {
+    switch (d) {
+      case Dialect::openai:
+        return openai_err(400, "This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens. Please reduce the length of the messages.",
+                          "invalid_request_error", "context_length_exceeded");
+      case Dialect::anthropic: return anthropic_err(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum");
+      case Dialect::ollama: break;  // ollama truncates silently; it reports no overflow
+      case Dialect::gemini: return gemini_err(400, "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).", "INVALID_ARGUMENT");
+      case Dialect::kiro: return aws_err(400, "ValidationException", "Input is too long.", "CONTENT_LENGTH_EXCEEDS_THRESHOLD");
+    }
+  }
+  if (fault == "tool_unsupported") {
+    switch (d) {
+      case Dialect::openai: return error_reply(404, {{"error", {{"message", "No endpoints found that support tool use. To learn more about provider routing, visit: https://openrouter.ai/docs/provider-routing"}, {"code", 404}}}});
+      case Dialect::anthropic: return anthropic_err(400, "invalid_request_error", "tool use is not supported for this model");
+      case Dialect::ollama: return error_reply(400, {{"error", "registry.ollama.ai/library/" + model + " does not support tools"}});
+      case Dialect::gemini: return gemini_err(400, "Function calling is not supported for this model.", "INVALID_ARGUMENT");
+      case Dialect::kiro: return aws_err(400, "ValidationException", "Tool use is not supported for this model.");
+    }
+  }
+  if (fault == "auth") {
+    const std::string shown = resp.value("echo_key", false) ? req.key : "sk-****";
+    switch (d) {
+      case Dialect::openai: return openai_err(401, "Incorrect API key provided: " + shown + ". You can find your API key at https://platform.openai.com/account/api-keys.", "invalid_request_error", "invalid_api_key");
+      case Dialect::anthropic: return anthropic_err(401, "authentication_error", "invalid x-api-key " + shown);
+      case Dialect::ollama: return error_reply(401, {{"error", "unauthorized"}});
+      case Dialect::gemini: return gemini_err(400, "API key not valid. Please pass a valid API key. " + shown, "INVALID_ARGUMENT",
+                                              json::array({{{"@type", "type.googleapis.com/google.rpc.ErrorInfo"}, {"reason", "API_KEY_INVALID"}}}));
+      case Dialect::kiro: return aws_err(403, "AccessDeniedException", "The bearer token included in the request is invalid. " + shown);
+    }
+  }
+  if (fault == "bad_request") {
+    switch (d) {
+      case Dialect::openai: return openai_err(400, "Invalid value for 'temperature': must be between 0 and 2.", "invalid_request_error", nullptr);
+      case Dialect::anthropic: return anthropic_err(400, "invalid_request_error", "temperature: range: 0..1");
+      case Dialect::ollama: return error_reply(400, {{"error", "invalid options: temperature"}});
+      case Dialect::gemini: return gemini_err(400, "Invalid value at 'generation_config.temperature'", "INVALID_ARGUMENT");
+      case Dialect::kiro: return aws_err(400, "ValidationException", "Invalid input");
+    }
+  }
+  return error_reply(500, {{"error", "fakeprovider: fault '" + fault + "' is not rendered for this provider"}});
+}
+
+std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, const json& resp) {
+  std::vector<std::string> f;
+  const bool router = req.path.find("/api/v1/") != std::string::npos;
+  const bool legacy = resp.value("legacy_function_call", false);
+  auto chunk = [&](json delta, json finish = nullptr) {
+    return sse({{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"created", 1700000000}, {"model", req.model},
+                {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}});
+  };
+  f.push_back(chunk({{"role", "assistant"}, {"content", ""}}));
+  for (const auto& p : pieces(s.reasoning, s.chunk)) f.push_back(chunk({{router ? "reasoning" : "reasoning_content", p}}));
+  for (const auto& p : pieces(s.stamp ? std::string() : s.text, s.chunk)) f.push_back(chunk({{"content", p}}));
+  if (s.stamp)
+    for (int i = 0; i < resp.value("events", 100); ++i) f.push_back(chunk({{"content", "@@STAMP@@"}}));
+  for (std::size_t i = 0; i < s.calls.size(); ++i) {
+    const auto& c = s.calls[i];
+    if (legacy) {
+      f.push_back(chunk({{"function_call", {{"name", c.name}, {"arguments", ""}}}}));
+      for (const auto& p : pieces(c.args, s.chunk)) f.push_back(chunk({{"function_call", {{"arguments", p}}}}));
+      continue;
+    }
+    f.push_back(chunk({{"tool_calls", json::array({{{"index", i}, {"id", c.id}, {"type", "function"},
+                                                    {"function", {{"name", c.name}, {"arguments", ""}}}}})}}));
+    for (const auto& p : pieces(c.args, s.chunk))
+      f.push_back(chunk({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", p}}}}})}}));
+  }
+  const std::string stop = s.stop == "end" ? "stop" : s.stop == "tool_calls" ? (legacy ? "function_call" : "tool_calls")
+                           : s.stop == "length" ? "length" : "content_filter";
+  f.push_back(chunk(json::object(), stop));
+  const bool include = req.body.value("stream_options", json::object()).value("include_usage", false);
+  if (include && s.usage.is_object()) {
+    json usage{{"prompt_tokens", u(s.usage, "input") + u(s.usage, "cached_input")},
+               {"completion_tokens", u(s.usage, "output")},
+               {"total_tokens", u(s.usage, "input") + u(s.usage, "cached_input") + u(s.usage, "output")},
+               {"prompt_tokens_details", {{"cached_tokens", u(s.usage, "cached_input")}}}};
+    if (s.usage.contains("cost")) usage["cost"] = s.usage["cost"];
+    f.push_back(sse({{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"model", req.model},
+                     {"choices", json::array()}, {"usage", usage}}));
+  }
+  f.push_back("data: [DONE]\n\n");
+  return f;
+}
+
+std::vector<std::string> render_anthropic(const Script& s, const RequestInfo& req) {
+  std::vector<std::string> f;
+  auto ev = [&](const char* name, json data) { f.push_back(sse(data, name)); };
+  ev("message_start", {{"type", "message_start"},
+                       {"message", {{"id", "msg_fake"}, {"type", "message"}, {"role", "assistant"}, {"model", req.model},
+                                    {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                                    {"usage", {{"input_tokens", u(s.usage, "input")},
+                                               {"cache_creation_input_tokens", u(s.usage, "cache_creation")},
+                                               {"cache_read_input_tokens", u(s.usage, "cached_input")},
+                                               {"output_tokens", 1}}}}}});
+  ev("ping", {{"type", "ping"}});
+  int index = 0;
+  if (!s.reasoning.empty()) {
+    ev("content_block_start", {{"type", "content_block_start"}, {"index", index}, {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});
+    for (const auto& p : pieces(s.reasoning, s.chunk))
+      ev("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", {{"type", "thinking_delta"}, {"thinking", p}}}});
+    ev("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", {{"type", "signature_delta"}, {"signature", s.signature}}}});
+    ev("content_block_stop", {{"type", "content_block_stop"}, {"index", index++}});
+  }
+  if (!s.text.empty()) {
+    ev("content_block_start", {{"type", "content_block_start"}, {"index", index}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+    for (const auto& p : pieces(s.text, s.chunk))
+      ev("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", {{"type", "text_delta"}, {"text", p}}}});
+    ev("content_block_stop", {{"type", "content_block_stop"}, {"index", index++}});
+  }
+  for (const auto& c : s.calls) {
+    ev("content_block_start", {{"type", "content_block_start"}, {"index", index},
+                               {"content_block", {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::object()}}}});
+    for (const auto& p : pieces(c.args, s.chunk))
+      ev("content_block_delta", {{"type", "content_block_delta"}, {"index", index}, {"delta", {{"type", "input_json_delta"}, {"partial_json", p}}}});
+    ev("content_block_stop", {{"type", "content_block_stop"}, {"index", index++}});
+  }
+  const std::string stop = s.stop == "end" ? "end_turn" : s.stop == "tool_calls" ? "tool_use"
+                           : s.stop == "length" ? "max_tokens" : "refusal";
+  ev("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", stop}, {"stop_sequence", nullptr}}},
+                       {"usage", {{"output_tokens", u(s.usage, "output")}}}});
+  ev("message_stop", {{"type", "message_stop"}});
+  return f;
+}
+
+std::vector<std::string> render_ollama(const Script& s, const RequestInfo& req) {
+  std::vector<std::string> f;
+  auto line = [&](json message, bool done = false) {
+    json j{{"model", req.model}, {"created_at", "2025-01-01T00:00:00.000000Z"}, {"message", message}, {"done", done}};
+    return j;
+  };
+  for (const auto& p : pieces(s.reasoning, s.chunk))
+    f.push_back(line({{"role", "assistant"}, {"content", ""}, {"thinking", p}}).dump() + "\n");
+  for (const auto& p : pieces(s.text, s.chunk))
+    f.push_back(line({{"role", "assistant"}, {"content", p}}).dump() + "\n");
+  if (!s.calls.empty()) {
+    json calls = json::array();
+    for (const auto& c : s.calls) calls.push_back({{"function", {{"name", c.name}, {"arguments", c.args_obj}}}});
+    f.push_back(line({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}}).dump() + "\n");
+  }
+  auto last = line({{"role", "assistant"}, {"content", ""}}, true);
+  last["done_reason"] = s.stop == "length" ? "length" : "stop";
+  last["total_duration"] = 123456789;
+  if (s.usage.is_object()) {
+    last["prompt_eval_count"] = u(s.usage, "input") + u(s.usage, "cached_input");
+    last["eval_count"] = u(s.usage, "output");
+  }
+  f.push_back(last.dump() + "\n");
+  return f;
+}
+
+std::vector<std::string> render_gemini(const Script& s, const RequestInfo& req) {
+  std::vector<std::string> f;
+  auto chunk = [&](json parts, const char* finish = nullptr, bool with_usage = false) {
+    json cand{{"content", {{"parts", parts}, {"role", "model"}}}, {"index", 0}};
+    if (finish) cand["finishReason"] = finish;
+    json j{{"candidates", json::array({cand})}, {"modelVersion", req.model}};
+    if (with_usage && s.usage.is_object()) {
+      const auto thoughts = u(s.usage, "reasoning_tokens");
+      j["usageMetadata"] = {{"promptTokenCount", u(s.usage, "input") + u(s.usage, "cached_input")},
+                            {"candidatesTokenCount", u(s.usage, "output") - thoughts},
+                            {"totalTokenCount", u(s.usage, "input") + u(s.usage, "cached_input") + u(s.usage, "output")}};
+      if (thoughts) j["usageMetadata"]["thoughtsTokenCount"] = thoughts;
+      if (u(s.usage, "cached_input")) j["usageMetadata"]["cachedContentTokenCount"] = u(s.usage, "cached_input");
+    }
+    return sse(j);
+  };
+  for (const auto& p : pieces(s.reasoning, s.chunk)) f.push_back(chunk(json::array({{{"text", p}, {"thought", true}}})));
+  for (const auto& p : pieces(s.text, s.chunk)) f.push_back(chunk(json::array({{{"text", p}}})));
+  json calls = json::array();
+  for (const auto& c : s.calls)
+    calls.push_back({{"functionCall", {{"name", c.name}, {"args", c.args_obj}}}, {"thoughtSignature", s.signature}});
+  const char* stop = s.stop == "length" ? "MAX_TOKENS" : s.stop == "filter" ? "SAFETY" : "STOP";
+  if (!calls.empty()) f.push_back(chunk(calls));
+  f.push_back(chunk(json::array({{{"text", ""}}}), stop, true));
+  return f;
+}
+
+std::vector<std::string> render_kiro(const Script& s) {
+  std::vector<std::string> f;
+  auto ev = [&](const char* type, json payload) {
+    f.push_back(event_frame({{":event-type", type}, {":content-type", "application/json"}, {":message-type", "event"}},
+                            payload.dump()));
+  };
+  for (const auto& p : pieces(s.reasoning, s.chunk)) ev("reasoningContentEvent", {{"text", p}});
+  for (const auto& p : pieces(s.text, s.chunk)) ev("assistantResponseEvent", {{"content", p}});
+  for (const auto& c : s.calls) {
+    ev("toolUseEvent", {{"name", c.name}, {"toolUseId", c.id}, {"input", ""}});
+    for (const auto& p : pieces(c.args, s.chunk)) ev("toolUseEvent", {{"name", c.name}, {"toolUseId", c.id}, {"input", p}});
+    ev("toolUseEvent", {{"name", c.name}, {"toolUseId", c.id}, {"stop", true}});
+  }
+  ev("meteringEvent", {{"unit", "credit"}, {"unitPlural", "credits"}, {"usage", 0.05}});
+  if (s.usage.is_object())
+    ev("contextUsageEvent", {{"contextUsagePercentage", static_cast<double>(u(s.usage, "input")) * 100.0 / 128000.0}});
+  return f;
+}
+
+// The provider's own error event inside an otherwise successful stream.
+std::string stream_error_frame(Dialect d) {
+  switch (d) {
+    case Dialect::openai: return sse({{"error", {{"message", "Provider returned error"}, {"code", 502}}}});
+    case Dialect::anthropic: return sse({{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", "Overloaded"}}}}, "error");
+    case Dialect::ollama: return json{{"error", "an error was encountered while running the model: unexpected EOF"}}.dump() + "\n";
+    case Dialect::gemini: return sse({{"error", {{"code", 500}, {"message", "An internal error has occurred.", }, {"status", "INTERNAL"}}}});
+    case Dialect::kiro:
+      return event_frame({{":exception-type", "InternalServerException"}, {":content-type", "application/json"},
+                          {":message-type", "exception"}},
+                         json{{"message", "Encountered an unexpected error"}}.dump());
+  }
+  return {};
+}
+
+std::uint32_t crc32_bitwise(const std::string& b) {
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char c : b) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+void put32(std::string& s, std::uint32_t v) {
+  for (int i = 3; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+}  // namespace
+
+std::string event_frame(const std::vector<std::pair<std::string, std::string>>& headers, const std::string& payload) {
+  std::string h;
+  for (const auto& [k, v] : headers) {
+    h.push_back(static_cast<char>(k.size()));
+    h += k;
+    h.push_back(7);  // string
+    h.push_back(static_cast<char>((v.size() >> 8) & 0xFF));
+    h.push_back(static_cast<char>(v.size() & 0xFF));
+    h += v;
+  }
+  std::string m;
+  put32(m, static_cast<std::uint32_t>(16 + h.size() + payload.size()));
+  put32(m, static_cast<std::uint32_t>(h.size()));
+  put32(m, crc32_bitwise(m));
+  m += h;
+  m += payload;
+  put32(m, crc32_bitwise(m));
+  return m;
+}
+
+Reply render(Dialect d, const json& resp, const RequestInfo& req) {
+  const std::string fault = resp.value("fault", "");
+  if (!fault.empty() && fault != "drop" && fault != "truncate" && fault != "hang" && fault != "stream_error")
+    return fault_reply(d, fault, resp, req);
+  const auto s = read_script(resp);
+  Reply r;
+  r.streamed = true;
+  r.delay_ms = resp.value("delay_ms", 0);
+  r.stamp = s.stamp;
+  switch (d) {
+    case Dialect::openai: r.frames = render_openai(s, req, resp); break;
+    case Dialect::anthropic: r.frames = render_anthropic(s, req); break;
+    case Dialect::ollama: r.frames = render_ollama(s, req); break;
+    case Dialect::gemini: r.frames = render_gemini(s, req); break;
+    case Dialect::kiro: r.frames = render_kiro(s); break;
+  }
+  const char* type = d == Dialect::ollama ? "application/x-ndjson"
+                     : d == Dialect::kiro ? "application/vnd.amazon.eventstream"
+                                          : "text/event-stream";
+  r.headers.emplace_back("Content-Type", type);
+  if (d != Dialect::ollama && d != Dialect::kiro) r.headers.emplace_back("Cache-Control", "no-cache");
+  const int after = std::min<int>(resp.value("drop_after", 2), static_cast<int>(r.frames.size()));
+  if (fault == "drop") r.drop_after = after;
+  if (fault == "truncate") {
+    r.drop_after = after;
+    r.truncate = true;
+    if (d == Dialect::kiro && after < static_cast<int>(r.frames.size())) {
+      // kiro has no end event: a clean end is only wrong inside a frame.
+      r.frames[after].resize(r.frames[after].size() / 2);
+      r.drop_after = after + 1;
+    }
+  }
+  if (fault == "hang") r.hang = true;
+  if (fault == "stream_error") {
+    r.frames.resize(after);
+    r.frames.push_back(stream_error_frame(d));
+  }
+  return r;
+}
+
+}  // namespace fakeprovider

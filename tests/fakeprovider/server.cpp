@@ -1,0 +1,363 @@
+#include "server.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "render.hpp"
+
+namespace fakeprovider {
+
+using json = nlohmann::json;
+
+namespace {
+
+bool send_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const auto n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// Waits `ms` (or until stop); false when the peer closed the connection meanwhile.
+bool wait_peer(int fd, int ms, const std::atomic<bool>& stopping) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    if (stopping) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return true;
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<long>(left, 50)));
+    if (r > 0) {
+      char c;
+      if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return false;
+      if (::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) return false;
+    }
+  }
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+const char* reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 529: return "Overloaded";
+    default: return "Status";
+  }
+}
+
+std::string head(int status, const std::vector<std::pair<std::string, std::string>>& headers, bool chunked,
+                 std::size_t length) {
+  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
+  bool has_type = false;
+  for (const auto& [k, v] : headers) {
+    h += k + ": " + v + "\r\n";
+    has_type |= lower(k) == "content-type";
+  }
+  if (!has_type) h += "Content-Type: application/json\r\n";
+  h += chunked ? std::string("Transfer-Encoding: chunked\r\n") : "Content-Length: " + std::to_string(length) + "\r\n";
+  return h + "Connection: close\r\n\r\n";
+}
+
+std::string chunk(std::string_view s) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", s.size());
+  return std::string(size) + std::string(s) + "\r\n";
+}
+
+std::string credential(const Recorded& r) {
+  auto h = [&](const char* k) {
+    auto it = r.headers.find(k);
+    return it == r.headers.end() ? std::string() : it->second;
+  };
+  for (const char* k : {"x-api-key", "x-goog-api-key"})
+    if (auto v = h(k); !v.empty()) return v;
+  auto a = h("authorization");
+  if (auto sp = a.find(' '); sp != std::string::npos) return a.substr(sp + 1);
+  return a;
+}
+
+}  // namespace
+
+Server::Server(json script, int port) : script_(std::move(script)) {
+  if (!script_.is_object()) script_ = json::object();
+  for (const auto& r : script_.value("responses", json::array())) queue_.push_back(r);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) < 0 || ::listen(listen_fd_, 64) < 0) {
+    ::close(listen_fd_);
+    throw std::runtime_error(std::string("fakeprovider: cannot listen: ") + std::strerror(errno));
+  }
+  socklen_t len = sizeof a;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.sin_port);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+Server::~Server() { stop(); }
+
+std::string Server::url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+void Server::push(json response) {
+  std::lock_guard lk(mu_);
+  queue_.push_back(std::move(response));
+}
+
+std::vector<Recorded> Server::requests() const {
+  std::lock_guard lk(mu_);
+  return requests_;
+}
+
+void Server::stop() {
+  if (stopping_.exchange(true)) return;
+  ::shutdown(listen_fd_, SHUT_RDWR);
+  {
+    std::lock_guard lk(mu_);
+    for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);
+  }
+  cv_.notify_all();
+  if (acceptor_.joinable()) acceptor_.join();
+  ::close(listen_fd_);
+  std::vector<std::thread> ts;
+  {
+    std::lock_guard lk(mu_);
+    ts.swap(threads_);
+  }
+  for (auto& t : ts) t.join();
+}
+
+void Server::accept_loop() {
+  while (!stopping_) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::lock_guard lk(mu_);
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    conns_.push_back(fd);
+    threads_.emplace_back([this, fd] { serve(fd); });
+  }
+}
+
+json Server::next_response() {
+  std::lock_guard lk(mu_);
+  if (!queue_.empty()) {
+    auto r = std::move(queue_.front());
+    queue_.pop_front();
+    return r;
+  }
+  const auto& all = script_.value("responses", json::array());
+  if (script_.value("loop", false) && !all.empty()) return all[cursor_++ % all.size()];
+  return json{{"fault", "no_script"}};
+}
+
+void Server::record_closed(std::size_t index) {
+  std::lock_guard lk(mu_);
+  if (index < requests_.size()) requests_[index].client_closed = true;
+}
+
+void Server::serve(int fd) {
+  std::string buf;
+  char tmp[16384];
+  std::size_t hend;
+  while ((hend = buf.find("\r\n\r\n")) == std::string::npos) {
+    const auto n = ::recv(fd, tmp, sizeof tmp, 0);
+    if (n <= 0 || buf.size() > (1u << 20)) {
+      ::close(fd);
+      return;
+    }
+    buf.append(tmp, static_cast<std::size_t>(n));
+  }
+  Recorded rec;
+  {
+    const std::string headtext = buf.substr(0, hend);
+    const auto first = headtext.find("\r\n");
+    const std::string line = headtext.substr(0, first);
+    const auto sp1 = line.find(' '), sp2 = line.rfind(' ');
+    rec.method = line.substr(0, sp1);
+    rec.path = line.substr(sp1 + 1, sp2 - sp1 - 1);
+    std::size_t pos = first == std::string::npos ? headtext.size() : first + 2;
+    while (pos < headtext.size()) {
+      auto e = headtext.find("\r\n", pos);
+      if (e == std::string::npos) e = headtext.size();
+      const auto h = headtext.substr(pos, e - pos);
+      if (const auto c = h.find(':'); c != std::string::npos) {
+        auto v = h.substr(c + 1);
+        while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+        rec.headers[lower(h.substr(0, c))] = v;
+      }
+      pos = e + 2;
+    }
+  }
+  std::size_t length = 0;
+  if (auto it = rec.headers.find("content-length"); it != rec.headers.end()) length = std::stoul(it->second);
+  rec.body = buf.substr(hend + 4);
+  while (rec.body.size() < length) {
+    const auto n = ::recv(fd, tmp, sizeof tmp, 0);
+    if (n <= 0) break;
+    rec.body.append(tmp, static_cast<std::size_t>(n));
+  }
+  std::size_t index;
+  {
+    std::lock_guard lk(mu_);
+    index = requests_.size();
+    requests_.push_back(rec);
+  }
+
+  RequestInfo info;
+  info.path = rec.path;
+  info.key = credential(rec);
+  info.body = json::parse(rec.body, nullptr, false);
+  if (!info.body.is_object()) info.body = json::object();
+  info.model = info.body.value("model", "");
+
+  const std::string path = rec.path.substr(0, rec.path.find('?'));
+  auto ends = [&](std::string_view s) { return path.size() >= s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0; };
+  auto reply_json = [&](int status, const json& body) {
+    const auto b = body.dump();
+    send_all(fd, head(status, {}, false, b.size()) + b);
+  };
+  const auto models = script_.value("models", json::array({{{"id", "fake-model"}, {"context_length", 65536}}}));
+
+  Reply reply;
+  bool have = false;
+  if (rec.method == "GET" && ends("/copilot_internal/v2/token")) {
+    const auto accepted = script_.value("github_tokens", json::array());
+    const auto auth = rec.headers.count("authorization") ? rec.headers["authorization"] : "";
+    bool ok = auth.rfind("token ", 0) == 0;
+    if (ok && !accepted.empty()) ok = std::find(accepted.begin(), accepted.end(), auth.substr(6)) != accepted.end();
+    if (!ok) {
+      reply_json(401, {{"message", "Bad credentials"}, {"documentation_url", "https://docs.github.com/rest"}});
+    } else {
+      int n;
+      {
+        std::lock_guard lk(mu_);
+        n = ++tokens_issued_;
+      }
+      const auto exp = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count() + 1800;
+      reply_json(200, {{"token", "tid=fake;exp=" + std::to_string(exp) + ";n=" + std::to_string(n)},
+                       {"expires_at", exp}, {"refresh_in", 1500}});
+    }
+  } else if (rec.method == "GET" && path.rfind("/v1beta/models", 0) == 0) {
+    json out = json::array();
+    for (const auto& m : models)
+      out.push_back({{"name", "models/" + m.value("id", "")}, {"inputTokenLimit", m.value("context_length", 0)},
+                     {"supportedGenerationMethods", {"generateContent", "streamGenerateContent"}}});
+    reply_json(200, {{"models", out}});
+  } else if (rec.method == "GET" && ends("/models")) {
+    json out = json::array();
+    for (auto m : models) {
+      m["object"] = "model";
+      out.push_back(m);
+    }
+    reply_json(200, {{"object", "list"}, {"data", out}});
+  } else if (rec.method == "GET" && ends("/api/tags")) {
+    json out = json::array();
+    for (const auto& m : models) out.push_back({{"name", m.value("id", "")}, {"model", m.value("id", "")}, {"size", 1}});
+    reply_json(200, {{"models", out}});
+  } else if (rec.method == "POST" && ends("/api/show")) {
+    json found;
+    for (const auto& m : models)
+      if (m.value("id", "") == info.model) found = m;
+    if (found.is_null()) reply_json(404, {{"error", "model '" + info.model + "' not found"}});
+    else reply_json(200, {{"model_info", {{"general.architecture", "llama"}, {"llama.context_length", found.value("context_length", 0)}}},
+                          {"capabilities", {"completion", "tools"}}});
+  } else {
+    Dialect d;
+    have = true;
+    if (ends("/chat/completions")) d = Dialect::openai;
+    else if (ends("/v1/messages")) d = Dialect::anthropic;
+    else if (ends("/api/chat")) d = Dialect::ollama;
+    else if (path.find(":streamGenerateContent") != std::string::npos) d = Dialect::gemini;
+    else if (ends("/generateAssistantResponse")) d = Dialect::kiro;
+    else {
+      have = false;
+      reply_json(404, {{"error", "fakeprovider: no route for " + rec.method + " " + path}});
+    }
+    if (have) {
+      if (d == Dialect::gemini) {  // the model is in the path
+        const auto m0 = path.find("/models/") + 8;
+        info.model = path.substr(m0, path.find(':', m0) - m0);
+      }
+      auto resp = next_response();
+      if (resp.value("fault", "") == "no_script") {
+        have = false;
+        reply_json(500, {{"error", "fakeprovider: no scripted response left"}});
+      } else if (d == Dialect::openai && rec.headers.count("copilot-integration-id") &&
+                 rec.headers["authorization"].rfind("Bearer tid=fake;", 0) != 0) {
+        have = false;
+        reply_json(401, {{"error", {{"message", "unauthorized: token expired or invalid"}}}});
+      } else {
+        reply = render(d, resp, info);
+      }
+    }
+  }
+
+  if (have && !reply.streamed) {
+    send_all(fd, head(reply.status, reply.headers, false, reply.body.size()) + reply.body);
+  } else if (have) {
+    bool alive = send_all(fd, head(200, reply.headers, true, 0));
+    if (reply.hang) {
+      while (alive && !stopping_) alive = wait_peer(fd, 50, stopping_);
+      if (!stopping_) record_closed(index);
+    } else {
+      int n = 0;
+      for (const auto& frame : reply.frames) {
+        if (reply.drop_after >= 0 && n == reply.drop_after) break;
+        if (reply.delay_ms > 0 && !wait_peer(fd, reply.delay_ms, stopping_)) {
+          alive = false;
+          break;
+        }
+        std::string out = frame;
+        if (reply.stamp)
+          for (auto p = out.find("@@STAMP@@"); p != std::string::npos; p = out.find("@@STAMP@@"))
+            out.replace(p, 9, std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+        if (!(alive = send_all(fd, chunk(out)))) break;
+        ++n;
+      }
+      if (!alive && !stopping_) record_closed(index);
+      if (alive && (reply.drop_after < 0 || reply.truncate)) send_all(fd, "0\r\n\r\n");
+    }
+  }
+  {
+    std::lock_guard lk(mu_);
+    std::erase(conns_, fd);
+  }
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+}  // namespace fakeprovider

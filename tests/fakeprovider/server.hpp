@@ -1,0 +1,69 @@
+#pragma once
+/// fakeprovider: a local HTTP/1.1 server speaking the wire formats of the LLM providers
+/// (openai, openrouter, copilot, anthropic, ollama, gemini, kiro) from a scripted JSON
+/// transcript, with injected faults. doc/fakeprovider.md describes the script format.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fakeprovider {
+
+/// A request as the server received it.
+struct Recorded {
+  std::string method;
+  std::string path;                            ///< with the query string
+  std::map<std::string, std::string> headers;  ///< names in lower case
+  std::string body;
+  bool client_closed = false;                  ///< the client went away before the end
+};
+
+class Server {
+ public:
+  /// Listens on 127.0.0.1:`port` (0: an ephemeral port) and serves `script` (§ format).
+  explicit Server(nlohmann::json script = nlohmann::json::object(), int port = 0);
+  /// Stops serving, closing every connection.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// The port listened on.
+  int port() const { return port_; }
+  /// "http://127.0.0.1:<port>".
+  std::string url() const;
+  /// Appends one scripted response to the queue.
+  void push(nlohmann::json response);
+  /// Every request received so far, in arrival order.
+  std::vector<Recorded> requests() const;
+  /// Closes the listener and every connection, and joins the threads.
+  void stop();
+
+ private:
+  void accept_loop();
+  void serve(int fd);
+  nlohmann::json next_response();
+  void record_closed(std::size_t index);
+
+  nlohmann::json script_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<nlohmann::json> queue_;
+  std::size_t cursor_ = 0;  // loop mode: index into script_["responses"]
+  std::vector<Recorded> requests_;
+  std::vector<int> conns_;
+  std::vector<std::thread> threads_;
+  std::thread acceptor_;
+  int tokens_issued_ = 0;
+};
+
+}  // namespace fakeprovider
