@@ -110,9 +110,10 @@ Session::Session(SessionConfig config)
       bypass_(config_.bypass_timeout),
       locks_(LockTable::create()),
       procs_(std::make_unique<ProcessTable>(config_.proc_keep)) {
-  const auto slash = config_.tmpdir.rfind("/tmp/");
-  if (slash != std::string::npos && slash > 0) {
-    if (auto r = ensure_private_dir(config_.tmpdir.substr(0, slash)); !r) tmpdir_error_ = r.ename();
+  // Without XDG_RUNTIME_DIR the root is /tmp/ollie-<uid>, in the shared /tmp: check it as §6.1 says.
+  const std::string shared_root = "/tmp/ollie-" + std::to_string(::getuid());
+  if (is_within(config_.tmpdir, shared_root)) {
+    if (auto r = ensure_private_dir(shared_root); !r) tmpdir_error_ = r.ename();
   }
   if (tmpdir_error_.empty()) {
     if (auto r = ensure_private_dir(config_.tmpdir); !r) tmpdir_error_ = r.ename();
