@@ -153,7 +153,12 @@ std::vector<CatalogEntry> Session::scan() {
   for (const auto& w : warnings) warn_once(w);
   auto global = load_policy(config_.config_root + "/sandbox.yaml");
   const Policy policy = global ? effective_policy(*global, nullptr) : Policy{};
-  const auto vars = TemplateVars::for_call(config_.cwd, config_.tmpdir, config_.config_root, config_.data_root, config_.bin_path);
+  std::string cwd;
+  {
+    std::lock_guard lock(mu_);
+    cwd = config_.cwd;
+  }
+  const auto vars = TemplateVars::for_call(cwd, config_.tmpdir, config_.config_root, config_.data_root, config_.bin_path);
   const auto writable = writable_paths(policy, vars);
   HostFacts host;
   std::tie(host.os, host.arch) = host_os_arch();
