@@ -7,6 +7,7 @@
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <spdlog/spdlog.h>
@@ -18,6 +19,7 @@
 namespace p9 {
 
 Status FileServer::auth(Fid&, const std::string&, const std::string&) { return error(err::auth_not_required); }
+std::optional<Fcall> FileServer::answer_now(Fid&, const Fcall&) { return std::nullopt; }
 asio::awaitable<Status> FileServer::clunk(Fid&) { co_return Status{}; }
 Status FileServer::wstat(Fid&, const Dir& d) {
   if (is_null_wstat(d)) return {};
@@ -33,7 +35,7 @@ bool is_null_wstat(const Dir& d) { return d == Dir::null(); }
 namespace {
 
 using Socket = asio::generic::stream_protocol::socket;
-using Strand = asio::strand<asio::io_context::executor_type>;
+using Strand = asio::strand<asio::any_io_executor>;
 constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
 constexpr std::uint32_t MAX_SKIP = 16u << 20;  // an oversized frame up to this is skipped, not fatal
 
@@ -67,7 +69,8 @@ struct Req {
 class Conn;
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
-  asio::io_context& io;
+  std::vector<asio::io_context*> ios;
+  std::atomic<std::size_t> next_io{0};
   std::shared_ptr<FileServer> fs;
   ServerOptions opt;
   Strand strand;  // listeners and the connection set
@@ -79,8 +82,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;
   bool stopped = false;
 
-  Impl(asio::io_context& io, std::shared_ptr<FileServer> fs, ServerOptions opt)
-      : io(io), fs(std::move(fs)), opt(opt), strand(asio::make_strand(io)) {}
+  Impl(std::vector<asio::io_context*> ios, std::shared_ptr<FileServer> fs, ServerOptions opt)
+      : ios(std::move(ios)), fs(std::move(fs)), opt(opt), strand(asio::make_strand(asio::any_io_executor(this->ios.front()->get_executor()))) {}
+
+  asio::io_context& io() { return *ios.front(); }
+  /// The io_context of the next connection.
+  asio::io_context& pick() { return *ios[next_io++ % ios.size()]; }
 
   void add(Socket sock, Peer peer);
   void forget(Conn* c) {
@@ -92,7 +99,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(std::shared_ptr<Server::Impl> srv, Socket sock, Peer peer)
-      : srv_(std::move(srv)), fs_(srv_->fs), sock_(std::move(sock)), strand_(asio::make_strand(srv_->io)), peer_(peer) {}
+      : srv_(std::move(srv)), fs_(srv_->fs), sock_(std::move(sock)), strand_(asio::make_strand(sock_.get_executor())), peer_(peer) {
+    sock_.non_blocking(true);
+  }
 
   Strand& strand() { return strand_; }
 
@@ -313,7 +322,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
         if (!auth && (!f->is_open() || (f->omode & 3) == OWRITE)) return fail(req, err::not_open_read);
         req->fid = f;
         if (f->is_dir()) return dirread(req, r);
-        return spawn(req);
+        return answer(req);
       }
       case Twrite: {
         auto f = lookup(t.fid);
@@ -322,7 +331,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
         if (!auth && (!f->is_open() || ((f->omode & 3) != OWRITE && (f->omode & 3) != ORDWR)))
           return fail(req, err::not_open_write);
         req->fid = f;
-        return spawn(req);
+        return answer(req);
       }
       case Tclunk: {
         auto f = lookup(t.fid);
@@ -330,7 +339,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
         fids_.erase(t.fid);
         if (!f->is_open() && !(f->qid.type & QTAUTH)) return respond(req, r);
         req->fid = f;
-        return spawn(req);
+        return answer(req);
       }
       case Tremove: {
         auto f = lookup(t.fid);
@@ -421,6 +430,19 @@ class Conn : public std::enable_shared_from_this<Conn> {
     respond(req, r);
   }
 
+  // Read, write and clunk: answered at once when the file system can, else a coroutine waits.
+  void answer(const std::shared_ptr<Req>& req) {
+    const Fcall& t = req->t;
+    Fcall tt = t;
+    if (t.type == Tread) tt.count = std::min(t.count, msize_ - IOHDRSZ);
+    if (auto r = fs_->answer_now(*req->fid, tt)) {
+      r->tag = t.tag;
+      if (r->type == Rread && r->data.size() > tt.count) r->data.resize(tt.count);
+      return respond(req, *r);
+    }
+    spawn(req);
+  }
+
   void spawn(const std::shared_ptr<Req>& req) {
     asio::co_spawn(strand_, run(shared_from_this(), req),
                    asio::bind_cancellation_slot(req->cancel.slot(), [req](std::exception_ptr) {}));
@@ -491,7 +513,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (closed_) return;
     if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("9p -> {} tag {}", type_name(r.type), r.tag);
     encode(r, pending_);
-    if (!writing_) start_write();
+    if (writing_) return;
+    // Most replies fit the socket buffer: write them now, and go async only for what is left.
+    std::error_code ec;
+    std::size_t n = sock_.write_some(asio::buffer(pending_), ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+      close();
+      return close_socket();
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + n);
+    if (!pending_.empty()) start_write();
   }
 
   void start_write() {
@@ -543,7 +574,7 @@ Peer peer_of(int fd) {
 template <class Acceptor>
 asio::awaitable<void> accept_loop(std::shared_ptr<Server::Impl> impl, Acceptor& acceptor, bool unix_socket) {
   for (;;) {
-    auto [ec, sock] = co_await acceptor.async_accept(tuple_awaitable);
+    auto [ec, sock] = co_await acceptor.async_accept(impl->pick(), tuple_awaitable);
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       spdlog::warn("9p: accept: {}", ec.message());
@@ -567,7 +598,10 @@ void Server::Impl::add(Socket sock, Peer peer) {
 }
 
 Server::Server(asio::io_context& io, std::shared_ptr<FileServer> fs, ServerOptions opt)
-    : impl_(std::make_shared<Impl>(io, std::move(fs), opt)) {}
+    : Server(std::vector<asio::io_context*>{&io}, std::move(fs), opt) {}
+
+Server::Server(std::vector<asio::io_context*> ios, std::shared_ptr<FileServer> fs, ServerOptions opt)
+    : impl_(std::make_shared<Impl>(std::move(ios), std::move(fs), opt)) {}
 
 Server::~Server() { stop(); }
 
@@ -605,7 +639,7 @@ Status Server::listen(const Address& a) {
   auto& impl = *impl_;
   std::error_code ec;
   if (a.kind == Address::Tcp) {
-    asio::ip::tcp::resolver resolver(impl.io);
+    asio::ip::tcp::resolver resolver(impl.io());
     auto results = resolver.resolve(a.host, a.port, ec);
     if (ec || results.empty()) return error(a.text + ": " + (ec ? ec.message() : "no address"));
     auto acc = std::make_unique<asio::ip::tcp::acceptor>(impl.strand);
@@ -625,7 +659,7 @@ Status Server::listen(const Address& a) {
   if (slash != std::string::npos && slash > 0)
     if (auto s = make_socket_dir(a.path.substr(0, slash)); !s) return s;
   {
-    asio::local::stream_protocol::socket probe(impl.io);
+    asio::local::stream_protocol::socket probe(impl.io());
     probe.connect(asio::local::stream_protocol::endpoint(a.path), ec);
     if (!ec) return error(a.path + ": address in use by a live server");
     struct stat st;

@@ -9,6 +9,7 @@
 #include <asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ class FileServer {
   virtual Status open(Fid& fid, std::uint8_t mode) = 0;
   /// The directory's entries, taken when a read starts at offset 0.
   virtual Result<std::vector<Dir>> readdir(Fid& fid) = 0;
+  /// Answers a Tread, Twrite or Tclunk at once when that needs no waiting (the common case:
+  /// no coroutine is started for it); nullopt sends the request down the waiting path below.
+  /// An answered Tclunk must have done everything clunk() would.
+  virtual std::optional<Fcall> answer_now(Fid& fid, const Fcall& t);
   virtual asio::awaitable<Result<std::string>> read(Fid& fid, std::uint64_t offset, std::uint32_t count) = 0;
   virtual asio::awaitable<Result<std::uint32_t>> write(Fid& fid, std::uint64_t offset, std::string data) = 0;
   /// An explicit Tclunk of an open fid (not called when a fid dies with its connection).
@@ -85,10 +90,12 @@ struct ServerOptions {
 class Listener;
 
 /// Serves one FileServer on any number of listeners; each connection has its own fid and
-/// tag tables and runs on its own strand of the io_context.
+/// tag tables and runs on its own strand. Connections are spread round-robin over the given
+/// io_contexts (one per thread keeps a connection's work on one thread: no cross-thread wake-ups).
 class Server {
  public:
   Server(asio::io_context& io, std::shared_ptr<FileServer> fs, ServerOptions opt = {});
+  Server(std::vector<asio::io_context*> ios, std::shared_ptr<FileServer> fs, ServerOptions opt = {});
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -140,10 +140,13 @@ int cmd_stat(const p9::CFid& root, const std::vector<std::string>& args) {
   if (!f) fail(args[0], f.ename());
   auto d = f->stat();
   if (!d) fail(args[0], d.ename());
+  std::string qtype;  // Plan 9's letters for the qid type, as plan9port's 9p prints them
+  for (auto [bit, letter] : {std::pair{p9::QTDIR, 'd'}, {p9::QTAPPEND, 'a'}, {p9::QTEXCL, 'l'}, {p9::QTAUTH, 'A'}, {p9::QTTMP, 't'}})
+    if (d->qid.type & bit) qtype += letter;
   char buf[1024];
-  std::snprintf(buf, sizeof buf, "'%s' '%s' '%s' '%s' q (%016llx %u %02x) m %#o at %u mt %u l %llu t %u d %u\n",
+  std::snprintf(buf, sizeof buf, "'%s' '%s' '%s' '%s' q (%016llx %u %s) m %#o at %u mt %u l %llu t %u d %u\n",
                 d->name.c_str(), d->uid.c_str(), d->gid.c_str(), d->muid.c_str(),
-                static_cast<unsigned long long>(d->qid.path), d->qid.vers, d->qid.type, d->mode, d->atime, d->mtime,
+                static_cast<unsigned long long>(d->qid.path), d->qid.vers, qtype.c_str(), d->mode, d->atime, d->mtime,
                 static_cast<unsigned long long>(d->length), d->type, d->dev);
   put(buf);
   return 0;

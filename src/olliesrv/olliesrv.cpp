@@ -18,8 +18,10 @@ namespace ollie {
 
 struct Olliesrv::Impl {
   Options opt;
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  // One io_context per thread: a connection lives on one thread, so its requests never wait
+  // for a wake-up of another.
+  std::vector<std::unique_ptr<asio::io_context>> ios;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
   Bus bus;
   Identity identity{p9::login_name(), !prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)};
   std::string help;
@@ -54,7 +56,14 @@ p9::Status Olliesrv::start() {
   access.auth = [this](const std::string& u, const std::string& a) { return impl_->identity.auth(u, a); };
   access.attach = [this](const virtfs::AttachRequest& r) { return impl_->identity.attach(r); };
   access.root = [this](const virtfs::Principal& who) { return Ctx{this, who}; };
-  m.server = std::make_unique<p9::Server>(m.io, std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)));
+  unsigned n = m.opt.threads ? m.opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<asio::io_context*> ios;
+  for (unsigned i = 0; i < n; i++) {
+    m.ios.push_back(std::make_unique<asio::io_context>(1));
+    m.work.push_back(asio::make_work_guard(*m.ios.back()));
+    ios.push_back(m.ios.back().get());
+  }
+  m.server = std::make_unique<p9::Server>(ios, std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)));
   if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
     spdlog::warn("olliesrv runs with no_new_privs: sandboxed tools cannot be told from the user at attach");
   for (auto& text : m.opt.addresses) {
@@ -67,8 +76,7 @@ p9::Status Olliesrv::start() {
     if (auto st = m.server->listen(*a); !st) return st;
     spdlog::info("listening on {}", text);
   }
-  unsigned n = m.opt.threads ? m.opt.threads : std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned i = 0; i < n; i++) m.threads.emplace_back([&m] { m.io.run(); });
+  for (auto& io : m.ios) m.threads.emplace_back([io = io.get()] { io->run(); });
   return {};
 }
 
@@ -81,7 +89,7 @@ void Olliesrv::shutdown() {
   }
   spdlog::info("shutting down");
   if (m.server) m.server->stop();
-  m.work.reset();
+  for (auto& w : m.work) w.reset();
   m.cv.notify_all();
 }
 
@@ -98,7 +106,7 @@ void Olliesrv::wait() {
     std::unique_lock lk(m.mu);
     if (!m.cv.wait_for(lk, std::chrono::seconds(3), [&] { return done; })) {
       spdlog::warn("connections still busy after 3 s: stopping anyway");
-      m.io.stop();
+      for (auto& io : m.ios) io->stop();
     }
   });
   for (auto& t : m.threads)

@@ -136,53 +136,58 @@ class Adapter : public p9::FileServer {
     return out;
   }
 
+  std::optional<p9::Fcall> answer_now(p9::Fid& fid, const p9::Fcall& t) override {
+    p9::Fcall r;
+    r.type = t.type + 1;
+    auto fail = [&](const std::string& ename) {
+      r.type = p9::Rerror;
+      r.ename = ename;
+      return r;
+    };
+    switch (t.type) {
+      case p9::Tread: {
+        auto d = read_now(fid, t.offset, t.count);
+        if (!d) return std::nullopt;
+        if (!*d) return fail(d->ename());
+        r.data = std::move(**d);
+        return r;
+      }
+      case p9::Twrite: {
+        auto n = write_now(fid, t.data);
+        if (!n) return fail(n.ename());
+        r.count = *n;
+        return r;
+      }
+      case p9::Tclunk: {
+        auto st = clunk_now(fid);
+        if (!st) return std::nullopt;
+        if (!*st) return fail(st->ename());
+        return r;
+      }
+    }
+    return std::nullopt;
+  }
+
   asio::awaitable<p9::Result<std::string>> read(p9::Fid& fid, std::uint64_t offset, std::uint32_t count) override {
-    if (fid.qid.type & p9::QTAUTH) co_return std::string();
+    if (auto now = read_now(fid, offset, count)) co_return std::move(*now);
     auto h = handle(fid);
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     const auto& n = *h->node;
-    if (n.rdwr) co_return co_await read_rdwr(*h, o, offset, count);
-    if (n.stream) co_return co_await read_stream(o, count);
-    if (n.block_read) co_return co_await read_blockonce(*h, o, offset, count);
-    if (!o.snapshot) {
-      auto r = n.read(h->ctx);
-      if (!r) co_return r.error();
-      o.snapshot = std::move(*r);
-    }
-    co_return slice(*o.snapshot, offset, count);
+    if (n.rdwr) co_return co_await run_rdwr(*h, o, count);
+    if (n.stream) co_return co_await wait_stream(o, count);
+    co_return co_await wait_blockonce(*h, o, count);
   }
 
   asio::awaitable<p9::Result<std::uint32_t>> write(p9::Fid& fid, std::uint64_t, std::string data) override {
-    if (fid.qid.type & p9::QTAUTH) {
-      auto a = std::static_pointer_cast<AuthFile>(fid.file);
-      if (a->secret.size() + data.size() > 4096) co_return p9::error(p9::err::write_too_large);
-      a->secret += data;
-      co_return static_cast<std::uint32_t>(data.size());
-    }
-    auto h = handle(fid);
-    auto& o = *std::static_pointer_cast<Open>(fid.aux);
-    if (h->node->stream && o.started) co_return p9::error("filter already set");
-    if (o.reply) {  // a new request after a reply: the old reply is gone
-      o.reply.reset();
-      o.request.clear();
-    }
-    if (o.request.size() + data.size() > MAX_WRITE) co_return p9::error(p9::err::write_too_large);
-    o.request += data;
-    o.pending = true;
-    co_return static_cast<std::uint32_t>(data.size());
+    co_return write_now(fid, data);
   }
 
   asio::awaitable<p9::Status> clunk(p9::Fid& fid) override {
-    if (fid.qid.type & p9::QTAUTH || !fid.aux) co_return p9::Status{};
+    if (auto now = clunk_now(fid)) co_return *now;
     auto h = handle(fid);
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
-    const auto& n = *h->node;
-    if (n.rdwr && o.pending) {
-      auto r = co_await n.rdwr(h->ctx, std::move(o.request));
-      if (!r) co_return r.error();
-    } else if (n.write && !o.request.empty()) {
-      co_return n.write(h->ctx, std::move(o.request));
-    }
+    auto r = co_await h->node->rdwr(h->ctx, std::move(o.request));  // a pending Rdwr request runs at clunk
+    if (!r) co_return r.error();
     co_return p9::Status{};
   }
 
@@ -233,31 +238,92 @@ class Adapter : public p9::FileServer {
     return s.substr(offset, count);
   }
 
-  asio::awaitable<p9::Result<std::string>> read_rdwr(Handle& h, Open& o, std::uint64_t offset, std::uint32_t count) {
-    if (o.pending || (!o.reply && h.node->default_request)) {
-      std::string req = o.pending ? std::move(o.request) : *h.node->default_request;
-      o.pending = false;
-      o.request.clear();
-      auto r = co_await h.node->rdwr(h.ctx, std::move(req));
-      if (!r) co_return r.error();
-      o.reply = std::move(*r);
-      o.reply_pos = 0;
-    } else if (!o.reply) {
-      co_return std::string();
-    } else if (offset == 0) {
-      o.reply_pos = 0;
+  // What a read can answer without waiting; nullopt when it must wait (a Rdwr handler to run,
+  // a stream without bytes, a BlockOnce value that has not changed).
+  std::optional<p9::Result<std::string>> read_now(p9::Fid& fid, std::uint64_t offset, std::uint32_t count) {
+    if (fid.qid.type & p9::QTAUTH) return std::string();
+    auto h = handle(fid);
+    auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    const auto& n = *h->node;
+    if (n.rdwr) {
+      if (o.pending || (!o.reply && n.default_request)) return std::nullopt;
+      if (!o.reply) return std::string();  // never written, no default request
+      if (offset == 0) o.reply_pos = 0;
+      std::string out = slice(*o.reply, o.reply_pos, count);
+      o.reply_pos += out.size();
+      return out;
     }
-    std::string out = slice(*o.reply, o.reply_pos, count);
-    o.reply_pos += out.size();
+    if (n.stream) {
+      if (!o.started) {
+        o.started = true;
+        if (!o.request.empty())
+          if (auto st = o.cursor->request(o.request); !st) return p9::Result<std::string>(st.error());
+      }
+      Chunk c = o.cursor->read(count);
+      if (c.data.empty() && !c.eof) return std::nullopt;
+      return std::move(c.data);
+    }
+    if (n.block_read) {
+      if (offset > 0) return slice(o.delivered, offset, count);
+      auto v = n.block_read(h->ctx);
+      if (!v) return v;
+      if (*v == o.seen) return std::nullopt;
+      o.seen = o.delivered = std::move(*v);
+      return slice(o.delivered, 0, count);
+    }
+    if (!o.snapshot) {
+      auto r = n.read(h->ctx);
+      if (!r) return r;
+      o.snapshot = std::move(*r);
+    }
+    return slice(*o.snapshot, offset, count);
+  }
+
+  p9::Result<std::uint32_t> write_now(p9::Fid& fid, const std::string& data) {
+    if (fid.qid.type & p9::QTAUTH) {
+      auto a = std::static_pointer_cast<AuthFile>(fid.file);
+      if (a->secret.size() + data.size() > 4096) return p9::error(p9::err::write_too_large);
+      a->secret += data;
+      return static_cast<std::uint32_t>(data.size());
+    }
+    auto h = handle(fid);
+    auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    if (h->node->stream && o.started) return p9::error("filter already set");
+    if (o.reply) {  // a new request after a reply: the old reply is gone
+      o.reply.reset();
+      o.request.clear();
+    }
+    if (o.request.size() + data.size() > MAX_WRITE) return p9::error(p9::err::write_too_large);
+    o.request += data;
+    o.pending = true;
+    return static_cast<std::uint32_t>(data.size());
+  }
+
+  // Everything but a pending Rdwr request, whose handler is a coroutine.
+  std::optional<p9::Status> clunk_now(p9::Fid& fid) {
+    if (fid.qid.type & p9::QTAUTH || !fid.aux) return p9::Status{};
+    auto h = handle(fid);
+    auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    const auto& n = *h->node;
+    if (n.rdwr && o.pending) return std::nullopt;
+    if (n.write && !o.request.empty()) return n.write(h->ctx, std::move(o.request));
+    return p9::Status{};
+  }
+
+  asio::awaitable<p9::Result<std::string>> run_rdwr(Handle& h, Open& o, std::uint32_t count) {
+    std::string req = o.pending ? std::move(o.request) : *h.node->default_request;
+    o.pending = false;
+    o.request.clear();
+    auto r = co_await h.node->rdwr(h.ctx, std::move(req));
+    if (!r) co_return r.error();
+    o.reply = std::move(*r);
+    o.reply_pos = 0;
+    std::string out = slice(*o.reply, 0, count);
+    o.reply_pos = out.size();
     co_return out;
   }
 
-  asio::awaitable<p9::Result<std::string>> read_stream(Open& o, std::uint32_t count) {
-    if (!o.started) {
-      o.started = true;
-      if (!o.request.empty())
-        if (auto st = o.cursor->request(o.request); !st) co_return st.error();
-    }
+  asio::awaitable<p9::Result<std::string>> wait_stream(Open& o, std::uint32_t count) {
     auto sig = o.cursor->signal();
     for (;;) {
       auto ver = sig->version();
@@ -267,8 +333,7 @@ class Adapter : public p9::FileServer {
     }
   }
 
-  asio::awaitable<p9::Result<std::string>> read_blockonce(Handle& h, Open& o, std::uint64_t offset, std::uint32_t count) {
-    if (offset > 0) co_return slice(o.delivered, offset, count);
+  asio::awaitable<p9::Result<std::string>> wait_blockonce(Handle& h, Open& o, std::uint32_t count) {
     auto deadline = std::chrono::steady_clock::now() + BLOCKONCE_HEARTBEAT;
     auto sig = h.node->block_signal(h.ctx);
     for (;;) {
@@ -280,14 +345,14 @@ class Adapter : public p9::FileServer {
         co_return slice(o.delivered, 0, count);
       }
       auto left = deadline - std::chrono::steady_clock::now();
-      if (left <= decltype(left)::zero() || !co_await sig->wait(ver, left)) {
-        if (std::chrono::steady_clock::now() < deadline) continue;
-        if (!h.node->read) co_return std::string();
-        auto r = h.node->read(h.ctx);
-        if (!r) co_return r.error();
-        o.seen = o.delivered = std::move(*r);
-        co_return slice(o.delivered, 0, count);
-      }
+      bool changed = left > decltype(left)::zero() && co_await sig->wait(ver, left);
+      if (changed || std::chrono::steady_clock::now() < deadline) continue;
+      // Nothing changed for 5 s: the heartbeat is the plain Read content, or nothing.
+      if (!h.node->read) co_return std::string();
+      auto r = h.node->read(h.ctx);
+      if (!r) co_return r.error();
+      o.seen = o.delivered = std::move(*r);
+      co_return slice(o.delivered, 0, count);
     }
   }
 
