@@ -191,6 +191,22 @@ class Adapter : public p9::FileServer {
     co_return p9::Status{};
   }
 
+  /// Accepts a wstat that changes nothing, and one that only sets length 0 and/or the times of a
+  /// file the principal may write (what Linux v9fs sends for O_TRUNC and touch, spec §1.5).
+  p9::Status wstat(p9::Fid& fid, const p9::Dir& d) override {
+    if (p9::is_null_wstat(d)) return {};
+    if (fid.qid.type & p9::QTAUTH) return p9::error(p9::err::wstat_not_supported);
+    auto h = handle(fid);
+    p9::Dir only_truncate = p9::Dir::null();
+    only_truncate.length = d.length;
+    only_truncate.atime = d.atime;
+    only_truncate.mtime = d.mtime;
+    bool truncate_or_touch = d == only_truncate && (d.length == 0 || d.length == p9::Dir::null().length);
+    if (!truncate_or_touch || (h->node->is_dir && d.length == 0)) return p9::error(p9::err::wstat_not_supported);
+    if (!(perm(*h) & 2)) return p9::error(p9::err::permission_denied);
+    return {};
+  }
+
   p9::Result<p9::Dir> stat(p9::Fid& fid) override {
     if (fid.qid.type & p9::QTAUTH) {
       p9::Dir d;

@@ -360,3 +360,29 @@ TEST_F(Kinds, ORCLOSEIsRefused) {
   ASSERT_EQ(c->walk(0, 1, {"note"}).type, Rwalk);
   EXPECT_EQ(c->open(1, OWRITE | ORCLOSE).ename, "permission denied");
 }
+
+// ---- wstat ----------------------------------------------------------------------------------
+
+TEST_F(Kinds, TruncateAndTouchWstatsAreAcceptedOnWritableFiles) {  // Linux v9fs: `>` and touch
+  ASSERT_EQ(c->walk(0, 1, {"note"}).type, Rwalk);
+  Fcall t;
+  t.type = Twstat;
+  t.fid = 1;
+  Dir d = Dir::null();
+  d.length = 0;
+  d.mtime = 1234;
+  t.stat = encode_dir(d);
+  EXPECT_EQ(c->rpc(t).type, Rwstat);
+  ASSERT_EQ(c->walk(0, 2, {"hello"}).type, Rwalk);  // 0444: not writable
+  t.fid = 2;
+  EXPECT_EQ(c->rpc(t).ename, "permission denied");
+  d = Dir::null();
+  d.length = 5;
+  t.fid = 1;
+  t.stat = encode_dir(d);
+  EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
+  d = Dir::null();
+  d.mode = 0777;
+  t.stat = encode_dir(d);
+  EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
+}
