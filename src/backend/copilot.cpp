@@ -16,6 +16,7 @@ class CopilotBackend : public OpenAiBackend {
   void send(std::shared_ptr<StreamControl> c, HttpRequest req, std::shared_ptr<Decoder> d,
             StreamContext ctx) override {
     if (auto t = cached_token()) {
+      ctx.session_secret = *t;
       add_headers(req.headers, *t);
       start_stream(c, std::move(req), std::move(d), std::move(ctx));
       return;
@@ -28,6 +29,7 @@ class CopilotBackend : public OpenAiBackend {
     h.on_end = [this, c, req = std::move(req), d, ctx, body, head](const TransferEnd& end) mutable {
       auto t = accept_token(HttpResponse{*head, std::move(*body), end});
       if (!t.ok()) return c->fail(t.error());
+      ctx.session_secret = *t;
       add_headers(req.headers, *t);
       start_stream(c, std::move(req), std::move(d), std::move(ctx));
     };

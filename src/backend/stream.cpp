@@ -85,15 +85,23 @@ Error transport_error(std::string_view backend, const TransferEnd& end) {
   return Error{ErrorClass::transient, std::string(backend) + ": " + end.message, 0, {}};
 }
 
+namespace {
+
+std::string redact_all(std::string text, const StreamContext& ctx) {
+  return redact(redact(std::move(text), ctx.secret), ctx.session_secret);
+}
+
+}  // namespace
+
 std::optional<Error> response_error(const HttpResponse& r, const StreamContext& ctx) {
   if (r.end.kind != TransferEnd::Kind::complete) return transport_error(ctx.backend, r.end);
   if (r.head.status >= 200 && r.head.status < 300) return std::nullopt;
-  const std::string excerpt = redact(r.body, ctx.secret).substr(0, 2000);
-  spdlog::debug("{}: HTTP {}: {}", ctx.backend, r.head.status, excerpt);
+  const std::string body = redact_all(r.body, ctx);
+  spdlog::debug("{}: HTTP {}: {}", ctx.backend, r.head.status, body.substr(0, 2000));
   if (ctx.classify)
-    if (auto e = ctx.classify(static_cast<int>(r.head.status), r.body)) return e;
+    if (auto e = ctx.classify(static_cast<int>(r.head.status), body)) return e;
   return classify_http(HttpFailure{ctx.backend, ctx.key_var, ctx.model, static_cast<int>(r.head.status),
-                                   r.body, r.head.header("retry-after"), ctx.secret});
+                                   body, r.head.header("retry-after"), ctx.secret});
 }
 
 namespace {
@@ -132,6 +140,7 @@ void finish(Run& r, const TransferEnd& end) {
   }
   d.end(end.kind == TransferEnd::Kind::complete);
   if (d.failure) {
+    d.failure->message = redact_all(d.failure->message, r.ctx);
     spdlog::warn("{} ({})", d.failure->message, class_name(d.failure->cls));
     r.c->fail(*d.failure);
     return;
@@ -183,6 +192,7 @@ bool start_stream(const std::shared_ptr<StreamControl>& c, HttpRequest req,
     if (run->dec->failure) {
       // A provider error inside the stream ends it now; the transfer is no longer wanted.
       run->stopped = true;
+      run->dec->failure->message = redact_all(run->dec->failure->message, run->ctx);
       spdlog::warn("{} ({})", run->dec->failure->message, class_name(run->dec->failure->cls));
       run->c->fail(*run->dec->failure);
       run->c->cancel();

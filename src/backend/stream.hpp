@@ -69,6 +69,7 @@ struct StreamContext {
   std::string key_var;
   std::string model;
   std::string secret;
+  std::string session_secret;     ///< a second secret derived from the first (copilot's token)
   std::size_t request_bytes = 0;  ///< for the usage estimate when the provider reports none
   /// A provider-specific classifier tried before the generic one (kiro's overflow reason).
   std::function<std::optional<Error>(int status, std::string_view body)> classify;

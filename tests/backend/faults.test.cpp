@@ -123,6 +123,7 @@ TEST(BackendSecrets, KeyNeverInLogsOrErrors) {
   const auto text = log.str();
   EXPECT_GT(std::count(text.begin(), text.end(), '\n'), 40) << "every failure must be logged";
   EXPECT_EQ(text.find(test::test_key), std::string::npos);
+  EXPECT_EQ(text.find("tid=fake;"), std::string::npos) << "the exchanged Copilot token is a secret too";
   EXPECT_NE(text.find("***"), std::string::npos) << "an echoed key shows redacted";
 }
 
