@@ -92,7 +92,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void add(Socket sock, Peer peer);
   void forget(Conn* c) {
     std::lock_guard lk(mu);
-    conns.erase(c);
+    if (conns.erase(c) && opt.on_connections) opt.on_connections(conns.size());
   }
 };
 
@@ -593,6 +593,7 @@ void Server::Impl::add(Socket sock, Peer peer) {
     std::lock_guard lk(mu);
     if (stopped) return;
     conns[c.get()] = c;
+    if (opt.on_connections) opt.on_connections(conns.size());
   }
   c->start();
 }

@@ -8,6 +8,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/io_context.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,9 @@ bool is_null_wstat(const Dir& d);
 
 struct ServerOptions {
   std::uint32_t max_msize = MAX_MSIZE;
+  /// Called with the number of open connections each time one opens or closes (for idle
+  /// timers). It runs under the server's lock: keep it quick and do not call the Server.
+  std::function<void(std::size_t open)> on_connections;
 };
 
 class Listener;

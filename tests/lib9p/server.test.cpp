@@ -1,7 +1,9 @@
 // The server's protocol behaviour over a real Unix socket, frame by frame (9p-interop.md §3, §4).
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <future>
+#include <mutex>
 
 #include "lib9p/errors.hpp"
 #include "support/demofs.hpp"
@@ -496,4 +498,39 @@ TEST_F(Server9p, StopRemovesTheSocket) {
   srv.srv->stop();
   struct stat s;
   EXPECT_NE(::stat(srv.sock.c_str(), &s), 0);
+}
+
+TEST(ServerConnections, HookSeesEveryOpenAndClose) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::size_t> seen;
+  auto until = [&](std::size_t n) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(10), [&] { return seen.size() >= n; });
+  };
+  ServerOptions opt;
+  opt.on_connections = [&](std::size_t open) {
+    std::lock_guard lk(mu);
+    seen.push_back(open);
+    cv.notify_all();
+  };
+  testing_support::TempDir dir;
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  Server s(io, testing_support::demo_fs(std::make_shared<testing_support::DemoState>()), opt);
+  ASSERT_TRUE(s.listen(*parse_address("unix!" + dir.path + "/sock")));
+  std::thread t([&] { io.run(); });
+  {
+    auto a = std::make_unique<Raw>(dir.path + "/sock");
+    ASSERT_TRUE(until(1));
+    Raw b(dir.path + "/sock");
+    ASSERT_TRUE(until(2));
+    a.reset();
+    ASSERT_TRUE(until(3));
+  }
+  ASSERT_TRUE(until(4));
+  EXPECT_EQ(seen, (std::vector<std::size_t>{1, 2, 1, 0}));
+  s.stop();
+  work.reset();
+  t.join();
 }
