@@ -60,7 +60,10 @@ int main(int argc, char** argv) {
 
   // Dies with olliesrv (spec §6.1); a parent already gone left us to init.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (::getppid() == 1) return 1;
+  if (::getppid() == 1) {
+    std::fprintf(stderr, "toolsrv: parent exited before start\n");
+    return 1;
+  }
 
   auto logger = spdlog::stderr_color_mt("toolsrv");
   spdlog::set_default_logger(logger);

@@ -131,13 +131,35 @@ Result<PolicyFile> parse_policy(std::string_view text) {
   }
 }
 
-Result<PolicyFile> load_policy(const std::string& path) {
+namespace {
+
+Result<std::string> read_policy_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return p9::error(std::string("cannot open: ") + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return p9::error(path + ": read error");
-  return parse_policy(text.str());
+  return text.str();
+}
+
+}  // namespace
+
+Result<PolicyFile> load_policy(const std::string& path) {
+  auto text = read_policy_text(path);
+  if (!text) return text.error();
+  return parse_policy(*text);
+}
+
+Result<PolicyFile> PolicyLoader::load(const std::string& path) {
+  auto text = read_policy_text(path);
+  if (!text) return text.error();
+  std::lock_guard lk(mu_);
+  if (!parsed_ || path != path_ || *text != text_) {
+    parsed_ = parse_policy(*text);
+    path_ = path;
+    text_ = std::move(*text);
+  }
+  return *parsed_;
 }
 
 Policy effective_policy(const PolicyFile& global, const PolicyFile* project) {

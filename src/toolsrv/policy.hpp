@@ -2,6 +2,7 @@
 /// The sandbox policy of sandbox.yaml and .ollie-sandbox.yaml (spec §7.3.1), parsed with yaml-cpp.
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,6 +55,18 @@ Result<PolicyFile> parse_policy(std::string_view text);
 /// Reads and parses a file; a missing or unreadable file is an error (never "no rules"). The
 /// error text does not name the file: the caller prefixes it (`sandbox.yaml: <error>`).
 Result<PolicyFile> load_policy(const std::string& path);
+
+/// load_policy for a file read on every call: the bytes are read each time (an edit takes effect
+/// at the next call) and parsed again only when they changed. Thread-safe.
+class PolicyLoader {
+ public:
+  Result<PolicyFile> load(const std::string& path);
+
+ private:
+  std::mutex mu_;
+  std::string path_, text_;
+  std::optional<Result<PolicyFile>> parsed_;
+};
 
 /// The global file with an optional approved project override merged in: lists are unioned
 /// (order kept, duplicates dropped), scalars present in the override replace the global value.

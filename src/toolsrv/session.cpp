@@ -151,7 +151,7 @@ std::vector<CatalogEntry> Session::scan() {
   std::vector<std::string> warnings;
   const auto dirs = tool_dirs(config_.tools_path, config_.config_root, &warnings);
   for (const auto& w : warnings) warn_once(w);
-  auto global = load_policy(config_.config_root + "/sandbox.yaml");
+  auto global = global_policy_.load(config_.config_root + "/sandbox.yaml");
   const Policy policy = global ? effective_policy(*global, nullptr) : Policy{};
   std::string cwd;
   {
@@ -475,7 +475,7 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
   p.timeout = std::chrono::seconds(request.timeout ? *request.timeout : p.tool.timeout);
   if (!tmpdir_error_.empty() && p.fail.empty()) p.fail = "private TMPDIR: " + tmpdir_error_;
 
-  auto global = load_policy(config_.config_root + "/sandbox.yaml");
+  auto global = global_policy_.load(config_.config_root + "/sandbox.yaml");
   if (!global && p.fail.empty()) p.fail = "sandbox.yaml: " + global.ename();
   if (global) {
     std::string note;

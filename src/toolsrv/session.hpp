@@ -125,6 +125,7 @@ class Session {
   std::map<std::string, std::string> env_;               // ctl env
   std::map<std::string, std::string> agent_cwd_;
   Approvals approvals_;
+  PolicyLoader global_policy_;                           // sandbox.yaml, reparsed when it changes
   Registry registry_;
   std::set<std::string> warned_;
   BypassBroker bypass_;

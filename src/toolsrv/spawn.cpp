@@ -102,9 +102,17 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
   auto argv = c_array(spec.argv);
   auto envp = c_array(spec.env);
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return p9::error(std::string("fork: ") + std::strerror(errno));
+  // vfork: the child borrows our memory until it execs, so nothing of this (large, threaded)
+  // process is copied. Every signal stays blocked meanwhile, so no handler of ours runs in the
+  // child; the child resets dispositions and the mask before exec.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = ::vfork();
   if (pid == 0) run_child(spec, parent, argv.data(), envp.data(), in_r.get(), out_w.get(), err_w.get(), ep_w.get());
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return p9::error(std::string("vfork: ") + std::strerror(fork_errno));
 
   (void)::setpgid(pid, pid);  // also here, so a kill right after start cannot miss the group
   in_r.reset();

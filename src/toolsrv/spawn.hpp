@@ -1,7 +1,7 @@
 #pragma once
-/// spawn: fork and exec one tool process as spec §6.6 says. Between fork and exec the child makes
-/// only async-signal-safe calls: own process group, parent-death signal, signal dispositions and
-/// mask reset, no_new_privs, landlock_restrict_self, the pipes onto 0-2, every other descriptor
+/// spawn: vfork and exec one tool process as spec §6.6 says. Between vfork and exec the child (on
+/// our memory, below our stack frame) makes only async-signal-safe system calls: own process
+/// group, parent-death signal, signal dispositions and mask reset, no_new_privs, landlock_restrict_self, the pipes onto 0-2, every other descriptor
 /// close-on-exec, chdir, execve. A failing step is reported over a close-on-exec pipe and nothing
 /// is executed.
 
@@ -33,7 +33,7 @@ struct Spawned {
   UniqueFd stderr_r;  ///< non-blocking
 };
 
-/// Forks and execs. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.
+/// Vforks and execs. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.
 /// `exec /x/tool: Permission denied`, `chdir /gone: No such file or directory`,
 /// `landlock_restrict_self: ...`. Must be called from a thread that lives as long as the children
 /// should (PR_SET_PDEATHSIG follows the forking thread).
