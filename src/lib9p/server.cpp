@@ -127,7 +127,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     fids_.clear();
     std::error_code ec;
     sock_.shutdown(asio::socket_base::shutdown_receive, ec);  // ends the reader
-    if (!writing_) close_socket();
+    if (writing_) return;  // the writer closes the socket when it is done
+    if (!pending_.empty()) return start_write();
+    close_socket();
   }
 
  private:
@@ -166,10 +168,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
           if (buf.size() < size) buf.resize(std::max<std::size_t>(size, buf.size() * 2));
           break;
         }
+        batching_ = true;  // replies of this read's frames go out in one write
         frame({&buf[beg], size});
         beg += size;
         if (closed_) co_return;
       }
+      batching_ = false;
+      write_pending();
       if (beg == end) {
         beg = end = 0;
       } else if (beg > 0 && buf.size() - end < 4096) {
@@ -513,8 +518,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (closed_) return;
     if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("9p -> {} tag {}", type_name(r.type), r.tag);
     encode(r, pending_);
-    if (writing_) return;
-    // Most replies fit the socket buffer: write them now, and go async only for what is left.
+    if (!batching_) write_pending();
+  }
+
+  // Most replies fit the socket buffer: write them now, and go async only for what is left.
+  void write_pending() {
+    if (writing_ || pending_.empty() || !sock_.is_open()) return;
     std::error_code ec;
     std::size_t n = sock_.write_some(asio::buffer(pending_), ec);
     if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
@@ -554,6 +563,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::unordered_map<std::uint16_t, std::shared_ptr<Req>> flushing_;  // Tflush tag -> the request it waits on
   std::vector<std::uint8_t> pending_, inflight_;
   bool writing_ = false;
+  bool batching_ = false;  // the reader is dispatching the frames of one read
 };
 
 namespace {
