@@ -1,7 +1,7 @@
 #include "namespace.hpp"
 
 #include "olliesrv.hpp"
-#include "tokenize.hpp"
+#include "virtfs/tokenize.hpp"
 
 namespace ollie {
 
@@ -12,7 +12,7 @@ using Reply = asio::awaitable<p9::Result<std::string>>;
 
 // Root ctl (spec §3.1).
 Reply root_ctl(Ctx& c, std::string request) {
-  auto cmd = parse_command(request);
+  auto cmd = virtfs::parse_command(request);
   if (!cmd) co_return cmd.error();
   if (cmd->verb == "kill") {
     if (!cmd->args.empty()) co_return p9::error("usage: kill");

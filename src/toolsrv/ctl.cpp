@@ -2,7 +2,12 @@
 
 #include <optional>
 
+#include "virtfs/tokenize.hpp"
+
 namespace toolsrv {
+
+using virtfs::tokenize;
+
 namespace {
 
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
@@ -63,38 +68,6 @@ p9::Status run_line(Session& session, std::string_view line) {
 }
 
 }  // namespace
-
-p9::Result<std::vector<std::string>> tokenize(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && blank(s[i])) i++;
-    if (i == s.size()) break;
-    std::string tok;
-    while (i < s.size() && !blank(s[i])) {
-      if (s[i] != '\'') {
-        tok += s[i++];
-        continue;
-      }
-      for (i++;; i++) {  // inside quotes
-        if (i == s.size()) return p9::error("unterminated quote");
-        if (s[i] != '\'') {
-          tok += s[i];
-          continue;
-        }
-        if (i + 1 < s.size() && s[i + 1] == '\'') {
-          tok += '\'';
-          i++;
-          continue;
-        }
-        i++;
-        break;
-      }
-    }
-    out.push_back(std::move(tok));
-  }
-  return out;
-}
 
 p9::Status run_ctl(Session& session, std::string_view text) {
   while (!text.empty()) {

@@ -1,6 +1,7 @@
 #pragma once
-/// The text side of toolsrv's control files (spec §6.3, §6.4, §6.5.4): Plan 9 tokenizing and
-/// the mapping of each request line onto a typed Session or ProcessTable method.
+/// The text side of toolsrv's control files (spec §6.3, §6.4, §6.5.4): the mapping of each
+/// request line, tokenized as spec §1.3 says (virtfs/tokenize.hpp), onto a typed Session or
+/// ProcessTable method.
 
 #include <string>
 #include <string_view>
@@ -10,11 +11,6 @@
 #include "toolsrv/session.hpp"
 
 namespace toolsrv {
-
-/// Plan 9's tokenize (spec §1.3): blanks separate tokens; a single quote starts a quoted segment
-/// ending at the next one; '' inside quotes is one quote; adjacent segments join.
-/// Error: `unterminated quote`.
-p9::Result<std::vector<std::string>> tokenize(std::string_view text);
 
 /// The root `ctl` file: one command per line, in order; the first error stops and is returned.
 p9::Status run_ctl(Session& session, std::string_view text);

@@ -2,17 +2,13 @@
 
 #include <signal.h>
 
-#include <asio/executor_work_guard.hpp>
-#include <asio/io_context.hpp>
-#include <asio/signal_set.hpp>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <spdlog/spdlog.h>
-#include <thread>
-#include <vector>
 
 #include "lib9p/dial.hpp"
+#include "lib9p/iopool.hpp"
 #include "lib9p/server.hpp"
 #include "toolsrv/auth.hpp"
 #include "toolsrv/namespace.hpp"
@@ -26,11 +22,9 @@ struct Toolsrv::Impl {
   // Declared first, destroyed last: handlers and cancelled calls still reach it while the io
   // contexts are torn down.
   std::unique_ptr<Session> session;
-  std::vector<std::unique_ptr<asio::io_context>> ios;
-  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::unique_ptr<p9::IoPool> pool;
   std::unique_ptr<Lifecycle> lifecycle;
   std::unique_ptr<p9::Server> server;
-  std::vector<std::thread> threads;
   std::mutex mu;
   std::condition_variable cv;
   bool shut = false;
@@ -55,7 +49,7 @@ Toolsrv::~Toolsrv() {
   auto& m = *impl_;
   m.lifecycle.reset();
   m.server.reset();
-  m.ios.clear();  // destroys the frames of handlers that never resumed: their calls are cancelled
+  m.pool.reset();  // destroys the frames of handlers that never resumed: their calls are cancelled
   m.session.reset();  // kills every process group still running
 }
 
@@ -83,16 +77,11 @@ p9::Status Toolsrv::start() {
   m.lifecycle = std::make_unique<Lifecycle>(m.opt.startup_grace, m.opt.idle_timeout, [this] { shutdown(); });
   p9::ServerOptions sopt;
   sopt.on_connections = [&m](std::size_t open) { m.lifecycle->connections(open); };
-  std::vector<asio::io_context*> ios;
-  for (unsigned i = 0; i < std::max(1u, m.opt.threads); i++) {
-    m.ios.push_back(std::make_unique<asio::io_context>(1));
-    m.work.push_back(asio::make_work_guard(*m.ios.back()));
-    ios.push_back(m.ios.back().get());
-  }
-  m.server = std::make_unique<p9::Server>(ios, std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)), sopt);
+  m.pool = std::make_unique<p9::IoPool>(m.opt.threads);
+  m.server = std::make_unique<p9::Server>(m.pool->contexts(), std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)), sopt);
   if (auto st = m.server->listen(*addr); !st) return st;
   spdlog::info("listening on {}", m.opt.address);
-  for (auto& io : m.ios) m.threads.emplace_back([io = io.get()] { io->run(); });
+  m.pool->start();
   return {};
 }
 
@@ -106,7 +95,7 @@ void Toolsrv::shutdown() {
   spdlog::info("shutting down");
   if (m.session) m.session->processes().kill_all();
   if (m.server) m.server->stop();
-  for (auto& w : m.work) w.reset();
+  if (m.pool) m.pool->release();
   m.cv.notify_all();
 }
 
@@ -116,45 +105,19 @@ void Toolsrv::wait() {
     std::unique_lock lk(m.mu);
     m.cv.wait(lk, [&] { return m.shut; });
   }
-  // The io threads end once every connection has closed; a handler that ignores cancellation
-  // must not keep the process alive.
-  bool done = false;
-  std::thread watchdog([&] {
-    std::unique_lock lk(m.mu);
-    if (!m.cv.wait_for(lk, std::chrono::seconds(3), [&] { return done; })) {
-      spdlog::warn("connections still busy after 3 s: stopping anyway");
-      for (auto& io : m.ios) io->stop();
-    }
-  });
-  for (auto& t : m.threads)
-    if (t.joinable()) t.join();
-  {
-    std::lock_guard lk(m.mu);
-    done = true;
-  }
-  m.cv.notify_all();
-  watchdog.join();
+  if (m.pool) m.pool->join();
 }
 
 int run(Options opt) {
   ::signal(SIGPIPE, SIG_IGN);
-  // Signals are taken on a thread of their own so they never wait behind the io threads.
-  asio::io_context sigio;
-  asio::signal_set signals(sigio, SIGINT, SIGTERM);
   Toolsrv srv(std::move(opt));
+  p9::StopSignals signals([&] { srv.shutdown(); });  // before the socket exists
   if (auto st = srv.start(); !st) {
     spdlog::error("{}", st.ename());
     std::fprintf(stderr, "toolsrv: %s\n", st.ename().c_str());
     return 1;
   }
-  signals.async_wait([&](std::error_code ec, int sig) {
-    if (!ec) spdlog::info("signal {}", sig);
-    srv.shutdown();
-  });
-  std::thread sigthread([&] { sigio.run(); });
   srv.wait();
-  sigio.stop();
-  sigthread.join();
   return 0;
 }
 

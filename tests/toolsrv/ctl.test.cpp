@@ -7,15 +7,6 @@
 namespace toolsrv::test {
 namespace {
 
-using Tokens = std::vector<std::string>;
-
-TEST(Tokenize, Plan9Rules) {
-  EXPECT_EQ(*tokenize("  a\tb\r\nc "), (Tokens{"a", "b", "c"}));
-  EXPECT_EQ(*tokenize("cwd='/home/me/my project'"), (Tokens{"cwd=/home/me/my project"}));
-  EXPECT_EQ(*tokenize("'it''s' x'y z'w"), (Tokens{"it's", "xy zw"}));
-  EXPECT_EQ(*tokenize("''"), (Tokens{""}));
-  EXPECT_EQ(tokenize("a 'b").ename(), "unterminated quote");
-}
 
 TEST(Ctl, SandboxokTakesPairs) {
   Fixture f;

@@ -1,5 +1,5 @@
 #pragma once
-/// Plan 9's tokenize (spec §1.3): blanks separate tokens; a single quote starts a quoted segment
+/// Plan 9's tokenize, the request grammar of both servers (spec §1.3): blanks separate tokens; a single quote starts a quoted segment
 /// ending at the next single quote; '' inside quotes is one quote; adjacent segments join.
 
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "lib9p/result.hpp"
 
-namespace ollie {
+namespace virtfs {
 
 p9::Result<std::vector<std::string>> tokenize(std::string_view s);
 
@@ -20,4 +20,4 @@ struct Command {
 };
 p9::Result<Command> parse_command(std::string_view request);
 
-}  // namespace ollie
+}  // namespace virtfs

@@ -1,6 +1,6 @@
-#include "tokenize.hpp"
+#include "virtfs/tokenize.hpp"
 
-namespace ollie {
+namespace virtfs {
 
 namespace {
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
@@ -51,4 +51,4 @@ p9::Result<Command> parse_command(std::string_view req) {
   return c;
 }
 
-}  // namespace ollie
+}  // namespace virtfs

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "olliesrv/tokenize.hpp"
+#include "virtfs/tokenize.hpp"
 
-using ollie::parse_command;
-using ollie::tokenize;
+using virtfs::parse_command;
+using virtfs::tokenize;
 
 TEST(Tokenize, BlanksSeparateAndQuotesJoin) {
   auto t = tokenize("  cwd='/home/me/my project'\tname=x\n");
@@ -11,6 +11,8 @@ TEST(Tokenize, BlanksSeparateAndQuotesJoin) {
   EXPECT_EQ(*t, (std::vector<std::string>{"cwd=/home/me/my project", "name=x"}));
   EXPECT_EQ(*tokenize("'it''s' a''b"), (std::vector<std::string>{"it's", "ab"}));
   EXPECT_EQ(*tokenize("''"), (std::vector<std::string>{""}));
+  EXPECT_EQ(*tokenize("  a\tb\r\nc "), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(*tokenize("x'y z'w"), (std::vector<std::string>{"xy zw"}));
 }
 
 TEST(Tokenize, UnterminatedQuote) { EXPECT_EQ(tokenize("a 'b").ename(), "unterminated quote"); }
