@@ -91,8 +91,6 @@ struct ServerOptions {
   std::function<void(std::size_t open)> on_connections;
 };
 
-class Listener;
-
 /// Serves one FileServer on any number of listeners; each connection has its own fid and
 /// tag tables and runs on its own strand. Connections are spread round-robin over the given
 /// io_contexts (one per thread keeps a connection's work on one thread: no cross-thread wake-ups).

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -95,19 +96,36 @@ std::string mode_string(std::uint32_t m) {
   return s;
 }
 
+// The time of day within six months, else the year (as ls does).
 std::string time_string(std::uint32_t t) {
   std::time_t tt = t;
+  bool recent = std::abs(std::difftime(std::time(nullptr), tt)) < 183 * 24 * 3600.0;
   char buf[32];
-  std::strftime(buf, sizeof buf, "%b %e %H:%M", std::localtime(&tt));
+  std::strftime(buf, sizeof buf, recent ? "%b %e %H:%M" : "%b %e  %Y", std::localtime(&tt));
   return buf;
 }
 
-void print_entry(const p9::Dir& d, bool longform) {
-  if (!longform) return put(d.name + "\n");
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%s M %u %s %s %llu %s %s\n", mode_string(d.mode).c_str(), d.dev, d.uid.c_str(),
-                d.gid.c_str(), static_cast<unsigned long long>(d.length), time_string(d.mtime).c_str(), d.name.c_str());
-  put(buf);
+// Like plan9port's `9p ls`: names, or with -l `mode M dev uid gid length date name`, the
+// numeric and name columns padded to the widest entry of the listing.
+void print_entries(const std::vector<p9::Dir>& entries, bool longform) {
+  if (!longform) {
+    for (auto& d : entries) put(d.name + "\n");
+    return;
+  }
+  int wdev = 0, wuid = 0, wgid = 0, wlen = 0;
+  for (auto& d : entries) {
+    wdev = std::max(wdev, static_cast<int>(std::to_string(d.dev).size()));
+    wuid = std::max(wuid, static_cast<int>(d.uid.size()));
+    wgid = std::max(wgid, static_cast<int>(d.gid.size()));
+    wlen = std::max(wlen, static_cast<int>(std::to_string(d.length).size()));
+  }
+  for (auto& d : entries) {
+    char buf[1024];
+    std::snprintf(buf, sizeof buf, "%s M %*u %-*s %-*s %*llu %s %s\n", mode_string(d.mode).c_str(), wdev, d.dev, wuid,
+                  d.uid.c_str(), wgid, d.gid.c_str(), wlen, static_cast<unsigned long long>(d.length),
+                  time_string(d.mtime).c_str(), d.name.c_str());
+    put(buf);
+  }
 }
 
 int cmd_ls(const p9::CFid& root, std::vector<std::string> args) {
@@ -123,14 +141,14 @@ int cmd_ls(const p9::CFid& root, std::vector<std::string> args) {
   auto d = f->stat();
   if (!d) fail(path, d.ename());
   if (!(d->mode & p9::DMDIR)) {
-    print_entry(*d, longform);
+    print_entries({*d}, longform);
     return 0;
   }
   if (auto st = f->open(p9::OREAD); !st) fail(path, st.ename());
   auto entries = f->dirread_all();
   if (!entries) fail(path, entries.ename());
   std::sort(entries->begin(), entries->end(), [](auto& a, auto& b) { return a.name < b.name; });
-  for (auto& e : *entries) print_entry(e, longform);
+  print_entries(*entries, longform);
   return 0;
 }
 
