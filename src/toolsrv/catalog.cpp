@@ -7,6 +7,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string_view>
 
 namespace toolsrv {
 namespace {
@@ -38,9 +39,11 @@ std::vector<std::string> tool_dirs(const std::string& tools_path, const std::str
     dirs.push_back(config_root + "/tools");
     return dirs;
   }
-  std::stringstream in(tools_path);
-  std::string entry;
-  while (std::getline(in, entry, ':')) {
+  std::string_view rest = tools_path;
+  while (!rest.empty()) {
+    const auto colon = rest.find(':');
+    const std::string entry(rest.substr(0, colon));
+    rest.remove_prefix(colon == std::string_view::npos ? rest.size() : colon + 1);
     if (entry.empty()) continue;
     if (entry.front() != '/') {
       if (warnings) warnings->push_back("tool directory not absolute, skipped: " + entry);

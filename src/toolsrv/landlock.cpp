@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -108,7 +109,8 @@ std::optional<std::string> sandbox_unavailable(const SandboxPlan& plan, int abi)
   return std::nullopt;
 }
 
-p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi) {
+p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi, bool* as_planned) {
+  if (as_planned) *as_planned = true;
   RulesetAttr attr{
       .handled_access_fs = rights_rw | fs_execute | fs_make_char | fs_make_block,
       .handled_access_net = net_bind_tcp | net_connect_tcp,
@@ -143,9 +145,12 @@ p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi) {
 
   for (const auto& rule : plan.rules) {
     UniqueFd fd(::open(rule.path.c_str(), O_PATH | O_CLOEXEC));
-    if (!fd) continue;  // vanished since planning: nothing granted
     struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) continue;
+    if (!fd || ::fstat(fd.get(), &st) != 0) {  // vanished since planning: nothing granted
+      if (as_planned) *as_planned = false;
+      continue;
+    }
+    if (as_planned && (st.st_dev != rule.dev || st.st_ino != rule.ino)) *as_planned = false;
     landlock_path_beneath_attr pb{};
     pb.allowed_access = rights_of(rule.access) & attr.handled_access_fs;
     if (!S_ISDIR(st.st_mode)) pb.allowed_access &= rights_file;
@@ -170,6 +175,35 @@ p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi) {
     if (auto r = add_ports(plan.network.connect_tcp, net_connect_tcp); !r) return r.error();
   }
   return ruleset;
+}
+
+p9::Result<std::shared_ptr<const UniqueFd>> RulesetCache::get(const SandboxPlan& plan, int abi) {
+  auto same = [&](const Entry& e) { return e.abi == abi && e.network == plan.network && e.rules == plan.rules; };
+  {
+    std::lock_guard lock(mu_);
+    const auto it = std::find_if(entries_.begin(), entries_.end(), same);
+    if (it != entries_.end()) {
+      std::rotate(entries_.begin(), it, it + 1);
+      return entries_.front().ruleset;
+    }
+  }
+  bool as_planned = false;
+  auto built = build_ruleset(plan, abi, &as_planned);
+  if (!built) return built.error();
+  auto ruleset = std::make_shared<const UniqueFd>(std::move(*built));
+  std::lock_guard lock(mu_);
+  ++built_;
+  // A path that changed between the plan and the build: the ruleset is right for this call but
+  // not for the plan, so it is not kept. A plan that raced in meanwhile is kept once.
+  if (!as_planned || std::any_of(entries_.begin(), entries_.end(), same)) return ruleset;
+  entries_.insert(entries_.begin(), Entry{plan.rules, plan.network, abi, ruleset});
+  if (entries_.size() > capacity) entries_.pop_back();
+  return ruleset;
+}
+
+std::size_t RulesetCache::built() const {
+  std::lock_guard lock(mu_);
+  return built_;
 }
 
 int landlock_restrict_self(int ruleset_fd) noexcept {

@@ -4,8 +4,11 @@
 /// samples/landlock/sandboxer.c: ABI, drop what it lacks, create, add rules, no_new_privs,
 /// restrict_self.
 
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lib9p/result.hpp"
 #include "toolsrv/fd.hpp"
@@ -28,8 +31,40 @@ std::optional<std::string> sandbox_unavailable(const SandboxPlan& plan, int abi)
 
 /// Builds the ruleset for `plan` on `abi` (> 0): handled rights of that ABI, one path-beneath rule
 /// per path (opened O_PATH|O_CLOEXEC now, so symlinks resolve now; files get only file rights),
-/// TCP port rules from ABI 4, abstract-socket and signal scoping from ABI 6.
-p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi);
+/// TCP port rules from ABI 4, abstract-socket and signal scoping from ABI 6. `as_planned`, when
+/// given, is set to whether every path opened the very file its rule recorded (PathRule::dev,
+/// ino): only then does the ruleset match the plan exactly.
+p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi, bool* as_planned = nullptr);
+
+/// Rulesets kept open for reuse. A ruleset depends only on its plan's rules (paths, access and
+/// the files they resolved to), the network section and the ABI; a plan equal in all of these
+/// to an earlier one gets that earlier ruleset instead of a new one (about four system calls per
+/// path saved). The plan is made fresh for every call (every path stat'ed), so a path that
+/// appeared, vanished or now resolves to another file (an edit by rename, a retargeted symlink)
+/// gives a new plan and a new ruleset, exactly as building per call would. A ruleset is never
+/// changed once built; each landlock_restrict_self() on it makes a new domain, so calls sharing
+/// one still get a domain each (§7.3.2). Thread-safe.
+class RulesetCache {
+ public:
+  /// At most this many rulesets stay open (one per recent cwd, override and policy version).
+  static constexpr std::size_t capacity = 8;
+
+  /// The ruleset for `plan` on `abi` (> 0), built by build_ruleset when no kept one matches.
+  p9::Result<std::shared_ptr<const UniqueFd>> get(const SandboxPlan& plan, int abi);
+  /// How many rulesets were built (misses), for tests.
+  std::size_t built() const;
+
+ private:
+  struct Entry {
+    std::vector<PathRule> rules;
+    NetworkPolicy network;
+    int abi = 0;
+    std::shared_ptr<const UniqueFd> ruleset;
+  };
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;  // most recently used first
+  std::size_t built_ = 0;
+};
 
 /// In the forked child, after PR_SET_NO_NEW_PRIVS: enforces the ruleset. Async-signal-safe.
 /// Returns 0 or an errno value.

@@ -1,11 +1,13 @@
 #include "toolsrv/policy.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 namespace toolsrv {
@@ -134,12 +136,27 @@ Result<PolicyFile> parse_policy(std::string_view text) {
 namespace {
 
 Result<std::string> read_policy_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return p9::error(std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return p9::error(path + ": read error");
-  return text.str();
+  // Plain read(2): this runs at every call, and an ifstream costs more than the file's bytes.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return p9::error(std::string("cannot open: ") + std::strerror(errno));
+  std::string text;
+  struct stat st {};
+  text.resize(::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<std::size_t>(st.st_size) + 1 : 4096);
+  std::size_t used = 0;
+  while (true) {
+    if (used == text.size()) text.resize(text.size() * 2);
+    const auto n = ::read(fd, text.data() + used, text.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return p9::error(path + ": read error");
+    }
+    if (n == 0) break;
+    used += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(used);
+  return text;
 }
 
 }  // namespace
@@ -150,12 +167,14 @@ Result<PolicyFile> load_policy(const std::string& path) {
   return parse_policy(*text);
 }
 
-Result<PolicyFile> PolicyLoader::load(const std::string& path) {
+Result<std::shared_ptr<const PolicyFile>> PolicyLoader::load(const std::string& path) {
   auto text = read_policy_text(path);
   if (!text) return text.error();
   std::lock_guard lk(mu_);
   if (!parsed_ || path != path_ || *text != text_) {
-    parsed_ = parse_policy(*text);
+    auto parsed = parse_policy(*text);
+    if (parsed) parsed_ = std::make_shared<const PolicyFile>(std::move(*parsed));
+    else parsed_ = parsed.error();
     path_ = path;
     text_ = std::move(*text);
   }

@@ -2,6 +2,7 @@
 /// The sandbox policy of sandbox.yaml and .ollie-sandbox.yaml (spec §7.3.1), parsed with yaml-cpp.
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -23,6 +24,8 @@ struct NetworkPolicy {
 
   /// True when the policy restricts TCP at all (needs Landlock ABI 4).
   bool restricts() const { return !unrestricted; }
+
+  bool operator==(const NetworkPolicy&) const = default;
 };
 
 /// The effective policy of a call, every default applied.
@@ -57,15 +60,16 @@ Result<PolicyFile> parse_policy(std::string_view text);
 Result<PolicyFile> load_policy(const std::string& path);
 
 /// load_policy for a file read on every call: the bytes are read each time (an edit takes effect
-/// at the next call) and parsed again only when they changed. Thread-safe.
+/// at the next call) and parsed again only when they changed; an unchanged file gives the same
+/// object again. Thread-safe.
 class PolicyLoader {
  public:
-  Result<PolicyFile> load(const std::string& path);
+  Result<std::shared_ptr<const PolicyFile>> load(const std::string& path);
 
  private:
   std::mutex mu_;
   std::string path_, text_;
-  std::optional<Result<PolicyFile>> parsed_;
+  std::optional<Result<std::shared_ptr<const PolicyFile>>> parsed_;
 };
 
 /// The global file with an optional approved project override merged in: lists are unioned

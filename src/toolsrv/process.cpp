@@ -294,7 +294,7 @@ std::size_t ProcessTable::collect() {
 void ProcessTable::do_start(Command& cmd) {
   auto& l = cmd.launch;
   auto proc = make_process(l.tool, l.agent, l.background);
-  l.spec.ruleset_fd = l.ruleset.get();
+  l.spec.ruleset_fd = l.ruleset ? l.ruleset->get() : -1;
   auto child = spawn(l.spec);
   l.ruleset.reset();
   if (!child) {

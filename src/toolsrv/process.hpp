@@ -104,8 +104,8 @@ struct Launch {
   std::string agent;
   bool background = false;
   std::chrono::seconds timeout{0};     ///< 0 = none
-  SpawnSpec spec;                      ///< spec.ruleset_fd is owned by `ruleset`
-  UniqueFd ruleset;                    ///< closed once the child is started
+  SpawnSpec spec;                      ///< spec.ruleset_fd is held by `ruleset`
+  std::shared_ptr<const UniqueFd> ruleset;  ///< released once the child is started (may be shared)
   std::string stdin_data;              ///< the JSON arguments
   std::vector<std::string> headers;    ///< extra reply headers: `override=...`, `sandbox=none`
   /// Called once on the table's thread when the process is finished (status final, output

@@ -86,12 +86,13 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
       const bool create = (access == Access::rw || access == Access::rwx) && !data_root.empty() &&
                           is_within(path, clean_path(data_root));
       std::error_code ec;
-      if (!create || !std::filesystem::create_directories(path, ec) || ::chmod(path.c_str(), 0700) != 0) {
+      if (!create || !std::filesystem::create_directories(path, ec) || ::chmod(path.c_str(), 0700) != 0 ||
+          ::stat(path.c_str(), &st) != 0) {
         plan.skipped.push_back(path + ": does not exist");
         return;
       }
     }
-    plan.rules.push_back({path, access});
+    plan.rules.push_back({path, access, st.st_dev, st.st_ino});
   };
   for (const auto& p : policy.ro) add(p, Access::ro);
   for (const auto& p : policy.rox) add(p, Access::rox);

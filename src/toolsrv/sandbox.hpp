@@ -2,6 +2,8 @@
 /// From the policy to the concrete rules of one call: template expansion and path handling
 /// (spec §7.3.2). Landlock itself is in landlock.hpp.
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <string_view>
@@ -34,6 +36,13 @@ enum class Access { ro, rox, rw, rwx };
 struct PathRule {
   std::string path;
   Access access;
+  /// The file the path resolved to when planned (stat, symlinks followed); 0/0 = not recorded.
+  /// Landlock rules hold inodes, so two plans whose rules name the same files give the same
+  /// ruleset (RulesetCache).
+  dev_t dev = 0;
+  ino_t ino = 0;
+
+  bool operator==(const PathRule&) const = default;
 };
 
 /// What a call's sandbox must enforce.
@@ -47,7 +56,8 @@ struct SandboxPlan {
 };
 
 /// Expands the policy for a call: rules for ro, rox, rw, rwx; rox for every tool directory; rox
-/// on `exe` when advanced.add_exec. A missing rw path under `data_root` is created (0700).
+/// on `exe` when advanced.add_exec. A missing rw path under `data_root` is created (0700). Every
+/// path is stat'ed now (one system call each) and its rule records the file it resolved to.
 SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
                          const std::string& data_root, const std::string& exe);
 

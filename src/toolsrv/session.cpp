@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <regex>
 #include <sstream>
+#include <string_view>
 
 #include "toolsrv/landlock.hpp"
 #include "toolsrv/paths.hpp"
@@ -24,11 +25,12 @@ std::string env_or(const char* name, const std::string& fallback) {
 std::string home() { return env_or("HOME", "/"); }
 
 // PATH entries that are absolute, so no command resolves in the model-writable cwd.
-std::string clean_search_path(const std::string& path) {
+std::string clean_search_path(std::string_view path) {
   std::string out;
-  std::stringstream in(path);
-  std::string entry;
-  while (std::getline(in, entry, ':')) {
+  while (!path.empty()) {
+    const auto colon = path.find(':');
+    const auto entry = path.substr(0, colon);
+    path.remove_prefix(colon == std::string_view::npos ? path.size() : colon + 1);
     if (entry.empty() || entry.front() != '/') continue;
     if (!out.empty()) out += ':';
     out += entry;
@@ -102,6 +104,7 @@ struct Session::Prepared {
   TemplateVars vars;
   std::vector<std::string> tool_dirs;  // every absolute tool directory (rox)
   std::vector<std::string> trusted;    // those outside every writable path (PATH)
+  std::vector<std::string> writable;   // the rw and rwx paths, resolved
   std::map<std::string, std::string> session_env;
 };
 
@@ -147,12 +150,12 @@ std::map<std::string, std::string> Session::sandbox_env(const Policy& policy) co
   return env;
 }
 
-std::vector<CatalogEntry> Session::scan() {
+std::shared_ptr<const std::vector<CatalogEntry>> Session::scan() {
   std::vector<std::string> warnings;
   const auto dirs = tool_dirs(config_.tools_path, config_.config_root, &warnings);
   for (const auto& w : warnings) warn_once(w);
   auto global = global_policy_.load(config_.config_root + "/sandbox.yaml");
-  const Policy policy = global ? effective_policy(*global, nullptr) : Policy{};
+  const Policy policy = global ? effective_policy(**global, nullptr) : Policy{};
   std::string cwd;
   {
     std::lock_guard lock(mu_);
@@ -169,7 +172,10 @@ std::vector<CatalogEntry> Session::scan() {
   const auto it = host.env.find("PATH");
   std::stringstream in(clean_search_path(it != host.env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin"));
   for (std::string e; std::getline(in, e, ':');) host.path.push_back(e);
-  return scan_tools(dirs, host);
+  auto catalog = std::make_shared<const std::vector<CatalogEntry>>(scan_tools(dirs, host));
+  std::lock_guard lock(mu_);
+  catalog_ = catalog;
+  return catalog;
 }
 
 // ---- ctl ----
@@ -177,7 +183,7 @@ std::vector<CatalogEntry> Session::scan() {
 p9::Result<void> Session::load(const std::string& agent, const std::vector<std::string>& tools) {
   const auto catalog = scan();
   std::lock_guard lock(mu_);
-  return registry_.load(agent, tools, catalog);
+  return registry_.load(agent, tools, *catalog);
 }
 
 void Session::unload(const std::string& agent, const std::vector<std::string>& tools) {
@@ -241,12 +247,12 @@ p9::Result<void> Session::set_approvals(const std::vector<std::pair<std::string,
 
 std::string Session::tools(const std::string& request) {
   const auto catalog = scan();
-  if (request == "*") return catalog_json(catalog).dump() + "\n";
+  if (request == "*") return catalog_json(*catalog).dump() + "\n";
   std::vector<std::string> dropped;
   nlohmann::json list;
   {
     std::lock_guard lock(mu_);
-    list = registry_.agent_json(request, catalog, &dropped);
+    list = registry_.agent_json(request, *catalog, &dropped);
   }
   for (const auto& d : dropped) spdlog::warn("toolsrv: loaded tool {} of agent {} is no longer valid", d, request);
   return list.dump() + "\n";
@@ -312,7 +318,7 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     if (!p.fail.empty()) return end_early(ProcStatus::failed, p.fail);
     if (!p.request.bypass) return lock(false);
     for (const auto& path : {p.tool.exe_path, p.tool.meta_path}) {
-      if (!path.empty() && inside_writable(path, writable_paths(p.policy, p.vars))) {
+      if (!path.empty() && inside_writable(path, p.writable)) {
         return end_early(ProcStatus::denied, "bypass refused: tool inside a writable path: " + path);
       }
     }
@@ -428,7 +434,7 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
         }
       }
       if (abi > 0) {
-        auto ruleset = build_ruleset(plan, abi);
+        auto ruleset = s->rulesets_.get(plan, abi);
         if (!ruleset) return end_early(ProcStatus::failed, "sandbox: " + ruleset.ename());
         l.ruleset = std::move(*ruleset);
       }
@@ -467,11 +473,25 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
   p.request = request;
   p.background = background;
   p.cwd = agent_cwd(request.agent);
-  const auto catalog = scan();
-  const auto* entry = find_entry(catalog, request.tool);
+  // The tool as the latest scan (load, tools) found it: the directories are not rescanned per
+  // call (§7.2.2). Only its executable is checked again, so one that vanished or lost its x bit
+  // since fails clearly rather than with an exec error.
+  std::shared_ptr<const std::vector<CatalogEntry>> catalog;
+  {
+    std::lock_guard lock(mu_);
+    catalog = catalog_;
+  }
+  const auto* entry = catalog ? find_entry(*catalog, request.tool) : nullptr;
   if (!entry) p.fail = "unknown tool: " + request.tool;
   else if (!entry->tool) p.fail = "invalid tool: " + request.tool + ": " + entry->error;
   else p.tool = *entry->tool;
+  if (p.fail.empty() && !p.tool.cmd) {
+    struct stat st {};
+    if (::stat(p.tool.exe_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0) {
+      p.fail = "invalid tool: " + request.tool + ": no executable and no cmd: " + p.tool.exe_path +
+               " is not an executable file";
+    }
+  }
   p.timeout = std::chrono::seconds(request.timeout ? *request.timeout : p.tool.timeout);
   if (!tmpdir_error_.empty() && p.fail.empty()) p.fail = "private TMPDIR: " + tmpdir_error_;
 
@@ -497,14 +517,14 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
       }
     }
     if (!note.empty()) warn_once(note);
-    p.policy = effective_policy(*global, project ? &*project : nullptr);
+    p.policy = effective_policy(**global, project ? &*project : nullptr);
   }
   p.vars = TemplateVars::for_call(p.cwd, config_.tmpdir, config_.config_root, config_.data_root, config_.bin_path);
   std::vector<std::string> warnings;
   p.tool_dirs = tool_dirs(config_.tools_path, config_.config_root, &warnings);
-  const auto writable = writable_paths(p.policy, p.vars);
+  p.writable = writable_paths(p.policy, p.vars);
   for (const auto& d : p.tool_dirs) {
-    if (inside_writable(d, writable)) warn_once("tool directory inside a writable path, kept off PATH: " + d);
+    if (inside_writable(d, p.writable)) warn_once("tool directory inside a writable path, kept off PATH: " + d);
     else p.trusted.push_back(d);
   }
   {

@@ -17,6 +17,7 @@
 #include "lib9p/result.hpp"
 #include "toolsrv/bypass.hpp"
 #include "toolsrv/catalog.hpp"
+#include "toolsrv/landlock.hpp"
 #include "toolsrv/locks.hpp"
 #include "toolsrv/override.hpp"
 #include "toolsrv/process.hpp"
@@ -115,7 +116,8 @@ class Session {
   p9::Result<std::shared_ptr<Call>> start_call(const CallRequest& request, bool background,
                                                std::function<void(std::shared_ptr<Process>)> on_start,
                                                std::function<void(std::shared_ptr<Process>)> on_end);
-  std::vector<CatalogEntry> scan();
+  /// Rescans the tool directories (load, tools) and keeps the result for the calls.
+  std::shared_ptr<const std::vector<CatalogEntry>> scan();
   std::map<std::string, std::string> sandbox_env(const Policy& policy) const;
   void warn_once(const std::string& text);
 
@@ -127,6 +129,8 @@ class Session {
   Approvals approvals_;
   PolicyLoader global_policy_;                           // sandbox.yaml, reparsed when it changes
   Registry registry_;
+  std::shared_ptr<const std::vector<CatalogEntry>> catalog_;  // the latest scan: what calls run
+  RulesetCache rulesets_;
   std::set<std::string> warned_;
   BypassBroker bypass_;
   std::shared_ptr<LockTable> locks_;

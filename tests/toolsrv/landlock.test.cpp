@@ -192,6 +192,103 @@ TEST_F(LandlockTest, SymlinkedOverrideIgnored) {
   EXPECT_EQ(header(r, "status"), "exited");
 }
 
+// sandbox.yaml is read at every call: an edit takes effect at the next one, in both directions,
+// and a file that breaks it fails the calls until it is fixed.
+TEST_F(LandlockTest, SandboxYamlEditTakesEffectOnTheNextCall) {
+  Fixture f(policy_with(""));
+  f.load("shell");
+  const auto dir = temp_dir("granted");
+  write_file(dir + "/g", "g\n");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/g")), "");
+  write_file(f.config + "/sandbox.yaml", policy_with(", \"" + dir + "\""));
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/g")), "g\n");
+  write_file(f.config + "/sandbox.yaml", "filesystem: [unclosed\n");
+  auto r = f.sh("cat " + dir + "/g");
+  EXPECT_EQ(header(r, "status"), "failed");
+  EXPECT_EQ(body_stderr(r).rfind("sandbox.yaml: line ", 0), 0u) << r;
+  write_file(f.config + "/sandbox.yaml", policy_with(""));
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/g")), "");
+  write_file(f.config + "/sandbox.yaml", policy_with(", \"" + dir + "\""));
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/g")), "g\n");
+}
+
+// Rulesets are reused between calls, yet every call sees the files as they are at its start: a
+// granted file replaced by rename (a new inode, as editors save) stays granted, a granted path
+// created after an earlier call is granted, one removed is not.
+TEST_F(LandlockTest, GrantedPathsAreResolvedAtEveryCall) {
+  const auto dir = temp_dir("paths");
+  write_file(dir + "/file", "one\n");
+  Fixture f(policy_with(", \"" + dir + "/file\", \"" + dir + "/later\""));
+  f.load("shell");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/file")), "one\n");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/file")), "one\n");
+  write_file(dir + "/file.new", "two\n");
+  std::filesystem::rename(dir + "/file.new", dir + "/file");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/file")), "two\n");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/later")), "");
+  write_file(dir + "/later", "later\n");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/later")), "later\n");
+  std::filesystem::remove(dir + "/later");
+  write_file(dir + "/other", "other\n");
+  std::filesystem::create_symlink(dir + "/other", dir + "/later");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/later")), "other\n");
+  EXPECT_EQ(body_stdout(f.sh("cat " + dir + "/file")), "two\n");
+}
+
+// Calls that share a ruleset still get a Landlock domain each: a later call cannot signal a
+// background process of an earlier one (§7.3.2).
+TEST_F(LandlockTest, EveryCallGetsItsOwnDomain) {
+  Fixture f;
+  f.load("shell");
+  std::promise<p9::Result<int>> p;
+  ASSERT_TRUE(f.session->call_background(*parse_call_request("tool=shell\nagent=a1\n\n{\"cmd\":\"exec sleep 30\"}"),
+                                         [&](p9::Result<int> r) { p.set_value(std::move(r)); }));
+  const auto pid = p.get_future().get();
+  ASSERT_TRUE(pid);
+  auto proc = f.session->processes().find(*pid);
+  ASSERT_TRUE(proc);
+  const auto r = f.sh("kill -TERM " + std::to_string(proc->os_pid()) + "; echo rc=$?");
+  EXPECT_NE(body_stdout(r).find("rc=1"), std::string::npos) << r;
+  EXPECT_FALSE(proc->finished());
+  f.session->processes().dismiss(*pid);
+}
+
+TEST(LandlockAbi, RulesetCacheReusesOnlyAnEqualPlan) {
+  const int abi = landlock_abi();
+  if (abi == 0) GTEST_SKIP() << "no Landlock";
+  const auto dir = temp_dir("cache");
+  write_file(dir + "/f", "x");
+  Policy policy;
+  policy.ro = {dir + "/f"};
+  policy.rwx = {"{CWD}"};
+  const auto vars = TemplateVars::for_call(dir, dir, dir, dir, dir);
+  RulesetCache cache;
+  auto a = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
+  auto b = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_EQ(cache.built(), 1u);
+  // Same path, another file: a new ruleset.
+  write_file(dir + "/g", "y");
+  std::filesystem::rename(dir + "/g", dir + "/f");
+  auto c = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
+  ASSERT_TRUE(c);
+  EXPECT_NE(a->get(), c->get());
+  EXPECT_EQ(cache.built(), 2u);
+  // Another cwd, another network section: new rulesets; the first cwd's is still kept.
+  const auto other = TemplateVars::for_call("/tmp", dir, dir, dir, dir);
+  EXPECT_TRUE(cache.get(plan_sandbox(policy, other, {}, "", ""), abi));
+  EXPECT_EQ(cache.built(), 3u);
+  policy.network.unrestricted = false;
+  EXPECT_TRUE(cache.get(plan_sandbox(policy, vars, {}, "", ""), abi));
+  EXPECT_EQ(cache.built(), 4u);
+  policy.network.unrestricted = true;
+  auto d = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(c->get(), d->get());
+  EXPECT_EQ(cache.built(), 4u);
+}
+
 TEST(LandlockAbi, UnenforceablePoliciesNamed) {
   SandboxPlan plan;
   EXPECT_EQ(*sandbox_unavailable(plan, 2), "sandbox unavailable: truncate needs Landlock ABI 3, kernel has 2");

@@ -136,6 +136,62 @@ TEST(Session, ToolThatBecameNonExecutableFailsClearly) {
   EXPECT_EQ(body_stderr(r), "invalid tool: t: no executable and no cmd: " + dir + "/t is not an executable file\n");
 }
 
+TEST(Session, ToolDeletedAfterLoadFailsClearly) {
+  Fixture f;
+  const auto dir = temp_dir("tools");
+  write_file(dir + "/t", "#!/bin/sh\necho hi\n", 0755);
+  write_file(dir + "/t.meta", "{\"description\": \"t\"}\n");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+  c.session_id = "deleted";
+  c.tmpdir = world().root + "/run/ollie/tmp/deleted";
+  c.tools_path = dir;
+  Session s(c);
+  ASSERT_TRUE(s.load("a1", {"t"}));
+  auto run = [&] {
+    std::promise<std::string> p;
+    EXPECT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
+    return p.get_future().get();
+  };
+  EXPECT_EQ(body_stdout(run()), "hi\n");
+  // Calls use the tool as load found it, without rescanning, but its executable is checked again.
+  std::filesystem::remove(dir + "/t");
+  std::filesystem::remove(dir + "/t.meta");
+  auto r = run();
+  EXPECT_EQ(header(r, "status"), "failed");
+  EXPECT_EQ(body_stderr(r), "invalid tool: t: no executable and no cmd: " + dir + "/t is not an executable file\n");
+  // Once a rescan (tools) no longer finds it, the call names it unknown.
+  EXPECT_EQ(s.tools("a1"), "[]\n");
+  r = run();
+  EXPECT_EQ(header(r, "status"), "failed");
+  EXPECT_EQ(body_stderr(r), "unknown tool: t\n");
+  // Back again: the next load or tools rescan finds it.
+  write_file(dir + "/t", "#!/bin/sh\necho again\n", 0755);
+  write_file(dir + "/t.meta", "{\"description\": \"t\"}\n");
+  ASSERT_TRUE(s.load("a1", {"t"}));
+  EXPECT_EQ(body_stdout(run()), "again\n");
+}
+
+TEST(Session, MetaEditTakesEffectWhenToolsAreListed) {
+  Fixture f;
+  const auto dir = temp_dir("tools");
+  write_file(dir + "/t.meta", "{\"description\": \"t\", \"cmd\": \"echo v1\"}\n");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+  c.session_id = "metaedit";
+  c.tmpdir = world().root + "/run/ollie/tmp/metaedit";
+  c.tools_path = dir;
+  Session s(c);
+  ASSERT_TRUE(s.load("a1", {"t"}));
+  auto run = [&] {
+    std::promise<std::string> p;
+    EXPECT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
+    return body_stdout(p.get_future().get());
+  };
+  EXPECT_EQ(run(), "v1\n");
+  write_file(dir + "/t.meta", "{\"description\": \"t\", \"cmd\": \"echo v2\"}\n");
+  EXPECT_NE(s.tools("a1").find("\"name\":\"t\""), std::string::npos);
+  EXPECT_EQ(run(), "v2\n");
+}
+
 TEST(Session, StrayChildReturnsAtOnce) {
   Fixture f;
   f.load("stray");
