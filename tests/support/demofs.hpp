@@ -143,6 +143,7 @@ inline virtfs::Node<DemoCtx> demo_decl() {
       D::Leaf("event", Mode{0666}, Doc{"a Streaming Rdwr"},
               StreamRdwr([](DemoCtx& c) { return p9::Result<std::shared_ptr<Cursor>>(std::make_shared<DemoCursor>(c.st)); })),
       D::Leaf("secret", Mode{0400}, Doc{"owner only"}, Read([](DemoCtx&) { return p9::Result<std::string>("s3cr3t\n"); })),
+      D::Leaf("team", Mode{0440}, Doc{"group agent may read"}, Read([](DemoCtx&) { return p9::Result<std::string>("team\n"); })),
       D::Dir("private", Mode{0700}, Doc{"owner only directory"},
              D::Leaf("x", Mode{0444}, Read([](DemoCtx&) { return p9::Result<std::string>("x\n"); }))),
       D::Dir("item", Mode{0555}, Doc{"a template directory"},

@@ -333,6 +333,17 @@ TEST_F(Kinds, AgentsGetGroupOrOtherBits) {
   EXPECT_EQ(a->open(4, ORDWR).type, Ropen);  // 0666
 }
 
+TEST_F(Kinds, SubagentsGetTheOtherBits) {
+  auto a = attached("agent1");
+  ASSERT_EQ(a->walk(0, 1, {"team"}).type, Rwalk);
+  EXPECT_EQ(a->open(1, OREAD).type, Ropen);  // group agent: r
+  auto s = attached("sub1");
+  ASSERT_EQ(s->walk(0, 1, {"team"}).type, Rwalk);
+  EXPECT_EQ(s->open(1, OREAD).ename, "permission denied");  // group subagent: the other bits
+  ASSERT_EQ(s->walk(0, 2, {"hello"}).type, Rwalk);
+  EXPECT_EQ(s->open(2, OREAD).type, Ropen);
+}
+
 TEST_F(Kinds, WalkNeedsExecuteOnTheDirectory) {
   auto a = attached("agent1");
   EXPECT_EQ(a->walk(0, 1, {"private"}).type, Rwalk);  // looking up "private" in / (0555) is fine
