@@ -455,7 +455,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   // The waiting part of read, write and clunk. Never lets an exception escape: every path responds.
   // `self` keeps the connection alive while the request waits.
-  asio::awaitable<void> run(std::shared_ptr<Conn> self, std::shared_ptr<Req> req) {
+  asio::awaitable<void> run([[maybe_unused]] std::shared_ptr<Conn> self, std::shared_ptr<Req> req) {
     const Fcall& t = req->t;
     Fcall r;
     r.type = t.type + 1;
