@@ -163,16 +163,7 @@ class OllamaBackend : public HttpBackend {
     if (p.frequency_penalty) opts["frequency_penalty"] = *p.frequency_penalty;
     if (!p.stop.empty()) opts["stop"] = p.stop;
     json b{{"model", model}, {"messages", std::move(msgs)}, {"stream", true}, {"options", std::move(opts)}};
-    if (!req.tools.empty()) {
-      json tools = json::array();
-      for (const auto& t : req.tools) {
-        auto params = parse_json(t.parameters);
-        tools.push_back({{"type", "function"},
-                         {"function", {{"name", t.name}, {"description", t.description},
-                                       {"parameters", params.is_object() ? params : json::object()}}}});
-      }
-      b["tools"] = std::move(tools);
-    }
+    if (!req.tools.empty()) b["tools"] = function_tools(req.tools);
     if (p.reasoning > 0 || !p.reasoning_effort.empty() || p.include_reasoning.value_or(false)) b["think"] = true;
     if (p.response_format == "json") b["format"] = "json";
     start_stream(c, json_request(s_, "POST", s_.url + "/api/chat", b.dump()), std::make_shared<OllamaDecoder>(c),

@@ -136,16 +136,7 @@ json OpenAiBackend::body(const ChatRequest& req, const std::string& model) const
   }
   json b{{"model", model}, {"messages", std::move(msgs)}, {"stream", true},
          {"stream_options", {{"include_usage", true}}}};
-  if (!req.tools.empty()) {
-    json tools = json::array();
-    for (const auto& t : req.tools) {
-      auto params = parse_json(t.parameters);
-      tools.push_back({{"type", "function"},
-                       {"function", {{"name", t.name}, {"description", t.description},
-                                     {"parameters", params.is_object() ? params : json::object()}}}});
-    }
-    b["tools"] = std::move(tools);
-  }
+  if (!req.tools.empty()) b["tools"] = function_tools(req.tools);
   const auto& p = req.params;
   if (p.max_tokens) b["max_tokens"] = *p.max_tokens;
   if (p.temperature) b["temperature"] = *p.temperature;

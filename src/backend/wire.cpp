@@ -39,6 +39,17 @@ std::size_t request_bytes(const ChatRequest& req) {
   return n;
 }
 
+json function_tools(const std::vector<Tool>& tools) {
+  json out = json::array();
+  for (const auto& t : tools) {
+    auto params = parse_json(t.parameters);
+    out.push_back({{"type", "function"},
+                   {"function", {{"name", t.name}, {"description", t.description},
+                                 {"parameters", params.is_object() ? params : json::object()}}}});
+  }
+  return out;
+}
+
 const char* role_name(Role r) {
   switch (r) {
     case Role::system: return "system";

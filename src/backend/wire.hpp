@@ -31,6 +31,10 @@ HttpRequest json_request(const BackendSettings& s, std::string method, std::stri
 /// Bytes of the request's text, for the usage estimate.
 std::size_t request_bytes(const ChatRequest& req);
 
+/// The tools in the OpenAI function-calling form `[{type: function, function: {name,
+/// description, parameters}}]`, which ollama takes too.
+json function_tools(const std::vector<Tool>& tools);
+
 /// "user", "assistant", "system", "tool".
 const char* role_name(Role r);
 
