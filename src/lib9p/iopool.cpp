@@ -31,10 +31,18 @@ void IoPool::start() {
 }
 
 void IoPool::release() {
+  std::lock_guard lk(mu_);
+  if (released_) return;
+  released_ = true;
   for (auto& w : work_) w.reset();
+  released_cv_.notify_all();
 }
 
 void IoPool::join(std::chrono::seconds grace) {
+  {
+    std::unique_lock lk(mu_);
+    released_cv_.wait(lk, [&] { return released_; });
+  }
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;

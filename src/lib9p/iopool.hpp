@@ -5,8 +5,10 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -23,13 +25,17 @@ class IoPool {
   std::vector<asio::io_context*> contexts() const;
   /// Starts one thread per context.
   void start();
-  /// Lets the threads end once their work runs out (call after the Server's stop()).
+  /// Lets the threads end once their work runs out (call after the Server's stop()), from any
+  /// thread. Idempotent.
   void release();
-  /// Joins the threads. Contexts still busy after `grace` (a handler that ignores
-  /// cancellation) are stopped, so a daemon always exits.
+  /// Waits until release() was called, then joins the threads. Contexts still busy `grace`
+  /// after that (a handler that ignores cancellation) are stopped, so a daemon always exits.
   void join(std::chrono::seconds grace = std::chrono::seconds(3));
 
  private:
+  std::mutex mu_;
+  std::condition_variable released_cv_;
+  bool released_ = false;
   std::vector<std::unique_ptr<asio::io_context>> ios_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::vector<std::thread> threads_;

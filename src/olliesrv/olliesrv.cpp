@@ -2,7 +2,7 @@
 
 #include <sys/prctl.h>
 
-#include <condition_variable>
+#include <atomic>
 #include <spdlog/spdlog.h>
 
 #include "identity.hpp"
@@ -14,19 +14,17 @@
 namespace ollie {
 
 struct Olliesrv::Impl {
+  explicit Impl(Options o) : opt(std::move(o)), pool(opt.threads) {}
   Options opt;
-  std::unique_ptr<p9::IoPool> pool;
+  p9::IoPool pool;
+  std::atomic<bool> stopping = false;
   Bus bus;
   Identity identity{p9::login_name(), !prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)};
   std::string help;
   std::unique_ptr<p9::Server> server;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool shut = false;
 };
 
-Olliesrv::Olliesrv(Options opt) : impl_(std::make_unique<Impl>()) {
-  impl_->opt = std::move(opt);
+Olliesrv::Olliesrv(Options opt) : impl_(std::make_unique<Impl>(std::move(opt))) {
   if (impl_->opt.addresses.empty()) impl_->opt.addresses.push_back("unix!" + p9::namespace_dir() + "/ollie");
 }
 
@@ -49,8 +47,7 @@ p9::Status Olliesrv::start() {
   access.auth = [this](const std::string& u, const std::string& a) { return impl_->identity.auth(u, a); };
   access.attach = [this](const virtfs::AttachRequest& r) { return impl_->identity.attach(r); };
   access.root = [this](const virtfs::Principal& who) { return Ctx{this, who}; };
-  m.pool = std::make_unique<p9::IoPool>(m.opt.threads);
-  m.server = std::make_unique<p9::Server>(m.pool->contexts(),
+  m.server = std::make_unique<p9::Server>(m.pool.contexts(),
                                           std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)));
   if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
     spdlog::warn("olliesrv runs with no_new_privs: sandboxed tools cannot be told from the user at attach");
@@ -64,31 +61,19 @@ p9::Status Olliesrv::start() {
     if (auto st = m.server->listen(*a); !st) return st;
     spdlog::info("listening on {}", text);
   }
-  m.pool->start();
+  m.pool.start();
   return {};
 }
 
 void Olliesrv::shutdown() {
   auto& m = *impl_;
-  {
-    std::lock_guard lk(m.mu);
-    if (m.shut) return;
-    m.shut = true;
-  }
+  if (m.stopping.exchange(true)) return;
   spdlog::info("shutting down");
   if (m.server) m.server->stop();
-  if (m.pool) m.pool->release();
-  m.cv.notify_all();
+  m.pool.release();
 }
 
-void Olliesrv::wait() {
-  auto& m = *impl_;
-  {
-    std::unique_lock lk(m.mu);
-    m.cv.wait(lk, [&] { return m.shut; });
-  }
-  if (m.pool) m.pool->join();
-}
+void Olliesrv::wait() { impl_->pool.join(); }
 
 int run(Options opt) {
   Olliesrv srv(std::move(opt));

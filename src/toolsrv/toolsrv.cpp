@@ -2,9 +2,8 @@
 
 #include <signal.h>
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdio>
-#include <mutex>
 #include <spdlog/spdlog.h>
 
 #include "lib9p/dial.hpp"
@@ -18,16 +17,16 @@
 namespace toolsrv {
 
 struct Toolsrv::Impl {
+  explicit Impl(Options o) : opt(std::move(o)), pool(opt.threads) {}
+  // Destroyed in reverse order: the server (no more connection callbacks), the lifecycle, the
+  // io contexts (the frames of handlers that never resumed: their calls are cancelled), and last
+  // the session, which those cancellations still reach and which kills every process group.
   Options opt;
-  // Declared first, destroyed last: handlers and cancelled calls still reach it while the io
-  // contexts are torn down.
   std::unique_ptr<Session> session;
-  std::unique_ptr<p9::IoPool> pool;
+  p9::IoPool pool;
+  std::atomic<bool> stopping = false;
   std::unique_ptr<Lifecycle> lifecycle;
   std::unique_ptr<p9::Server> server;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool shut = false;
 
   p9::Result<virtfs::Principal> attach(const virtfs::AttachRequest& r);
 };
@@ -41,16 +40,11 @@ p9::Result<virtfs::Principal> Toolsrv::Impl::attach(const virtfs::AttachRequest&
   return virtfs::Principal{r.uname, "", true};
 }
 
-Toolsrv::Toolsrv(Options opt) : impl_(std::make_unique<Impl>()) { impl_->opt = std::move(opt); }
+Toolsrv::Toolsrv(Options opt) : impl_(std::make_unique<Impl>(std::move(opt))) {}
 
 Toolsrv::~Toolsrv() {
   shutdown();
   wait();
-  auto& m = *impl_;
-  m.lifecycle.reset();
-  m.server.reset();
-  m.pool.reset();  // destroys the frames of handlers that never resumed: their calls are cancelled
-  m.session.reset();  // kills every process group still running
 }
 
 p9::Status Toolsrv::start() {
@@ -77,36 +71,23 @@ p9::Status Toolsrv::start() {
   m.lifecycle = std::make_unique<Lifecycle>(m.opt.startup_grace, m.opt.idle_timeout, [this] { shutdown(); });
   p9::ServerOptions sopt;
   sopt.on_connections = [&m](std::size_t open) { m.lifecycle->connections(open); };
-  m.pool = std::make_unique<p9::IoPool>(m.opt.threads);
-  m.server = std::make_unique<p9::Server>(m.pool->contexts(), std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)), sopt);
+  m.server = std::make_unique<p9::Server>(m.pool.contexts(), std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)), sopt);
   if (auto st = m.server->listen(*addr); !st) return st;
   spdlog::info("listening on {}", m.opt.address);
-  m.pool->start();
+  m.pool.start();
   return {};
 }
 
 void Toolsrv::shutdown() {
   auto& m = *impl_;
-  {
-    std::lock_guard lk(m.mu);
-    if (m.shut) return;
-    m.shut = true;
-  }
+  if (m.stopping.exchange(true)) return;
   spdlog::info("shutting down");
   if (m.session) m.session->processes().kill_all();
   if (m.server) m.server->stop();
-  if (m.pool) m.pool->release();
-  m.cv.notify_all();
+  m.pool.release();
 }
 
-void Toolsrv::wait() {
-  auto& m = *impl_;
-  {
-    std::unique_lock lk(m.mu);
-    m.cv.wait(lk, [&] { return m.shut; });
-  }
-  if (m.pool) m.pool->join();
-}
+void Toolsrv::wait() { impl_->pool.join(); }
 
 int run(Options opt) {
   ::signal(SIGPIPE, SIG_IGN);
