@@ -21,14 +21,15 @@ std::uint64_t Signal::version() const {
 }
 
 void Signal::notify() {
-  std::vector<std::shared_ptr<Waiter>> wake;
+  std::vector<std::weak_ptr<Waiter>> wake;
   {
     std::lock_guard lk(mu_);
     version_++;
     wake.swap(waiters_);
   }
   // A timer is touched only on its own executor (the waiting coroutine's strand).
-  for (auto& w : wake) asio::post(w->timer.get_executor(), [w] { w->timer.cancel(); });
+  for (auto& weak : wake)
+    if (auto w = weak.lock()) asio::post(w->timer.get_executor(), [w] { w->timer.cancel(); });
 }
 
 asio::awaitable<bool> Signal::wait(std::uint64_t seen, duration timeout) {
@@ -42,7 +43,7 @@ asio::awaitable<bool> Signal::wait(std::uint64_t seen, duration timeout) {
   co_await w->timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   {
     std::lock_guard lk(mu_);
-    std::erase(waiters_, w);
+    std::erase_if(waiters_, [&](const std::weak_ptr<Waiter>& x) { return x.expired() || x.lock() == w; });
   }
   auto cs = co_await asio::this_coro::cancellation_state;
   if (cs.cancelled() != asio::cancellation_type::none) throw std::system_error(asio::error::operation_aborted);

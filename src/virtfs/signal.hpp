@@ -27,7 +27,9 @@ class Signal {
   struct Waiter;
   mutable std::mutex mu_;
   std::uint64_t version_ = 0;
-  std::vector<std::shared_ptr<Waiter>> waiters_;
+  // Owned by the waiting coroutines: a frame destroyed without resuming (its io_context torn
+  // down) takes its timer with it, and notify() skips it.
+  std::vector<std::weak_ptr<Waiter>> waiters_;
 };
 
 }  // namespace virtfs

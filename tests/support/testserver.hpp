@@ -7,8 +7,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <asio/executor_work_guard.hpp>
-#include <asio/io_context.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "lib9p/codec.hpp"
+#include "lib9p/iopool.hpp"
 #include "lib9p/server.hpp"
 
 namespace testing_support {
@@ -36,26 +35,24 @@ struct TempDir {
   }
 };
 
+/// Threads as the daemons have them: one io_context each (lib9p/iopool.hpp).
 struct TestServer {
   TempDir dir;
   std::string sock;
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  p9::IoPool pool;
   std::unique_ptr<p9::Server> srv;
-  std::vector<std::thread> threads;
 
-  explicit TestServer(std::shared_ptr<p9::FileServer> fs, int nthreads = 2) {
+  explicit TestServer(std::shared_ptr<p9::FileServer> fs, unsigned nthreads = 2) : pool(nthreads) {
     sock = dir.path + "/ns/ollie";
-    srv = std::make_unique<p9::Server>(io, std::move(fs));
+    srv = std::make_unique<p9::Server>(pool.contexts(), std::move(fs));
     auto st = srv->listen(*p9::parse_address("unix!" + sock));
     if (!st) throw std::runtime_error(st.ename());
-    for (int i = 0; i < nthreads; i++) threads.emplace_back([this] { io.run(); });
+    pool.start();
   }
   ~TestServer() {
     srv->stop();
-    work.reset();
-    io.stop();
-    for (auto& t : threads) t.join();
+    pool.release();
+    pool.join();
   }
   std::string addr() const { return "unix!" + sock; }
 };
