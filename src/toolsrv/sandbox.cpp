@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "toolsrv/elf.hpp"
 #include "toolsrv/paths.hpp"
 
 namespace toolsrv {
@@ -100,6 +101,8 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   for (const auto& p : policy.rwx) add(p, Access::rwx);
   for (const auto& d : tool_dirs) add(d, Access::rox);
   if (policy.add_exec && !exe.empty()) add(exe, Access::rox);
+  if (policy.ldd && !exe.empty())
+    for (const auto& lib : linked_libraries(exe)) add(lib, Access::rox);
   return plan;
 }
 

@@ -422,7 +422,6 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     if (!bypass) {
       const auto plan = plan_sandbox(p.policy, p.vars, p.tool_dirs, s->config_.data_root, p.tool.exe_path);
       for (const auto& skipped : plan.skipped) s->warn_once("sandbox path skipped: " + skipped);
-      if (p.policy.ldd) s->warn_once("sandbox.yaml advanced.ldd is not supported; nothing extra is granted");
       const int abi = landlock_abi();
       if (auto why = sandbox_unavailable(plan, abi)) {
         if (!p.policy.best_effort) return end_early(ProcStatus::failed, *why);

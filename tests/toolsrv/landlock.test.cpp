@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "toolsrv/elf.hpp"
 #include "toolsrv/landlock.hpp"
 #include "world.hpp"
 
@@ -105,6 +106,42 @@ TEST_F(LandlockTest, ExecuteOutsideRoxDenied) {
   const auto r = f.sh(dir + "/mytrue; echo rc=$?; ./cwdtrue; echo rc=$?; cat " + dir + "/mytrue > /dev/null; echo rc=$?");
   // rc=126: exec refused (EACCES); the cwd (rwx) may execute; the ro dir can still be read.
   EXPECT_EQ(body_stdout(r), "rc=126\nrc=0\nrc=0\n") << r;
+}
+
+// advanced.ldd grants the ELF interpreter and the shared objects of the tool's executable: with no
+// rox on /usr or /lib, a dynamically linked tool cannot even start without it, and runs with it.
+TEST_F(LandlockTest, LddGrantsWhatTheToolsExecutableLinks) {
+  const auto tools = temp_dir("lddtools");
+  std::filesystem::copy_file("/usr/bin/true", tools + "/mytrue");
+  write_file(tools + "/mytrue.meta", "{\"description\": \"true (test fixture)\", \"scope\": \"read\"}");
+  auto policy = [](bool ldd) {
+    return std::string("general: {best_effort: false}\nfilesystem:\n  ro: [\"/etc\"]\n  rwx: [\"{CWD}\", \"{TMPDIR}\"]\n"
+                       "network: {enabled: true, unrestricted: true}\nadvanced: {ldd: ") +
+           (ldd ? "true" : "false") + "}\n";
+  };
+  Fixture without(policy(false), std::chrono::seconds(300), tools);
+  without.load("mytrue");
+  auto r = without.run("tool=mytrue\nagent=a1\n\n{}");
+  EXPECT_EQ(header(r, "status"), "failed") << r;
+  Fixture with(policy(true), std::chrono::seconds(300), tools);
+  with.load("mytrue");
+  r = with.run("tool=mytrue\nagent=a1\n\n{}");
+  EXPECT_EQ(header(r, "status"), "exited") << r;
+  EXPECT_EQ(header(r, "exit"), "0") << r;
+}
+
+TEST(Elf, LinkedLibrariesOfADynamicExecutable) {
+  const auto libs = linked_libraries("/usr/bin/true");
+  ASSERT_FALSE(libs.empty());
+  EXPECT_EQ(libs.front(), "/lib64/ld-linux-x86-64.so.2");  // PT_INTERP first
+  EXPECT_NE(std::find_if(libs.begin(), libs.end(), [](auto& l) { return l.ends_with("/libc.so.6"); }), libs.end());
+  EXPECT_TRUE(linked_libraries("/bin/sh").size() >= 2);
+  const auto script = temp_dir("elf") + "/script";
+  write_file(script, "#!/bin/sh\ntrue\n");
+  EXPECT_TRUE(linked_libraries(script).empty());  // not ELF: nothing
+  write_file(script, std::string("\x7f" "ELF\x02\x01\x01", 7) + std::string(100, '\xff'));
+  EXPECT_TRUE(linked_libraries(script).empty());  // headers pointing nowhere: nothing, no crash
+  EXPECT_TRUE(linked_libraries("/nonexistent").empty());
 }
 
 TEST_F(LandlockTest, TcpConnectDeniedWhenNetworkOff) {

@@ -70,7 +70,8 @@ struct Fixture {
   std::unique_ptr<Session> session;
 
   explicit Fixture(const std::string& policy = default_policy(),
-                   std::chrono::seconds bypass_timeout = std::chrono::seconds(300)) {
+                   std::chrono::seconds bypass_timeout = std::chrono::seconds(300),
+                   const std::string& tools_path = fixture_tools) {
     world();
     static int n = 0;
     config = temp_dir("cfg");
@@ -79,7 +80,7 @@ struct Fixture {
     auto c = SessionConfig::from_environment(config, cwd, "/usr/bin");
     c.session_id = "test-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
     c.tmpdir = world().root + "/run/ollie/tmp/" + c.session_id;
-    c.tools_path = fixture_tools;
+    c.tools_path = tools_path;
     c.bypass_timeout = bypass_timeout;
     session = std::make_unique<Session>(c);
   }
