@@ -31,5 +31,6 @@ inline constexpr const char* message_too_large = "message larger than msize";
 inline constexpr const char* interrupted = "interrupted";
 inline constexpr const char* write_too_large = "write too large";
 inline constexpr const char* hung_up = "connection closed";
+inline constexpr const char* shutting_down = "server shutting down";
 
 }  // namespace p9::err

@@ -132,6 +132,22 @@ class Conn : public std::enable_shared_from_this<Conn> {
     close_socket();
   }
 
+  // The server is going away: a pending read ends as at end of file (the producer of a stream
+  // is gone, so `9p read` and `ollie-9p read` finish cleanly), any other pending request fails;
+  // then the connection closes as any other does.
+  void stop() {
+    if (closed_) return;
+    for (auto& [tag, req] : reqs_) {
+      if (req->flushed) continue;
+      Fcall r = req->t.type == Tread ? Fcall{} : rerror(tag, err::shutting_down);
+      if (req->t.type == Tread) r.type = Rread;
+      r.tag = tag;
+      send(r);
+      req->flushed = true;  // its own reply, should it still come, is dropped
+    }
+    close();
+  }
+
  private:
   asio::awaitable<void> reader() {
     std::vector<std::uint8_t> buf(16384);
@@ -706,7 +722,7 @@ void Server::stop() {
     for (auto& a : impl->unix_acceptors) a->close(ec);
     for (auto& a : impl->tcp_acceptors) a->close(ec);
   });
-  for (auto& c : live) asio::post(c->strand(), [c] { c->close(); });
+  for (auto& c : live) asio::post(c->strand(), [c] { c->stop(); });
 }
 
 }  // namespace p9

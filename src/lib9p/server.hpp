@@ -107,7 +107,8 @@ class Server {
   Status listen(const Address& addr);
   /// The TCP port actually bound (for tcp!host!0), else 0.
   std::uint16_t tcp_port() const;
-  /// Closes every listener (removing Unix sockets) and every connection.
+  /// Closes every listener (removing Unix sockets) and every connection: pending reads are
+  /// answered with end of file, other pending requests with `server shutting down`.
   void stop();
 
   struct Impl;

@@ -137,15 +137,24 @@ TEST_F(Client9p, FlushInterruptsAPendingRead) {
   EXPECT_EQ(r.ename(), "interrupted");
 }
 
-TEST_F(Client9p, HangUpFailsPendingRequests) {
+TEST_F(Client9p, ServerStopEndsAPendingReadAtEOFThenHangsUp) {
   auto [c, root] = mount();
   auto f = root.walk("log");
   ASSERT_TRUE(f);
   ASSERT_TRUE(f->open(OREAD));
-  auto pending = std::async(std::launch::async, [&f = *f] { return f.read(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::promise<Result<Fcall>> got;
+  Fcall t;
+  t.type = Tread;
+  t.fid = f->num();
+  t.count = 100;
+  c->start(t, [&got](Result<Fcall> r) { got.set_value(std::move(r)); });
+  ASSERT_TRUE(root.walk("hello"));  // answered after the server took the read in: it is pending
   srv.srv->stop();
-  auto r = pending.get();
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.ename(), "connection closed");
+  auto r = got.get_future().get();
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(r->type, Rread);
+  EXPECT_EQ(r->data, "");  // the stream's producer is gone: end of file
+  auto after = root.walk("hello");
+  ASSERT_FALSE(after);
+  EXPECT_EQ(after.ename(), "connection closed");
 }

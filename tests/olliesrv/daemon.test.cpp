@@ -120,7 +120,8 @@ TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
   ASSERT_TRUE(srv->wait());
   EXPECT_EQ(srv->result().status, 0) << srv->err_text();
   EXPECT_FALSE(exists(sock));
-  EXPECT_TRUE(reader.wait());  // the blocked reader was let go
+  ASSERT_TRUE(reader.wait());  // the blocked reader was let go: end of file, exit 0
+  EXPECT_EQ(reader.result().status, 0) << reader.result().err;
 }
 
 TEST(DaemonFlags, TcpNeedsInsecureTcp) {
