@@ -183,15 +183,15 @@ std::vector<std::string> linked_libraries(const std::string& exe) {
     out.push_back(top->interp);
     seen.insert(top->interp);
   }
-  std::deque<std::pair<std::string, Dynamic>> todo{{exe, *top}};
+  std::deque<Dynamic> todo{std::move(*top)};
   while (!todo.empty() && out.size() < MAX_OBJECTS) {
-    auto [path, dyn] = std::move(todo.front());
+    Dynamic dyn = std::move(todo.front());
     todo.pop_front();
     for (const auto& name : dyn.needed) {
       auto lib = find(name, dyn);
       if (!lib || !seen.insert(*lib).second) continue;
       out.push_back(*lib);
-      if (auto d = read_dynamic(*lib)) todo.emplace_back(*lib, std::move(*d));
+      if (auto d = read_dynamic(*lib)) todo.push_back(std::move(*d));
     }
   }
   return out;

@@ -22,6 +22,18 @@ struct Client9p : ::testing::Test {
     EXPECT_TRUE(root) << (root ? "" : root.ename());
     return {*c, std::move(*root)};
   }
+
+  // A Tread of 100 bytes on an open fid, left pending: its tag and its reply to come.
+  static std::pair<std::uint16_t, std::future<Result<Fcall>>> start_read(Client& c, const CFid& f) {
+    auto got = std::make_shared<std::promise<Result<Fcall>>>();
+    auto reply = got->get_future();
+    Fcall t;
+    t.type = Tread;
+    t.fid = f.num();
+    t.count = 100;
+    auto tag = c.start(t, [got](Result<Fcall> r) { got->set_value(std::move(r)); });
+    return {tag, std::move(reply)};
+  }
 };
 
 }  // namespace
@@ -125,14 +137,9 @@ TEST_F(Client9p, FlushInterruptsAPendingRead) {
   auto f = root.walk("log");
   ASSERT_TRUE(f);
   ASSERT_TRUE(f->open(OREAD));
-  std::promise<Result<Fcall>> got;
-  Fcall t;
-  t.type = Tread;
-  t.fid = f->num();
-  t.count = 100;
-  auto tag = c->start(t, [&got](Result<Fcall> r) { got.set_value(std::move(r)); });
+  auto [tag, reply] = start_read(*c, *f);
   c->flush(tag);
-  auto r = got.get_future().get();
+  auto r = reply.get();
   ASSERT_FALSE(r);
   EXPECT_EQ(r.ename(), "interrupted");
 }
@@ -142,15 +149,10 @@ TEST_F(Client9p, ServerStopEndsAPendingReadAtEOFThenHangsUp) {
   auto f = root.walk("log");
   ASSERT_TRUE(f);
   ASSERT_TRUE(f->open(OREAD));
-  std::promise<Result<Fcall>> got;
-  Fcall t;
-  t.type = Tread;
-  t.fid = f->num();
-  t.count = 100;
-  c->start(t, [&got](Result<Fcall> r) { got.set_value(std::move(r)); });
+  auto [tag, reply] = start_read(*c, *f);
   ASSERT_TRUE(root.walk("hello"));  // answered after the server took the read in: it is pending
   srv.srv->stop();
-  auto r = got.get_future().get();
+  auto r = reply.get();
   ASSERT_TRUE(r) << r.ename();
   EXPECT_EQ(r->type, Rread);
   EXPECT_EQ(r->data, "");  // the stream's producer is gone: end of file
