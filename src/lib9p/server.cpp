@@ -136,12 +136,15 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // is gone, so `9p read` and `ollie-9p read` finish cleanly), any other pending request fails;
   // then the connection closes as any other does.
   void stop() {
-    if (closed_) return;
-    for (auto& [tag, req] : reqs_) {
-      if (req->flushed) continue;
-      Fcall r = req->t.type == Tread ? Fcall{} : rerror(tag, err::shutting_down);
+    // A failed write closes the connection, which clears reqs_: walk a copy.
+    std::vector<std::shared_ptr<Req>> pending;
+    for (auto& [tag, req] : reqs_)
+      if (!req->flushed) pending.push_back(req);
+    for (auto& req : pending) {
+      if (closed_) return;
+      Fcall r = req->t.type == Tread ? Fcall{} : rerror(req->t.tag, err::shutting_down);
       if (req->t.type == Tread) r.type = Rread;
-      r.tag = tag;
+      r.tag = req->t.tag;
       send(r);
       req->flushed = true;  // its own reply, should it still come, is dropped
     }
@@ -696,8 +699,10 @@ Status Server::listen(const Address& a) {
   auto acc = std::make_unique<asio::local::stream_protocol::acceptor>(impl.strand);
   asio::local::stream_protocol::endpoint ep(a.path);
   acc->open(ep.protocol(), ec);
+  // Linux makes the socket file with the mode of the socket's inode: set it before bind, so the
+  // file never exists with a wider mode (a chmod after bind leaves a window).
+  if (!ec && ::fchmod(acc->native_handle(), 0600) != 0) ec = std::error_code(errno, std::generic_category());
   if (!ec) acc->bind(ep, ec);
-  if (!ec && ::chmod(a.path.c_str(), 0600) != 0) ec = std::error_code(errno, std::generic_category());
   if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return error(a.path + ": " + ec.message());
   impl.unix_paths.push_back(a.path);
