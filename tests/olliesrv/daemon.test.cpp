@@ -157,26 +157,36 @@ struct Events : ::testing::Test {
   std::string addr = "unix!" + dir.path + "/ollie";
   ollie::Olliesrv srv{ollie::Options{{addr}, false, 2}};
   void SetUp() override { ASSERT_TRUE(srv.start()); }
+
+  // A subscription starts when the reader opens `event`, which the test cannot see: publish
+  // `events` every 50 ms until the reader has printed `want`, then return what it printed.
+  std::string publish_until(Child& reader, const std::vector<std::pair<std::string, std::string>>& events,
+                            const std::string& want) {
+    for (int i = 0; i < 200; i++) {
+      for (auto& [topic, payload] : events) srv.bus().publish(topic, payload);
+      auto out = reader.read_until(want, 50);
+      if (out.find(want) != std::string::npos) return out;
+    }
+    return reader.read_until(want, 0);
+  }
 };
 
 TEST_F(Events, ReadDashLFollowsTheStreamLineByLine) {
   Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "read", "-l", "event"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription starts at open
-  srv.bus().publish("session.1.new", "session/one");
-  EXPECT_NE(reader.read_until("session/one\n").find("session.1.new session/one\n"), std::string::npos);
+  auto out = publish_until(reader, {{"session.1.new", "session/one"}}, "session.1.new session/one\n");
+  EXPECT_EQ(out.rfind("session.1.new session/one\n", 0), 0u) << out;  // whole lines only
   srv.bus().publish("agent.2.state", "idle");
-  EXPECT_NE(reader.read_until("idle\n").find("agent.2.state idle\n"), std::string::npos);
+  EXPECT_TRUE(reader.read_until("idle\n").ends_with("agent.2.state idle\n"));
 }
 
 TEST_F(Events, RdwrSetsTheFilter) {
   Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "rdwr", "event"});
   reader.write_stdin("agent.*.state\n");
   reader.close_stdin();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  srv.bus().publish("session.1.new", "session/one");
-  srv.bus().publish("agent.2.state", "thinking");
-  auto out = reader.read_until("thinking\n");
-  EXPECT_EQ(out, "agent.2.state thinking\n");
+  auto out = publish_until(reader, {{"session.1.new", "session/one"}, {"agent.2.state", "thinking"}},
+                           "agent.2.state thinking\n");
+  EXPECT_EQ(out.rfind("agent.2.state thinking\n", 0), 0u) << out;
+  EXPECT_EQ(out.find("session."), std::string::npos) << out;  // filtered out
 }
 
 TEST_F(Events, BadFilterIsTheReadError) {
