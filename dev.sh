@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 packages=(
   build-essential cmake ninja-build ccache pkg-config clang-14 libclang-rt-14-dev
   libasio-dev nlohmann-json3-dev libcurl4-openssl-dev libspdlog-dev libyaml-cpp-dev
-  libssl-dev uuid-dev libsqlite3-dev googletest libgtest-dev libgmock-dev
+  libssl-dev uuid-dev libsqlite3-dev libelf-dev googletest libgtest-dev libgmock-dev
 )
 
 setup() {

@@ -9,11 +9,10 @@ namespace {
 
 class AnthropicDecoder : public Decoder {
  public:
-  using Decoder::Decoder;
+  explicit AnthropicDecoder(std::shared_ptr<StreamControl> c) : Decoder(std::move(c), "anthropic") {}
 
   void feed(std::string_view bytes) override {
-    if (!sse_.feed(bytes, [this](std::string_view, std::string_view data) { on_data(data); }))
-      fail(Error{ErrorClass::client, "anthropic: unparsable response: line too long", 200, {}});
+    if (!sse_.feed(bytes, [this](std::string_view, std::string_view data) { on_data(data); })) event_too_long();
   }
 
  private:
@@ -29,75 +28,82 @@ class AnthropicDecoder : public Decoder {
       fail(Error{ErrorClass::client, "anthropic: unparsable response", 200, {}});
       return;
     }
-    const auto type = str_field(j, "type");
+    // The event's type, block index, block and delta carry the answer (a wrong type is a
+    // malformed response); usage counts of the wrong type are ignored.
+    Strict f;
+    const auto type = f.str(j, "type");
     if (type == "message_start") {
-      if (j.contains("message") && j["message"].is_object() && j["message"].contains("usage"))
-        read_usage(j["message"]["usage"]);
+      if (auto m = obj_field(j, "message"))
+        if (auto u = obj_field(*m, "usage")) read_usage(*u);
     } else if (type == "content_block_start") {
-      const auto& cb = j.value("content_block", json::object());
+      const auto index = f.integer(j, "index").value_or(0);
+      const json* cb = f.object(j, "content_block");
+      if (!cb) cb = &empty_object();
       Block b;
-      b.type = str_field(cb, "type");
-      b.id = str_field(cb, "id");
-      b.name = str_field(cb, "name");
-      if (b.type == "redacted_thinking") b.whole = cb;
-      if (b.type == "text") text(str_field(cb, "text"));
-      blocks_[j.value("index", 0)] = std::move(b);
+      b.type = f.str(*cb, "type");
+      b.id = f.str(*cb, "id");
+      b.name = f.str(*cb, "name");
+      if (b.type == "redacted_thinking") b.whole = *cb;
+      if (b.type == "text") text(f.str(*cb, "text"));
+      blocks_[index] = std::move(b);
     } else if (type == "content_block_delta") {
-      auto& b = blocks_[j.value("index", 0)];
-      const auto& d = j.value("delta", json::object());
-      const auto dt = str_field(d, "type");
-      if (dt == "text_delta") text(str_field(d, "text"));
+      auto& b = blocks_[f.integer(j, "index").value_or(0)];
+      const json* d = f.object(j, "delta");
+      if (!d) d = &empty_object();
+      const auto dt = f.str(*d, "type");
+      if (dt == "text_delta") text(f.str(*d, "text"));
       else if (dt == "thinking_delta") {
-        auto t = str_field(d, "thinking");
+        auto t = f.str(*d, "thinking");
         reasoning(t);
         b.text += t;
-      } else if (dt == "signature_delta") b.signature += str_field(d, "signature");
-      else if (dt == "input_json_delta") b.text += str_field(d, "partial_json");
+      } else if (dt == "signature_delta") b.signature += f.str(*d, "signature");
+      else if (dt == "input_json_delta") b.text += f.str(*d, "partial_json");
+      if (b.type == "tool_use") too_long(b.text.size(), "tool call '" + b.name.substr(0, 64) + "' arguments");
+      else too_long(b.text.size() + b.signature.size(), b.type.substr(0, 64) + " block contents");
     } else if (type == "content_block_stop") {
-      auto it = blocks_.find(j.value("index", 0));
-      if (it == blocks_.end()) return;
+      auto it = blocks_.find(f.integer(j, "index").value_or(0));
+      if (malformed(f) || it == blocks_.end()) return;
       auto& b = it->second;
       if (b.type == "tool_use") {
         call(ToolCall{b.id, b.name, b.text.empty() ? "{}" : b.text});
       } else if (b.type == "thinking") {
-        reasoning_items.push_back(json{{"type", "thinking"}, {"thinking", b.text}, {"signature", b.signature}}.dump());
+        reasoning_items.push_back(dump_json(json{{"type", "thinking"}, {"thinking", b.text}, {"signature", b.signature}}));
       } else if (b.type == "redacted_thinking") {
-        reasoning_items.push_back(b.whole.dump());
+        reasoning_items.push_back(dump_json(b.whole));
       }
       blocks_.erase(it);
     } else if (type == "message_delta") {
-      if (j.contains("delta") && j["delta"].is_object()) {
-        auto s = str_field(j["delta"], "stop_reason");
-        if (!s.empty()) stop_raw = s;
-      }
-      if (j.contains("usage")) read_usage(j["usage"]);
+      if (auto d = f.object(j, "delta"))
+        if (auto s = f.str(*d, "stop_reason"); !s.empty()) stop_raw = s;
+      if (auto u = obj_field(j, "usage")) read_usage(*u);
     } else if (type == "message_stop") {
       done = true;
     } else if (type == "error") {
-      const auto& e = j.value("error", json::object());
-      const auto et = str_field(e, "type");
-      const auto msg = str_field(e, "message");
+      const json* e = obj_field(j, "error");
+      if (!e) e = &empty_object();
+      const auto et = str_field(*e, "type");
+      const auto msg = str_field(*e, "message");
       ErrorClass cls = ErrorClass::client;
       if (et == "overloaded_error" || et == "api_error") cls = ErrorClass::transient;
       else if (et == "rate_limit_error") cls = ErrorClass::rate_limit;
       else if (has_overflow_marker(msg)) cls = ErrorClass::context_overflow;
       fail(Error{cls, "anthropic: " + et + ": " + msg, 0, {}});
     }
+    malformed(f);
   }
 
   // message_start carries input and cache counts; message_delta the cumulative output.
   void read_usage(const json& u) {
-    if (!u.is_object()) return;
     has_usage = true;
     for (auto [key, field] : {std::pair{"input_tokens", &usage.input},
                               std::pair{"output_tokens", &usage.output},
                               std::pair{"cache_read_input_tokens", &usage.cached_input},
                               std::pair{"cache_creation_input_tokens", &usage.cache_creation}})
-      if (u.contains(key) && u[key].is_number_integer()) *field = u[key].get<std::int64_t>();
+      if (auto n = int_field(u, key)) *field = *n;
   }
 
   SseParser sse_;
-  std::map<int, Block> blocks_;
+  std::map<std::int64_t, Block> blocks_;
 };
 
 class AnthropicBackend : public HttpBackend {
@@ -138,7 +144,7 @@ class AnthropicBackend : public HttpBackend {
     if (!p.stop.empty()) b["stop_sequences"] = p.stop;
 
     auto c = control(std::move(sink));
-    auto r = json_request(s_, "POST", s_.url + "/v1/messages", b.dump());
+    auto r = json_request(s_, "POST", s_.url + "/v1/messages", dump_json(b));
     add_auth(r.headers);
     start_stream(c, std::move(r), std::make_shared<AnthropicDecoder>(c), context(model, request_bytes(req)));
     return Stream(c);
@@ -146,12 +152,15 @@ class AnthropicBackend : public HttpBackend {
 
   Result<std::vector<std::string>> list_models() override {
     return cached_models([this]() -> Result<std::vector<std::string>> {
-      auto r = json_request(s_, "GET", s_.url + "/v1/models", "");
+      auto r = fetch_request(s_, "GET", s_.url + "/v1/models");
       add_auth(r.headers);
       auto j = fetch_json(std::move(r));
       if (!j.ok()) return j.error();
+      Strict f;
+      const json* data = f.array(*j, "data");
+      if (!data) return malformed(s_.name, f.ok() ? "no model list" : f.problem());
       std::vector<std::string> ids;
-      for (const auto& m : (*j).value("data", json::array()))
+      for (const auto& m : *data)
         if (auto id = str_field(m, "id"); !id.empty()) ids.push_back(id);
       return ids;
     });

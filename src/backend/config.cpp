@@ -124,18 +124,7 @@ Result<BackendsConf> load_backends_conf(const std::string& path) {
   return parse_backends_conf(ss.str(), path);
 }
 
-Environment process_environment() {
-  return [](std::string_view name) -> std::optional<std::string> {
-    const char* v = std::getenv(std::string(name).c_str());
-    if (!v || !*v) return std::nullopt;
-    return std::string(v);
-  };
-}
-
-std::string backends_conf_path(const Environment& env) {
-  if (auto x = env("XDG_CONFIG_HOME")) return *x + "/ollie/backends.conf";
-  return env("HOME").value_or("") + "/.config/ollie/backends.conf";
-}
+std::string backends_conf_path(const Environment& env) { return p9::config_root(env) + "/backends.conf"; }
 
 std::string default_backend(const BackendsConf& conf, const Environment& env) {
   if (!conf.backend.empty()) return conf.backend;

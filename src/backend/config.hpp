@@ -10,7 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/limits.hpp"
 #include "backend/result.hpp"
+#include "lib9p/dirs.hpp"
 
 namespace ollie::backend {
 
@@ -40,13 +42,12 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file = 
 /// Reads `path`; a missing file is an empty configuration, an unreadable one an error.
 Result<BackendsConf> load_backends_conf(const std::string& path);
 
-/// Looks up an environment variable; nullopt when unset or empty.
-using Environment = std::function<std::optional<std::string>(std::string_view)>;
+/// Looks up an environment variable; nullopt when unset or empty (p9::process_env() is the
+/// process's).
+using Environment = p9::Env;
 
-/// The process environment.
-Environment process_environment();
-
-/// `$XDG_CONFIG_HOME/ollie/backends.conf` (default `~/.config/ollie/backends.conf`).
+/// `<config root>/backends.conf`: `$XDG_CONFIG_HOME/ollie/backends.conf` (default
+/// `~/.config/ollie/backends.conf`).
 std::string backends_conf_path(const Environment& env);
 
 /// Everything a backend needs, resolved. `key` is a secret: never log or print it.
@@ -61,6 +62,7 @@ struct BackendSettings {
   std::string token_url;  ///< copilot: the GitHub token-exchange endpoint
   std::chrono::milliseconds connect_timeout{30'000};
   std::chrono::milliseconds idle_timeout{300'000};
+  std::chrono::milliseconds fetch_timeout = limits::fetch_deadline;  ///< non-streamed answers
 };
 
 /// Resolves backend `name`: URL (section → OLLIE_<NAME>_URL → default), model (section →

@@ -21,19 +21,13 @@ class CopilotBackend : public OpenAiBackend {
       start_stream(c, std::move(req), std::move(d), std::move(ctx));
       return;
     }
-    auto body = std::make_shared<std::string>();
-    auto head = std::make_shared<HttpHead>();
-    TransferHandler h;
-    h.on_head = [head](const HttpHead& hd) { *head = hd; };
-    h.on_body = [body](std::string_view b) { if (body->size() < (1u << 20)) body->append(b); };
-    h.on_end = [this, c, req = std::move(req), d, ctx, body, head](const TransferEnd& end) mutable {
-      auto t = accept_token(HttpResponse{*head, std::move(*body), end});
+    c->start(exchange_request(), collect([this, c, req = std::move(req), d, ctx](HttpResponse r) mutable {
+      auto t = accept_token(r);
       if (!t.ok()) return c->fail(t.error());
       ctx.session_secret = *t;
       add_headers(req.headers, *t);
       start_stream(c, std::move(req), std::move(d), std::move(ctx));
-    };
-    c->start(exchange_request(), std::move(h));
+    }));
   }
 
   Result<std::vector<std::string>> auth_headers() override {
@@ -52,7 +46,7 @@ class CopilotBackend : public OpenAiBackend {
   using Clock = std::chrono::system_clock;
 
   HttpRequest exchange_request() const {
-    auto r = json_request(s_, "GET", s_.token_url, "");
+    auto r = fetch_request(s_, "GET", s_.token_url);
     r.headers.push_back("Authorization: token " + s_.key);
     return r;
   }
@@ -70,6 +64,8 @@ class CopilotBackend : public OpenAiBackend {
     return std::nullopt;
   }
 
+  // A token that is not a string is no token; an expiry of the wrong type or out of range
+  // (before 2001 or after 2286) is ignored: the token is then kept 10 minutes.
   Result<std::string> accept_token(const HttpResponse& r) {
     if (auto e = response_error(r, context(""))) return *e;
     auto j = parse_json(r.body);
@@ -77,10 +73,9 @@ class CopilotBackend : public OpenAiBackend {
     if (t.empty()) return Error{ErrorClass::client, "copilot: token exchange gave no token", static_cast<int>(r.head.status), {}};
     std::lock_guard lk(tok_mu_);
     token_ = t;
-    const auto exp = j.is_object() && j.contains("expires_at") && j["expires_at"].is_number_integer()
-                         ? j["expires_at"].get<std::int64_t>()
-                         : 0;
-    expires_ = exp ? Clock::time_point(std::chrono::seconds(exp)) : Clock::now() + std::chrono::minutes(10);
+    const auto exp = int_field(j, "expires_at").value_or(0);
+    const bool sane = exp > 1'000'000'000 && exp < 10'000'000'000;
+    expires_ = sane ? Clock::time_point(std::chrono::seconds(exp)) : Clock::now() + std::chrono::minutes(10);
     return t;
   }
 

@@ -5,8 +5,8 @@
 #include <cctype>
 #include <ctime>
 
-#include <nlohmann/json.hpp>
-
+#include "backend/json.hpp"
+#include "backend/limits.hpp"
 #include "backend/text.hpp"
 
 namespace ollie::backend {
@@ -32,36 +32,29 @@ bool has_marker(std::string_view text, const Markers& markers) {
 }
 
 // The provider's own message: error.message (openai, anthropic, gemini), error (ollama),
-// message (AWS), else the body itself, cut to a readable length.
+// message (AWS), else the body itself, cut to a readable length. Fields of another type are
+// passed over.
 std::string provider_message(std::string_view body) {
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object()) {
-    if (auto e = j.find("error"); e != j.end()) {
-      if (e->is_string()) return e->get<std::string>();
-      if (e->is_object() && e->contains("message") && (*e)["message"].is_string())
-        return (*e)["message"].get<std::string>();
-    }
-    for (const char* k : {"message", "Message"})
-      if (j.contains(k) && j[k].is_string()) return j[k].get<std::string>();
-  }
-  std::string s(trim(body));
-  if (s.size() > 500) s = s.substr(0, 500) + "...";
-  return s.empty() ? "empty response body" : s;
+  const auto j = parse_json(body);
+  std::string msg = str_field(j, "error");
+  if (auto e = obj_field(j, "error"); e && msg.empty()) msg = str_field(*e, "message");
+  for (const char* k : {"message", "Message"})
+    if (msg.empty()) msg = str_field(j, k);
+  if (!msg.empty()) return clip(msg, limits::error_text);
+  const auto s = trim(body);
+  return s.empty() ? "empty response body" : clip(s, limits::error_body_text);
 }
 
 // Gemini gives the delay in the body: details[].retryDelay = "7s".
 std::optional<int> body_retry_delay(std::string_view body) {
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("error") || !j["error"].is_object())
-    return std::nullopt;
-  const auto& e = j["error"];
-  if (!e.contains("details") || !e["details"].is_array()) return std::nullopt;
-  for (const auto& d : e["details"]) {
-    if (d.is_object() && d.contains("retryDelay") && d["retryDelay"].is_string()) {
-      auto v = d["retryDelay"].get<std::string>();
-      if (!v.empty() && v.back() == 's') v.pop_back();
-      if (auto n = parse_retry_after(v)) return n;
-    }
+  const auto j = parse_json(body);
+  const json* e = obj_field(j, "error");
+  const json* details = e ? arr_field(*e, "details") : nullptr;
+  if (!details) return std::nullopt;
+  for (const auto& d : *details) {
+    auto v = str_field(d, "retryDelay");
+    if (!v.empty() && v.back() == 's') v.pop_back();
+    if (auto n = parse_retry_after(v)) return n;
   }
   return std::nullopt;
 }

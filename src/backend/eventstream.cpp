@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "backend/text.hpp"
+
 namespace ollie::backend {
 
 namespace {
@@ -40,7 +42,11 @@ std::size_t EventStreamDecoder::next(std::string_view b, EventStreamMessage& m) 
     error_ = "event-stream prelude CRC mismatch";
     return 1;
   }
-  if (total < 16 || total > max_message || hlen > total - 16) {
+  if (total > max_message) {
+    error_ = "event-stream frame exceeds " + byte_size(max_message);
+    return 1;
+  }
+  if (total < 16 || hlen > total - 16) {
     error_ = "event-stream frame has an impossible length";
     return 1;
   }

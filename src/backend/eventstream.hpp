@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "backend/limits.hpp"
+
 namespace ollie::backend {
 
 /// One decoded message: its string headers (":event-type", ":message-type", ...) and payload.
@@ -22,7 +24,7 @@ std::uint32_t crc32(std::string_view bytes, std::uint32_t crc = 0);
 class EventStreamDecoder {
  public:
   /// The largest message accepted.
-  static constexpr std::size_t max_message = 16u << 20;
+  static constexpr std::size_t max_message = limits::event_data;
 
   /// Feeds bytes; calls `on_message` for each whole message. Returns false with error() set
   /// on a corrupt frame (bad length or CRC), after which the decoder stays failed.

@@ -9,11 +9,10 @@ namespace {
 
 class GeminiDecoder : public Decoder {
  public:
-  using Decoder::Decoder;
+  explicit GeminiDecoder(std::shared_ptr<StreamControl> c) : Decoder(std::move(c), "gemini") {}
 
   void feed(std::string_view bytes) override {
-    if (!sse_.feed(bytes, [this](std::string_view, std::string_view data) { on_data(data); }))
-      fail(Error{ErrorClass::client, "gemini: unparsable response: line too long", 200, {}});
+    if (!sse_.feed(bytes, [this](std::string_view, std::string_view data) { on_data(data); })) event_too_long();
   }
 
  private:
@@ -24,46 +23,66 @@ class GeminiDecoder : public Decoder {
       fail(Error{ErrorClass::client, "gemini: unparsable response", 200, {}});
       return;
     }
-    if (auto e = j.find("error"); e != j.end() && e->is_object()) {
+    if (auto e = obj_field(j, "error")) {  // its details of the wrong type are left out
       const auto msg = str_field(*e, "message");
-      const int code = e->value("code", 0);
-      ErrorClass cls = code == 429 ? ErrorClass::rate_limit
+      const auto code = int_field(*e, "code").value_or(0);
+      const int status = code > 0 && code < 1000 ? static_cast<int>(code) : 0;
+      ErrorClass cls = status == 429 ? ErrorClass::rate_limit
                        : has_overflow_marker(msg) ? ErrorClass::context_overflow
                                                   : ErrorClass::transient;
-      fail(Error{cls, "gemini: error in stream: " + msg, code, {}});
+      fail(Error{cls, "gemini: error in stream: " + msg, status, {}});
       return;
     }
-    if (auto u = j.find("usageMetadata"); u != j.end() && u->is_object()) {
+    if (auto u = obj_field(j, "usageMetadata")) {
       // Cumulative in every chunk. promptTokenCount includes the cached tokens; thoughts
-      // are counted apart from the candidates.
+      // are counted apart from the candidates. Counts of the wrong type are ignored.
       has_usage = true;
-      const auto cached = u->value("cachedContentTokenCount", std::int64_t{0});
-      usage.cached_input = cached;
-      usage.input = u->value("promptTokenCount", std::int64_t{0}) - cached;
-      usage.output = u->value("candidatesTokenCount", std::int64_t{0}) + u->value("thoughtsTokenCount", std::int64_t{0});
+      const auto count = [&](const char* k) { return int_field(*u, k).value_or(0); };
+      usage.cached_input = count("cachedContentTokenCount");
+      usage.input = count("promptTokenCount") - usage.cached_input;
+      usage.output = count("candidatesTokenCount") + count("thoughtsTokenCount");
     }
-    auto cands = j.find("candidates");
-    if (cands == j.end() || !cands->is_array() || cands->empty()) return;
-    const auto& cand = (*cands)[0];
-    if (cand.contains("content") && cand["content"].is_object())
-      for (const auto& part : cand["content"].value("parts", json::array())) {
-        if (part.contains("functionCall") && part["functionCall"].is_object()) {
-          const auto& fc = part["functionCall"];
-          std::string id = str_field(fc, "id");
-          if (id.empty()) id = "call_" + std::to_string(calls);
-          if (auto sig = str_field(part, "thoughtSignature"); !sig.empty())
-            reasoning_items.push_back(json{{"call_id", id}, {"thoughtSignature", sig}}.dump());
-          call(ToolCall{id, str_field(fc, "name"), fc.value("args", json::object()).dump()});
-        } else if (part.value("thought", false)) {
-          reasoning(str_field(part, "text"));
-        } else {
-          text(str_field(part, "text"));
+    // Candidates, their parts and the finish reason carry the answer: a wrong type is a
+    // malformed response.
+    Strict f;
+    const json* cand = nullptr;
+    if (auto cands = f.array(j, "candidates"); cands && !cands->empty()) cand = f.element((*cands)[0], "candidates[0]");
+    if (!cand) {
+      malformed(f);
+      return;
+    }
+    if (auto content = f.object(*cand, "content"))
+      if (auto parts = f.array(*content, "parts"))
+        for (const auto& item : *parts) {
+          const json* part = f.element(item, "a part");
+          if (!part || !read_part(*part, f)) break;
         }
-      }
-    if (auto f = str_field(cand, "finishReason"); !f.empty()) {
-      stop_raw = f;
+    if (malformed(f) || failure) return;
+    if (auto stop = f.str(*cand, "finishReason"); !stop.empty()) {
+      stop_raw = stop;
       done = true;  // gemini's stream has no end marker of its own
     }
+    malformed(f);
+  }
+
+  // False when the stream must stop.
+  bool read_part(const json& part, Strict& f) {
+    if (auto fc = f.object(part, "functionCall")) {
+      std::string id = f.str(*fc, "id");
+      if (id.empty()) id = "call_" + std::to_string(calls);
+      const auto name = f.str(*fc, "name");
+      const json* args = f.object(*fc, "args");
+      auto arguments = dump_json(args ? *args : empty_object());
+      if (!f.ok() || too_long(arguments.size(), "tool call '" + name.substr(0, 64) + "' arguments")) return false;
+      if (auto sig = f.str(part, "thoughtSignature"); !sig.empty())
+        reasoning_items.push_back(dump_json(json{{"call_id", id}, {"thoughtSignature", sig}}));
+      call(ToolCall{id, name, std::move(arguments)});
+    } else if (f.boolean(part, "thought").value_or(false)) {
+      reasoning(f.str(part, "text"));
+    } else {
+      text(f.str(part, "text"));
+    }
+    return f.ok();
   }
 
   SseParser sse_;
@@ -118,7 +137,7 @@ class GeminiBackend : public HttpBackend {
     if (!g.empty()) b["generationConfig"] = std::move(g);
 
     auto c = control(std::move(sink));
-    auto r = json_request(s_, "POST", s_.url + "/v1beta/models/" + model + ":streamGenerateContent?alt=sse", b.dump());
+    auto r = json_request(s_, "POST", s_.url + "/v1beta/models/" + model + ":streamGenerateContent?alt=sse", dump_json(b));
     r.headers.push_back("x-goog-api-key: " + s_.key);
     start_stream(c, std::move(r), std::make_shared<GeminiDecoder>(c), context(model, request_bytes(req)));
     return Stream(c);
@@ -126,18 +145,20 @@ class GeminiBackend : public HttpBackend {
 
   Result<std::vector<std::string>> list_models() override {
     return cached_models([this]() -> Result<std::vector<std::string>> {
-      auto r = json_request(s_, "GET", s_.url + "/v1beta/models", "");
+      auto r = fetch_request(s_, "GET", s_.url + "/v1beta/models");
       r.headers.push_back("x-goog-api-key: " + s_.key);
       auto j = fetch_json(std::move(r));
       if (!j.ok()) return j.error();
+      Strict f;
+      const json* models = f.array(*j, "models");
+      if (!models) return malformed(s_.name, f.ok() ? "no model list" : f.problem());
       std::vector<std::string> ids;
       std::lock_guard lk(mu_);
-      for (const auto& m : (*j).value("models", json::array())) {
+      for (const auto& m : *models) {
         auto id = str_field(m, "name");
         if (id.rfind("models/", 0) == 0) id.erase(0, 7);
         if (id.empty()) continue;
-        if (m.contains("inputTokenLimit") && m["inputTokenLimit"].is_number_integer())
-          ctx_cache_[id] = m["inputTokenLimit"].get<int>();
+        if (auto n = length_field(m, "inputTokenLimit")) ctx_cache_[id] = *n;
         ids.push_back(std::move(id));
       }
       return ids;

@@ -4,6 +4,7 @@
 #include <future>
 
 #include <curl/curl.h>
+#include <spdlog/spdlog.h>
 
 #include "backend/text.hpp"
 
@@ -20,7 +21,11 @@ struct HttpEngine::Transfer {
   HttpHead head;
   bool head_done = false;
   bool cancelled = false;
-  Clock::time_point last_activity = Clock::now();
+  bool too_large = false;
+  std::string handler_error;  // what a handler threw; the transfer is being aborted
+  std::size_t received = 0;
+  Clock::time_point started = Clock::now();
+  Clock::time_point last_activity = started;
   char errbuf[CURL_ERROR_SIZE] = {};
 
   ~Transfer() {
@@ -32,6 +37,21 @@ struct HttpEngine::Transfer {
     if (head_done) return;
     head_done = true;
     if (h.on_head && !cancelled) h.on_head(head);
+  }
+
+  // Runs handler code: whatever it throws stops here, never in libcurl or the engine loop.
+  template <class F>
+  bool guarded(F&& f) noexcept {
+    try {
+      f();
+      return true;
+    } catch (const std::exception& e) {
+      handler_error = e.what();
+    } catch (...) {
+      handler_error = "unknown exception";
+    }
+    if (handler_error.empty()) handler_error = "exception";
+    return false;
   }
 };
 
@@ -58,7 +78,7 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   }
   line = trim(line);
   if (line.empty()) {
-    if (t->head.status >= 200) t->deliver_head();
+    if (t->head.status >= 200 && !t->guarded([t] { t->deliver_head(); })) return 0;
     return len;
   }
   if (const auto colon = line.find(':'); colon != std::string_view::npos)
@@ -71,12 +91,31 @@ size_t on_write(char* data, size_t size, size_t n, void* user) {
   const size_t len = size * n;
   t->last_activity = Clock::now();
   if (t->cancelled) return 0;  // aborts the transfer
-  t->deliver_head();
-  if (t->h.on_body && !t->cancelled) t->h.on_body(std::string_view(data, len));
-  return len;
+  t->received += len;
+  if (t->req.max_body && t->received > t->req.max_body) {
+    t->too_large = true;
+    return 0;
+  }
+  const bool ok = t->guarded([&] {
+    t->deliver_head();
+    if (t->h.on_body && !t->cancelled) t->h.on_body(std::string_view(data, len));
+  });
+  return ok ? len : 0;
 }
 
 }  // namespace
+
+TransferHandler collect(std::function<void(HttpResponse)> done) {
+  auto out = std::make_shared<HttpResponse>();
+  return TransferHandler{
+      [out](const HttpHead& h) { out->head = h; },
+      [out](std::string_view b) { out->body.append(b); },
+      [out, done = std::move(done)](const TransferEnd& e) {
+        out->end = e;
+        done(std::move(*out));
+      },
+  };
+}
 
 std::string_view HttpHead::header(std::string_view lower_name) const {
   for (const auto& [k, v] : headers)
@@ -162,15 +201,11 @@ HttpResponse HttpEngine::fetch(HttpRequest req) {
   auto out = std::make_shared<HttpResponse>();
   auto done = std::make_shared<std::promise<void>>();
   auto fut = done->get_future();
-  start(std::move(req), TransferHandler{
-                            [out](const HttpHead& h) { out->head = h; },
-                            [out](std::string_view b) { out->body.append(b); },
-                            [out, done](const TransferEnd& e) {
-                              out->end = e;
-                              done->set_value();
-                            },
-                        });
-  fut.wait();
+  start(std::move(req), collect([out, done](HttpResponse r) {
+          *out = std::move(r);
+          done->set_value();
+        }));
+  fut.wait();  // also returns when the engine stops first: the response is then empty
   return std::move(*out);
 }
 
@@ -183,8 +218,11 @@ void HttpEngine::remove(TransferId id) {
 
 void HttpEngine::finish(Transfer& t, TransferEnd end) {
   if (t.cancelled) return;
-  if (end.kind == TransferEnd::Kind::complete) t.deliver_head();
-  if (t.h.on_end && !t.cancelled) t.h.on_end(end);
+  if (end.kind == TransferEnd::Kind::complete && !t.guarded([&] { t.deliver_head(); }))
+    end = TransferEnd{TransferEnd::Kind::handler, "response handler failed: " + t.handler_error};
+  if (!t.h.on_end || t.cancelled) return;
+  if (!t.guarded([&] { t.h.on_end(end); }))
+    spdlog::error("http: the end handler of {} failed: {}", t.req.url, t.handler_error);
 }
 
 void HttpEngine::run() {
@@ -207,7 +245,7 @@ void HttpEngine::run() {
     }
     if (stop) return;
     for (auto& t : adds) {
-      t->last_activity = Clock::now();
+      t->started = t->last_activity = Clock::now();
       curl_multi_add_handle(multi, t->easy);
       active_.emplace(t->id, std::move(t));
     }
@@ -226,7 +264,13 @@ void HttpEngine::run() {
       active_.erase(it);
       curl_multi_remove_handle(multi, t->easy);
       TransferEnd end;
-      if (rc == CURLE_OPERATION_TIMEDOUT && !t->head_done) {
+      if (!t->handler_error.empty()) {
+        end.kind = TransferEnd::Kind::handler;
+        end.message = "response handler failed: " + t->handler_error;
+      } else if (t->too_large) {
+        end.kind = TransferEnd::Kind::too_large;
+        end.message = "response body exceeds " + byte_size(t->req.max_body);
+      } else if (rc == CURLE_OPERATION_TIMEDOUT && !t->head_done) {
         end.kind = TransferEnd::Kind::connect_timeout;
         end.message = "connect timeout after " + std::to_string(t->req.connect_timeout.count()) + " ms";
       } else if (rc != CURLE_OK) {
@@ -238,21 +282,32 @@ void HttpEngine::run() {
 
     const auto now = Clock::now();
     auto wait = std::chrono::milliseconds(1000);
-    std::vector<TransferId> idle;
+    std::vector<std::pair<TransferId, TransferEnd>> expired;
     for (auto& [id, t] : active_) {
-      const auto deadline = t->last_activity + t->req.idle_timeout;
-      if (!t->cancelled && deadline <= now) idle.push_back(id);
-      else wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+      if (t->cancelled) continue;
+      const auto idle = t->last_activity + t->req.idle_timeout;
+      const bool has_deadline = t->req.deadline.count() > 0;
+      const auto deadline = t->started + t->req.deadline;
+      if (has_deadline && deadline <= now) {
+        expired.emplace_back(id, TransferEnd{TransferEnd::Kind::deadline,
+                                             "deadline: no complete response within " +
+                                                 std::to_string(t->req.deadline.count()) + " ms"});
+      } else if (idle <= now) {
+        expired.emplace_back(id, TransferEnd{TransferEnd::Kind::idle_timeout,
+                                             "idle timeout: no byte for " + std::to_string(t->req.idle_timeout.count()) + " ms"});
+      } else {
+        wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(idle - now));
+        if (has_deadline) wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+      }
     }
-    for (auto id : idle) {
+    for (auto& [id, end] : expired) {
       auto it = active_.find(id);
       std::unique_ptr<Transfer> t = std::move(it->second);
       active_.erase(it);
       curl_multi_remove_handle(multi, t->easy);
-      finish(*t, TransferEnd{TransferEnd::Kind::idle_timeout,
-                             "idle timeout: no byte for " + std::to_string(t->req.idle_timeout.count()) + " ms"});
+      finish(*t, std::move(end));
     }
-    if (!idle.empty()) continue;
+    if (!expired.empty()) continue;
     curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::max<long>(wait.count(), 0)), nullptr);
   }
 }

@@ -26,6 +26,8 @@ struct HttpRequest {
   std::string body;
   std::chrono::milliseconds connect_timeout{30'000};
   std::chrono::milliseconds idle_timeout{300'000};  ///< without a byte from the server
+  std::chrono::milliseconds deadline{0};  ///< the whole transfer, 0: none (non-streamed requests)
+  std::size_t max_body = 0;               ///< body bytes accepted, 0: any (non-streamed requests)
 };
 
 /// Status line and headers of a response (header names in lower case).
@@ -38,13 +40,23 @@ struct HttpHead {
 
 /// How a transfer ended.
 struct TransferEnd {
-  enum class Kind { complete, connect_timeout, idle_timeout, network };
+  enum class Kind {
+    complete,
+    connect_timeout,
+    idle_timeout,
+    deadline,   ///< HttpRequest::deadline passed before the last byte
+    too_large,  ///< the body grew past HttpRequest::max_body
+    handler,    ///< a handler threw; the transfer was aborted
+    network,
+  };
   Kind kind = Kind::complete;
-  std::string message;  ///< curl's description for network failures
+  std::string message;  ///< what went wrong ("" when complete)
 };
 
 /// Callbacks of one transfer, all on the engine thread. on_head runs once before any body;
-/// on_end runs exactly once unless the transfer is cancelled.
+/// on_end runs exactly once unless the transfer is cancelled. An exception thrown by one never
+/// reaches libcurl: it aborts the transfer, which ends with Kind::handler (an exception from
+/// on_end itself is logged).
 struct TransferHandler {
   std::function<void(const HttpHead&)> on_head;
   std::function<void(std::string_view)> on_body;
@@ -59,6 +71,9 @@ struct HttpResponse {
 };
 
 using TransferId = std::uint64_t;
+
+/// A handler that gathers the whole response and hands it to `done` at the end.
+TransferHandler collect(std::function<void(HttpResponse)> done);
 
 class HttpEngine {
  public:

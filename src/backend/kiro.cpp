@@ -16,7 +16,7 @@ constexpr int kiro_context = 128000;
 
 class KiroDecoder : public Decoder {
  public:
-  using Decoder::Decoder;
+  explicit KiroDecoder(std::shared_ptr<StreamControl> c) : Decoder(std::move(c), "kiro") {}
 
   void feed(std::string_view bytes) override {
     if (!es_.feed(bytes, [this](const EventStreamMessage& m) { on_message(m); }))
@@ -68,24 +68,28 @@ class KiroDecoder : public Decoder {
       fail(Error{ErrorClass::client, "kiro: unparsable event payload", 200, {}});
       return;
     }
+    // Text, reasoning and tool-use fields carry the answer: a wrong type is a malformed
+    // response. A usage percentage of the wrong type is ignored.
+    Strict f;
     const auto ev = header(":event-type");
     if (ev == "assistantResponseEvent") {
-      text(str_field(j, "content"));
+      text(f.str(j, "content"));
     } else if (ev == "reasoningContentEvent") {
-      reasoning(str_field(j, "text"));
+      reasoning(f.str(j, "text"));
     } else if (ev == "toolUseEvent") {
-      const auto id = str_field(j, "toolUseId");
+      const auto id = f.str(j, "toolUseId");
       auto& p = pending_[id];
-      if (auto n = str_field(j, "name"); !n.empty()) p.name = n;
-      if (j.contains("input")) p.input += j["input"].is_string() ? j["input"].get<std::string>() : j["input"].dump();
-      if (j.value("stop", false)) {
+      if (auto n = f.str(j, "name"); !n.empty()) p.name = n;
+      if (const json* in = f.any(j, "input")) p.input += in->is_string() ? in->get<std::string>() : dump_json(*in);
+      if (malformed(f) || too_long(p.input.size(), "tool call '" + p.name.substr(0, 64) + "' arguments")) return;
+      if (f.boolean(j, "stop").value_or(false)) {
         call(ToolCall{id, p.name, p.input.empty() ? "{}" : p.input});
         pending_.erase(id);
       }
     } else if (ev == "contextUsageEvent") {
-      if (j.contains("contextUsagePercentage") && j["contextUsagePercentage"].is_number())
-        context_pct_ = j["contextUsagePercentage"].get<double>();
+      if (auto pct = num_field(j, "contextUsagePercentage")) context_pct_ = std::clamp(*pct, 0.0, 100.0);
     }
+    malformed(f);
   }
 
   EventStreamDecoder es_;
@@ -102,7 +106,7 @@ class KiroBackend : public HttpBackend {
     if (!token.ok()) return token.error();
     const auto model = pick_model(req);
     auto c = control(std::move(sink));
-    auto r = json_request(s_, "POST", s_.url + "/generateAssistantResponse", body(req, model).dump());
+    auto r = json_request(s_, "POST", s_.url + "/generateAssistantResponse", dump_json(body(req, model)));
     r.headers.push_back("Authorization: Bearer " + *token);
     auto ctx = context(model, request_bytes(req));
     ctx.secret = *token;

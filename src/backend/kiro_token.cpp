@@ -32,10 +32,9 @@ std::optional<std::string> read_kiro_token_db(const std::string& path) {
 }
 
 std::optional<std::string> find_kiro_token_db(const Environment& env) {
-  std::vector<std::string> roots;
-  if (auto x = env("XDG_DATA_HOME")) roots.push_back(*x);
-  if (auto h = env("HOME")) roots.push_back(*h + "/.local/share");
-  for (const auto& r : roots)
+  // The Kiro CLI keeps its database under the data home, and some versions always under
+  // ~/.local/share whatever XDG_DATA_HOME says.
+  for (const auto& r : {p9::data_home(env), p9::home_dir(env) + "/.local/share"})
     for (const char* app : {"kiro-cli", "amazon-q"}) {
       const std::string p = r + "/" + app + "/data.sqlite3";
       std::error_code ec;

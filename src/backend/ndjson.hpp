@@ -6,12 +6,14 @@
 #include <string>
 #include <string_view>
 
+#include "backend/limits.hpp"
+
 namespace ollie::backend {
 
 class NdjsonParser {
  public:
   /// The longest line accepted.
-  static constexpr std::size_t max_line = 32u << 20;
+  static constexpr std::size_t max_line = limits::event_data;
 
   /// Feeds bytes; calls `on_line(line)` for each complete non-blank line (without its
   /// newline or a trailing CR). Returns false when a line exceeds max_line.
@@ -39,6 +41,7 @@ bool NdjsonParser::feed(std::string_view in, F&& on_line) {
     if (partial_.empty()) {
       l = in.substr(0, nl);
     } else {
+      if (partial_.size() + nl > max_line) return false;
       partial_.append(in.substr(0, nl));
       l = partial_;
     }

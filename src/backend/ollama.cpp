@@ -11,11 +11,10 @@ constexpr int num_ctx_cap = 32768;
 
 class OllamaDecoder : public Decoder {
  public:
-  using Decoder::Decoder;
+  explicit OllamaDecoder(std::shared_ptr<StreamControl> c) : Decoder(std::move(c), "ollama") {}
 
   void feed(std::string_view bytes) override {
-    if (!nd_.feed(bytes, [this](std::string_view l) { on_line(l); }))
-      fail(Error{ErrorClass::client, "ollama: unparsable response: line too long", 200, {}});
+    if (!nd_.feed(bytes, [this](std::string_view l) { on_line(l); })) event_too_long();
   }
 
   void end(bool clean) override {
@@ -37,26 +36,46 @@ class OllamaDecoder : public Decoder {
       fail(Error{cls, "ollama: " + e, 0, {}});
       return;
     }
-    if (auto m = j.find("message"); m != j.end() && m->is_object()) {
-      reasoning(str_field(*m, "thinking"));
-      text(str_field(*m, "content"));
-      if (auto tc = m->find("tool_calls"); tc != m->end() && tc->is_array())
-        for (const auto& t : *tc) {
-          const auto& f = t.value("function", json::object());
-          const auto args = f.contains("arguments") ? f["arguments"] : json::object();
-          call(ToolCall{str_field(t, "id"), str_field(f, "name"),
-                        args.is_string() ? args.get<std::string>() : args.dump()});
-        }
+    // The message, its calls and the done marker carry the answer: a wrong type is a
+    // malformed response. Counts of the wrong type are ignored.
+    Strict f;
+    if (auto m = f.object(j, "message")) {
+      reasoning(f.str(*m, "thinking"));
+      text(f.str(*m, "content"));
+      if (auto tc = f.array(*m, "tool_calls"))
+        for (const auto& item : *tc)
+          if (!read_call(item, f)) break;
     }
-    if (j.value("done", false)) {
+    if (malformed(f) || failure) return;
+    if (f.boolean(j, "done").value_or(false)) {
       done = true;
-      stop_raw = str_field(j, "done_reason");
-      if (j.contains("prompt_eval_count") || j.contains("eval_count")) {
+      stop_raw = f.str(j, "done_reason");
+      const auto in = int_field(j, "prompt_eval_count"), out = int_field(j, "eval_count");
+      if (in || out) {
         has_usage = true;
-        usage.input = j.value("prompt_eval_count", std::int64_t{0});
-        usage.output = j.value("eval_count", std::int64_t{0});
+        usage.input = in.value_or(0);
+        usage.output = out.value_or(0);
       }
     }
+    malformed(f);
+  }
+
+  // Ollama sends each call whole; its arguments are an object (or, from some servers, text).
+  bool read_call(const json& item, Strict& f) {
+    const json* t = f.element(item, "a tool call");
+    if (!t) return false;
+    const json* fn = f.object(*t, "function");
+    if (!fn) fn = &empty_object();
+    const auto name = f.str(*fn, "name");
+    std::string args = "{}";
+    if (const json* a = f.any(*fn, "arguments")) {
+      if (a->is_string()) args = a->get<std::string>();
+      else if (a->is_object()) args = dump_json(*a);
+      else f.problem("\"arguments\" is " + std::string(type_phrase(*a)) + ", not an object");
+    }
+    if (!f.ok() || too_long(args.size(), "tool call '" + name.substr(0, 64) + "' arguments")) return false;
+    call(ToolCall{f.str(*t, "id"), name, std::move(args)});
+    return true;
   }
 
   NdjsonParser nd_;
@@ -75,27 +94,23 @@ class OllamaBackend : public HttpBackend {
       return Stream(c);
     }
     // The model's length comes from /api/show first, asynchronously, then the chat.
-    auto show = json_request(s_, "POST", s_.url + "/api/show", json{{"model", model}}.dump());
-    auto body = std::make_shared<std::string>();
-    auto head = std::make_shared<HttpHead>();
-    TransferHandler h;
-    h.on_head = [head](const HttpHead& hd) { *head = hd; };
-    h.on_body = [body](std::string_view b) { body->append(b); };
-    h.on_end = [this, c, req, model, ctx, body, head](const TransferEnd& end) {
-      HttpResponse r{*head, std::move(*body), end};
+    auto show = fetch_request(s_, "POST", s_.url + "/api/show", dump_json(json{{"model", model}}));
+    c->start(std::move(show), collect([this, c, req, model, ctx](HttpResponse r) {
       if (auto e = response_error(r, ctx)) return c->fail(*e);
       send_chat(c, req, model, remember(model, show_length(parse_json(r.body))), ctx);
-    };
-    c->start(std::move(show), std::move(h));
+    }));
     return Stream(c);
   }
 
   Result<std::vector<std::string>> list_models() override {
     return cached_models([this]() -> Result<std::vector<std::string>> {
-      auto j = fetch_json(json_request(s_, "GET", s_.url + "/api/tags", ""));
+      auto j = fetch_json(fetch_request(s_, "GET", s_.url + "/api/tags"));
       if (!j.ok()) return j.error();
+      Strict f;
+      const json* models = f.array(*j, "models");
+      if (!models) return malformed(s_.name, f.ok() ? "no model list" : f.problem());
       std::vector<std::string> names;
-      for (const auto& m : (*j).value("models", json::array()))
+      for (const auto& m : *models)
         if (auto n = str_field(m, "name"); !n.empty()) names.push_back(n);
       return names;
     });
@@ -104,7 +119,7 @@ class OllamaBackend : public HttpBackend {
   /// The num_ctx sent: min(/api/show, [ollama] num_ctx, 32768), spec §8.16.
   Result<int> context_length(std::string_view model) override {
     if (auto n = cached_num_ctx(model)) return *n;
-    auto j = fetch_json(json_request(s_, "POST", s_.url + "/api/show", json{{"model", model}}.dump()),
+    auto j = fetch_json(fetch_request(s_, "POST", s_.url + "/api/show", dump_json(json{{"model", model}})),
                         std::string(model));
     if (!j.ok()) return j.error();
     return remember(std::string(model), show_length(*j));
@@ -125,11 +140,14 @@ class OllamaBackend : public HttpBackend {
     return n;
   }
 
-  // model_info holds "<architecture>.context_length".
+  // model_info holds "<architecture>.context_length"; a length of the wrong type is ignored
+  // (the cap is used).
   static std::optional<int> show_length(const json& j) {
-    if (!j.is_object() || !j.contains("model_info") || !j["model_info"].is_object()) return std::nullopt;
-    for (const auto& [k, v] : j["model_info"].items())
-      if (k.size() > 15 && k.ends_with(".context_length") && v.is_number_integer()) return v.get<int>();
+    const json* info = obj_field(j, "model_info");
+    if (!info) return std::nullopt;
+    for (const auto& [k, v] : info->items())
+      if (k.size() > 15 && k.ends_with(".context_length"))
+        if (auto n = as_length(v)) return n;
     return std::nullopt;
   }
 
@@ -166,7 +184,7 @@ class OllamaBackend : public HttpBackend {
     if (!req.tools.empty()) b["tools"] = function_tools(req.tools);
     if (p.reasoning > 0 || !p.reasoning_effort.empty() || p.include_reasoning.value_or(false)) b["think"] = true;
     if (p.response_format == "json") b["format"] = "json";
-    start_stream(c, json_request(s_, "POST", s_.url + "/api/chat", b.dump()), std::make_shared<OllamaDecoder>(c),
+    start_stream(c, json_request(s_, "POST", s_.url + "/api/chat", dump_json(b)), std::make_shared<OllamaDecoder>(c),
                  std::move(ctx));
   }
 };

@@ -10,12 +10,10 @@ namespace {
 
 class OpenAiDecoder : public Decoder {
  public:
-  OpenAiDecoder(std::shared_ptr<StreamControl> c, std::string backend)
-      : Decoder(std::move(c)), backend_(std::move(backend)) {}
+  using Decoder::Decoder;
 
   void feed(std::string_view bytes) override {
-    if (!sse_.feed(bytes, [this](std::string_view, std::string_view data) { on_data(data); }))
-      fail(Error{ErrorClass::client, backend_ + ": unparsable response: line too long", 200, {}});
+    if (!sse_.feed(bytes, [this](std::string_view, std::string_view data) { on_data(data); })) event_too_long();
   }
 
   void end(bool) override { flush_calls(); }
@@ -41,59 +39,69 @@ class OpenAiDecoder : public Decoder {
       stream_error(*e);
       return;
     }
-    if (auto u = j.find("usage"); u != j.end() && u->is_object()) read_usage(*u);
-    auto ch = j.find("choices");
-    if (ch == j.end() || !ch->is_array() || ch->empty()) return;
-    const auto& choice = (*ch)[0];
-    if (auto d = choice.find("delta"); d != choice.end() && d->is_object()) read_delta(*d);
-    else if (auto m = choice.find("message"); m != choice.end() && m->is_object()) read_delta(*m);
-    if (auto f = choice.find("finish_reason"); f != choice.end() && f->is_string()) {
-      stop_raw = f->get<std::string>();
+    if (auto u = obj_field(j, "usage")) read_usage(*u);
+    Strict f;
+    const json* choice = nullptr;
+    if (auto ch = f.array(j, "choices"); ch && !ch->empty()) choice = f.element((*ch)[0], "choices[0]");
+    if (choice) {
+      if (auto d = f.object(*choice, "delta")) read_delta(*d, f);
+      else if (auto m = f.object(*choice, "message")) read_delta(*m, f);
+    }
+    if (malformed(f) || failure) return;
+    if (auto stop = choice ? f.str(*choice, "finish_reason") : ""; !stop.empty()) {
+      stop_raw = stop;
       done = true;  // some compatible servers never send [DONE]
       flush_calls();
     }
+    malformed(f);
   }
 
-  void read_delta(const json& d) {
-    for (const char* k : {"reasoning_content", "reasoning"}) reasoning(str_field(d, k));
-    text(str_field(d, "content"));
-    if (auto tc = d.find("tool_calls"); tc != d.end() && tc->is_array()) {
+  // Everything of a delta carries the answer: a wrong type is a malformed response.
+  void read_delta(const json& d, Strict& f) {
+    for (const char* k : {"reasoning_content", "reasoning"}) reasoning(f.str(d, k));
+    text(f.str(d, "content"));
+    if (auto tc = f.array(d, "tool_calls"))
       for (const auto& t : *tc) {
-        const int idx = t.value("index", 0);
-        auto& p = pending_[idx];
-        if (auto id = str_field(t, "id"); !id.empty()) p.id = id;
-        if (auto f = t.find("function"); f != t.end() && f->is_object()) {
-          p.name += str_field(*f, "name");
-          p.args += str_field(*f, "arguments");
-        }
+        const json* e = f.element(t, "a tool call");
+        if (!e) return;
+        auto& p = pending_[f.integer(*e, "index").value_or(0)];
+        if (auto id = f.str(*e, "id"); !id.empty()) p.id = id;
+        if (auto fn = f.object(*e, "function")) append(p, f.str(*fn, "name"), f.str(*fn, "arguments"));
       }
-    }
-    if (auto fc = d.find("function_call"); fc != d.end() && fc->is_object()) {
+    if (auto fc = f.object(d, "function_call")) {
       auto& p = pending_[-1];  // legacy: one call per response
       if (p.id.empty()) p.id = "function_call";
-      p.name += str_field(*fc, "name");
-      p.args += str_field(*fc, "arguments");
+      append(p, f.str(*fc, "name"), f.str(*fc, "arguments"));
     }
   }
 
-  void read_usage(const json& u) {
-    has_usage = true;
-    const auto cached = u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()
-                            ? u["prompt_tokens_details"].value("cached_tokens", std::int64_t{0})
-                            : 0;
-    usage.cached_input = cached;
-    usage.input = u.value("prompt_tokens", std::int64_t{0}) - cached;
-    usage.output = u.value("completion_tokens", std::int64_t{0});
-    if (auto c = u.find("cost"); c != u.end() && c->is_number()) usage.cost = c->get<double>();
+  void append(Pending& p, std::string_view name, std::string_view args) {
+    p.name += name;
+    p.args += args;
+    too_long(p.name.size() + p.args.size(), "tool call '" + p.name.substr(0, 64) + "' arguments");
   }
 
+  // Usage counts of the wrong type are ignored (counted as 0): they cost nothing else.
+  void read_usage(const json& u) {
+    has_usage = true;
+    const json* details = obj_field(u, "prompt_tokens_details");
+    const auto cached = details ? int_field(*details, "cached_tokens").value_or(0) : 0;
+    usage.cached_input = cached;
+    usage.input = int_field(u, "prompt_tokens").value_or(0) - cached;
+    usage.output = int_field(u, "completion_tokens").value_or(0);
+    if (auto c = num_field(u, "cost")) usage.cost = *c;
+  }
+
+  // Already a failure: whatever of its details has the wrong type is left out.
   void stream_error(const json& e) {
-    const std::string msg = e.is_object() ? str_field(e, "message") : e.dump();
-    const int code = e.is_object() && e.contains("code") && e["code"].is_number() ? e["code"].get<int>() : 0;
+    const std::string whole = dump_json(e);
+    const std::string msg = e.is_object() ? str_field(e, "message") : whole;
+    const auto code = int_field(e, "code").value_or(0);
+    const int status = code > 0 && code < 1000 ? static_cast<int>(code) : 0;
     ErrorClass cls = ErrorClass::transient;
-    if (code == 429) cls = ErrorClass::rate_limit;
-    else if (has_overflow_marker(e.dump())) cls = ErrorClass::context_overflow;
-    fail(Error{cls, backend_ + ": error in stream: " + msg, code, {}});
+    if (status == 429) cls = ErrorClass::rate_limit;
+    else if (has_overflow_marker(whole)) cls = ErrorClass::context_overflow;
+    fail(Error{cls, backend_ + ": error in stream: " + msg, status, {}});
   }
 
   void flush_calls() {
@@ -101,9 +109,8 @@ class OpenAiDecoder : public Decoder {
     pending_.clear();
   }
 
-  std::string backend_;
   SseParser sse_;
-  std::map<int, Pending> pending_;
+  std::map<std::int64_t, Pending> pending_;
 };
 
 }  // namespace
@@ -127,7 +134,7 @@ json OpenAiBackend::body(const ChatRequest& req, const std::string& model) const
       json calls = json::array();
       for (const auto& c : m.tool_calls)
         calls.push_back({{"id", c.id}, {"type", "function"},
-                         {"function", {{"name", c.name}, {"arguments", arguments_object(c.arguments).dump()}}}});
+                         {"function", {{"name", c.name}, {"arguments", dump_json(arguments_object(c.arguments))}}}});
       o["tool_calls"] = std::move(calls);
     } else {
       o["content"] = m.content;
@@ -168,7 +175,7 @@ json OpenAiBackend::body(const ChatRequest& req, const std::string& model) const
 Result<Stream> OpenAiBackend::stream(const ChatRequest& req, EventSink sink) {
   const auto model = pick_model(req);
   auto c = control(std::move(sink));
-  auto r = json_request(s_, "POST", s_.url + "/chat/completions", body(req, model).dump());
+  auto r = json_request(s_, "POST", s_.url + "/chat/completions", dump_json(body(req, model)));
   for (const auto& h : s_.headers) r.headers.push_back(h);
   send(c, std::move(r), make_openai_decoder(c, s_.name), context(model, request_bytes(req)));
   return Stream(c);
@@ -189,24 +196,25 @@ Result<std::vector<std::string>> OpenAiBackend::auth_headers() {
 Result<std::vector<std::string>> OpenAiBackend::load_models() {
   auto auth = auth_headers();
   if (!auth.ok()) return auth.error();
-  auto r = json_request(s_, "GET", s_.url + "/models", "");
+  auto r = fetch_request(s_, "GET", s_.url + "/models");
   for (auto& h : *auth) r.headers.push_back(std::move(h));
   auto j = fetch_json(std::move(r));
   if (!j.ok()) return j.error();
+  // The list must be one; an entry without a string id, or a length of the wrong type, is
+  // skipped (the model is then unlisted, or gets the default length).
+  Strict f;
+  const json* data = j->is_array() ? &*j : f.array(*j, "data");
+  if (!data) return malformed(s_.name, f.ok() ? "no model list" : f.problem());
   std::vector<std::string> ids;
-  const auto& data = (*j).contains("data") ? (*j)["data"] : *j;
-  if (!data.is_array()) return Error{ErrorClass::client, s_.name + ": unparsable model list", 200, {}};
   std::lock_guard lk(mu_);
-  for (const auto& m : data) {
+  for (const auto& m : *data) {
     auto id = str_field(m, "id");
     if (id.empty()) continue;
     for (const char* k : {"context_length", "max_model_len", "context_window"})
-      if (m.contains(k) && m[k].is_number_integer()) ctx_cache_[id] = m[k].get<int>();
-    if (m.contains("capabilities") && m["capabilities"].is_object()) {  // copilot
-      const auto& lim = m["capabilities"].value("limits", json::object());
-      if (lim.contains("max_context_window_tokens") && lim["max_context_window_tokens"].is_number_integer())
-        ctx_cache_[id] = lim["max_context_window_tokens"].get<int>();
-    }
+      if (auto n = length_field(m, k)) ctx_cache_[id] = *n;
+    if (auto caps = obj_field(m, "capabilities"))  // copilot
+      if (auto lim = obj_field(*caps, "limits"))
+        if (auto n = length_field(*lim, "max_context_window_tokens")) ctx_cache_[id] = *n;
     ids.push_back(std::move(id));
   }
   return ids;

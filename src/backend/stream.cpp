@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backend/limits.hpp"
+#include "backend/text.hpp"
+
 namespace ollie::backend {
 
 Stream& Stream::operator=(Stream&& o) noexcept {
@@ -81,8 +84,26 @@ void Decoder::call(ToolCall tc) {
   c_->emit(std::move(ev));
 }
 
+bool Decoder::malformed(const Strict& f) {
+  if (f.ok()) return false;
+  fail(ollie::backend::malformed(backend_, f.problem()));
+  return true;
+}
+
+bool Decoder::too_long(std::size_t size, std::string_view what) {
+  if (size <= limits::tool_call) return false;
+  fail(Error{ErrorClass::client, backend_ + ": " + std::string(what) + " exceed " + byte_size(limits::tool_call), 200, {}});
+  return true;
+}
+
+void Decoder::event_too_long() {
+  fail(Error{ErrorClass::client, backend_ + ": response event exceeds " + byte_size(limits::event_data), 200, {}});
+}
+
 Error transport_error(std::string_view backend, const TransferEnd& end) {
-  return Error{ErrorClass::transient, std::string(backend) + ": " + end.message, 0, {}};
+  // An answer too large to hold, or one our handler could not take, is no network accident.
+  const bool answer = end.kind == TransferEnd::Kind::too_large || end.kind == TransferEnd::Kind::handler;
+  return Error{answer ? ErrorClass::client : ErrorClass::transient, std::string(backend) + ": " + end.message, 0, {}};
 }
 
 namespace {
@@ -91,17 +112,30 @@ std::string redact_all(std::string text, const StreamContext& ctx) {
   return redact(redact(std::move(text), ctx.secret), ctx.session_secret);
 }
 
+// A message as it leaves the library: no secret (redacted before the cut, so no piece of
+// one survives it), valid UTF-8, at most limits::error_text bytes.
+std::string outward(std::string text, const StreamContext& ctx) {
+  return clip(redact_all(std::move(text), ctx), limits::error_text);
+}
+
 }  // namespace
 
 std::optional<Error> response_error(const HttpResponse& r, const StreamContext& ctx) {
-  if (r.end.kind != TransferEnd::Kind::complete) return transport_error(ctx.backend, r.end);
+  if (r.end.kind != TransferEnd::Kind::complete) {
+    auto e = transport_error(ctx.backend, r.end);
+    e.message = outward(std::move(e.message), ctx);
+    return e;
+  }
   if (r.head.status >= 200 && r.head.status < 300) return std::nullopt;
   const std::string body = redact_all(r.body, ctx);
   spdlog::debug("{}: HTTP {}: {}", ctx.backend, r.head.status, body.substr(0, 2000));
-  if (ctx.classify)
-    if (auto e = ctx.classify(static_cast<int>(r.head.status), body)) return e;
-  return classify_http(HttpFailure{ctx.backend, ctx.key_var, ctx.model, static_cast<int>(r.head.status),
-                                   body, r.head.header("retry-after"), ctx.secret});
+  std::optional<Error> e;
+  if (ctx.classify) e = ctx.classify(static_cast<int>(r.head.status), body);
+  if (!e)
+    e = classify_http(HttpFailure{ctx.backend, ctx.key_var, ctx.model, static_cast<int>(r.head.status),
+                                  body, r.head.header("retry-after"), ctx.secret});
+  e->message = outward(std::move(e->message), ctx);
+  return e;
 }
 
 namespace {
@@ -116,14 +150,12 @@ struct Run {
   bool stopped = false;  // the decoder failed; ignore the rest
 };
 
-constexpr std::size_t max_error_body = 1u << 20;
-
 void finish(Run& r, const TransferEnd& end) {
   if (r.stopped) return;
   auto& d = *r.dec;
-  if (r.status == 0 || end.kind == TransferEnd::Kind::connect_timeout ||
-      end.kind == TransferEnd::Kind::idle_timeout) {
+  if (r.status == 0 || (end.kind != TransferEnd::Kind::complete && end.kind != TransferEnd::Kind::network)) {
     auto e = transport_error(r.ctx.backend, end);
+    e.message = outward(std::move(e.message), r.ctx);
     spdlog::warn("{}", e.message);
     r.c->fail(std::move(e));
     return;
@@ -140,7 +172,7 @@ void finish(Run& r, const TransferEnd& end) {
   }
   d.end(end.kind == TransferEnd::Kind::complete);
   if (d.failure) {
-    d.failure->message = redact_all(d.failure->message, r.ctx);
+    d.failure->message = outward(d.failure->message, r.ctx);
     spdlog::warn("{} ({})", d.failure->message, class_name(d.failure->cls));
     r.c->fail(*d.failure);
     return;
@@ -185,14 +217,16 @@ bool start_stream(const std::shared_ptr<StreamControl>& c, HttpRequest req,
   h.on_body = [run](std::string_view b) {
     if (run->stopped) return;
     if (run->status < 200 || run->status >= 300) {
-      if (run->error_body.size() < max_error_body) run->error_body.append(b.substr(0, max_error_body));
+      // Enough of an error body to classify it; the rest is not kept.
+      if (run->error_body.size() < limits::response_body)
+        run->error_body.append(b.substr(0, limits::response_body - run->error_body.size()));
       return;
     }
     run->dec->feed(b);
     if (run->dec->failure) {
       // A provider error inside the stream ends it now; the transfer is no longer wanted.
       run->stopped = true;
-      run->dec->failure->message = redact_all(run->dec->failure->message, run->ctx);
+      run->dec->failure->message = outward(run->dec->failure->message, run->ctx);
       spdlog::warn("{} ({})", run->dec->failure->message, class_name(run->dec->failure->cls));
       run->c->fail(*run->dec->failure);
       run->c->cancel();

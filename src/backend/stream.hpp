@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "backend/json.hpp"
 
 namespace ollie::backend {
 
@@ -39,7 +40,7 @@ class StreamControl {
 /// What a provider decoder produces besides the deltas it emits.
 class Decoder {
  public:
-  explicit Decoder(std::shared_ptr<StreamControl> c) : c_(std::move(c)) {}
+  Decoder(std::shared_ptr<StreamControl> c, std::string backend) : c_(std::move(c)), backend_(std::move(backend)) {}
   virtual ~Decoder() = default;
   /// Bytes of a 2xx body.
   virtual void feed(std::string_view bytes) = 0;
@@ -60,7 +61,15 @@ class Decoder {
   void reasoning(std::string_view s);
   void call(ToolCall tc);
   void fail(Error e) { if (!failure) failure = std::move(e); }
+  /// Fails the stream as malformed when a Strict read found a problem; true when it did.
+  bool malformed(const Strict& f);
+  /// Fails the stream when `size` bytes of `what` (e.g. "tool call 'read' arguments") pass
+  /// limits::tool_call; true when they do.
+  bool too_long(std::size_t size, std::string_view what);
+  /// Fails the stream because one event passed limits::event_data.
+  void event_too_long();
   std::shared_ptr<StreamControl> c_;
+  std::string backend_;
 };
 
 /// What classification of a failed request needs to know.

@@ -1,5 +1,6 @@
 #include "backend/wire.hpp"
 
+#include "backend/limits.hpp"
 #include "backend/text.hpp"
 
 namespace ollie::backend {
@@ -7,12 +8,6 @@ namespace ollie::backend {
 json arguments_object(const std::string& args) {
   auto j = parse_json(args.empty() ? "{}" : args);
   return j.is_object() ? j : json::object();
-}
-
-std::string str_field(const json& j, const char* key) {
-  if (!j.is_object()) return {};
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 HttpRequest json_request(const BackendSettings& s, std::string method, std::string url,
@@ -26,6 +21,13 @@ HttpRequest json_request(const BackendSettings& s, std::string method, std::stri
   r.headers.push_back("Content-Type: application/json");
   r.headers.push_back("Accept: application/json, text/event-stream");
   r.headers.push_back("User-Agent: ollie/0.1");
+  return r;
+}
+
+HttpRequest fetch_request(const BackendSettings& s, std::string method, std::string url, std::string body) {
+  auto r = json_request(s, std::move(method), std::move(url), std::move(body));
+  r.deadline = s.fetch_timeout;
+  r.max_body = limits::response_body;
   return r;
 }
 

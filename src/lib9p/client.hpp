@@ -1,12 +1,10 @@
 #pragma once
-/// A 9P2000 client (like plan9port's lib9pclient): dial, version, auth, attach, and fids to
-/// walk, open, read, write, stat, create, remove and clunk. Safe to use from several threads:
-/// requests from different threads are multiplexed over the one connection by tag.
+/// The blocking 9P2000 client (like plan9port's lib9pclient), for ollie-9p, tools and tests:
+/// dial, version, auth, attach, and fids to walk, open, read, write, stat, create, remove and
+/// clunk. Safe to use from several threads: their requests are multiplexed over the one
+/// connection by tag. Its protocol state is the Mux and Walk it shares with the AsyncClient;
+/// this layer is POSIX sockets, a reader thread and a wait for each reply. No Asio.
 
-#include <atomic>
-#include <condition_variable>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "fcall.hpp"
+#include "mux.hpp"
 #include "result.hpp"
 
 namespace p9 {
@@ -35,9 +34,9 @@ class Client : public std::enable_shared_from_this<Client> {
   /// Sends t (its tag is chosen here) and waits for the reply. An Rerror becomes an error.
   Result<Fcall> rpc(Fcall t);
   /// Sends t and calls done with the reply from the reader thread; returns the tag used.
-  std::uint16_t start(Fcall t, std::function<void(Result<Fcall>)> done);
-  /// Flushes a pending request (flush(5)); its callback then gets `interrupted` if the server
-  /// dropped its reply.
+  std::uint16_t start(Fcall t, Mux::Done done);
+  /// Flushes a pending request (flush(5)) and waits for the Rflush; its callback then has had
+  /// its reply, or gets `interrupted` if the server dropped it.
   void flush(std::uint16_t tag);
 
   /// Tauth; an error (e.g. `authentication not required`) when the server does not authenticate.
@@ -45,31 +44,18 @@ class Client : public std::enable_shared_from_this<Client> {
   /// Tattach; afid null for NOFID.
   Result<CFid> attach(const std::string& uname, const std::string& aname = "", const CFid* afid = nullptr);
 
-  std::uint32_t msize() const { return msize_; }
-  /// Largest payload of one Tread/Twrite.
-  std::uint32_t iounit() const { return msize_ - IOHDRSZ; }
-  std::uint32_t new_fid();
-  void release_fid(std::uint32_t fid);
   /// Hangs up: pending requests fail with `connection closed`.
   void close();
 
  private:
+  friend class CFid;
   explicit Client(int fd);
-  Status version(std::uint32_t msize);
   void reader();
-  void fail_all(const std::string& why);
-  Status send(const Fcall& t);
+  void send(const std::vector<std::uint8_t>& frames);
 
   int fd_;
-  std::uint32_t msize_ = 8192;
-  std::mutex mu_;        // tags_, fids_, closed_
-  std::mutex write_mu_;  // one frame at a time on the socket
-  std::map<std::uint16_t, std::function<void(Result<Fcall>)>> tags_;
-  std::uint16_t next_tag_ = 0;
-  std::vector<std::uint32_t> free_fids_;
-  std::uint32_t next_fid_ = 1;
-  bool closed_ = false;
-  std::string close_reason_;
+  Mux mux_;
+  std::mutex write_mu_;  // one writer at a time on the socket
   std::thread reader_;
 };
 
@@ -110,6 +96,9 @@ class CFid {
   Client& client() const { return *c_; }
 
  private:
+  /// Tclunk or Tremove: the fid is gone either way, and its number free after the reply.
+  Status end(std::uint8_t type);
+
   std::shared_ptr<Client> c_;
   std::uint32_t fid_ = NOFID;
   Qid qid_;

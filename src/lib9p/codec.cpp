@@ -1,7 +1,10 @@
 #include "codec.hpp"
 
 #include <cstring>
+#include <limits>
 #include <string_view>
+
+#include "errors.hpp"
 
 namespace p9 {
 
@@ -112,8 +115,11 @@ std::size_t dir_size(const Dir& d) {
   return STATFIXLEN + d.name.size() + d.uid.size() + d.gid.size() + d.muid.size();
 }
 
-void encode_dir(const Dir& d, std::vector<std::uint8_t>& out) {
-  Put p{out};
+namespace {
+
+bool dir_fits(const Dir& d) { return dir_size(d) - 2 <= MAXSTRING; }  // every string fits, then
+
+void put_dir(Put& p, const Dir& d) {
   p.u16(static_cast<std::uint16_t>(dir_size(d) - 2));
   p.u16(d.type);
   p.u32(d.dev);
@@ -128,10 +134,19 @@ void encode_dir(const Dir& d, std::vector<std::uint8_t>& out) {
   p.str(d.muid);
 }
 
-std::vector<std::uint8_t> encode_dir(const Dir& d) {
+}  // namespace
+
+Status encode_dir(const Dir& d, std::vector<std::uint8_t>& out) {
+  if (!dir_fits(d)) return error(err::stat_too_long);
+  Put p{out};
+  put_dir(p, d);
+  return {};
+}
+
+Result<std::vector<std::uint8_t>> encode_dir(const Dir& d) {
   std::vector<std::uint8_t> out;
   out.reserve(dir_size(d));
-  encode_dir(d, out);
+  if (auto st = encode_dir(d, out); !st) return st.error();
   return out;
 }
 
@@ -184,7 +199,39 @@ std::size_t encoded_size(const Fcall& f) {
   return 0;
 }
 
-void encode(const Fcall& f, std::vector<std::uint8_t>& out) {
+namespace {
+
+bool str_fits(const std::string& s) { return s.size() <= MAXSTRING; }
+
+// The strings each message carries (the ones whose 16-bit length could wrap).
+bool strings_fit(const Fcall& f) {
+  switch (f.type) {
+    case Tversion: case Rversion: return str_fits(f.version);
+    case Tauth: case Tattach: return str_fits(f.uname) && str_fits(f.aname);
+    case Rerror: return str_fits(f.ename);
+    case Tcreate: return str_fits(f.name);
+    case Twalk:
+      for (auto& w : f.wname)
+        if (!str_fits(w)) return false;
+      return true;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status encodable(const Fcall& f) {
+  if (!strings_fit(f)) return error(err::string_too_long);
+  if ((f.type == Rstat || f.type == Twstat) && f.stat.size() > MAXSTRING) return error(err::stat_too_long);
+  constexpr std::size_t max16 = std::numeric_limits<std::uint16_t>::max();
+  if ((f.type == Twalk && f.wname.size() > max16) || (f.type == Rwalk && f.wqid.size() > max16))
+    return error(err::too_many_walk_names);
+  if (encoded_size(f) > std::numeric_limits<std::uint32_t>::max()) return error(err::message_too_long);
+  return {};
+}
+
+Status encode(const Fcall& f, std::vector<std::uint8_t>& out) {
+  if (auto st = encodable(f); !st) return st;
   Put p{out};
   p.u32(static_cast<std::uint32_t>(encoded_size(f)));
   p.u8(f.type);
@@ -231,13 +278,23 @@ void encode(const Fcall& f, std::vector<std::uint8_t>& out) {
       break;
     default: break;
   }
+  return {};
 }
 
-std::vector<std::uint8_t> encode(const Fcall& f) {
+Result<std::vector<std::uint8_t>> encode(const Fcall& f) {
   std::vector<std::uint8_t> out;
   out.reserve(encoded_size(f));
-  encode(f, out);
+  if (auto st = encode(f, out); !st) return st.error();
   return out;
+}
+
+Framing frame_at(std::span<const std::uint8_t> unread, std::uint32_t msize) {
+  if (unread.size() < 4) return {Framing::More, 0};
+  std::uint32_t size = unread[0] | unread[1] << 8 | unread[2] << 16 | std::uint32_t(unread[3]) << 24;
+  if (size < HDR || size > MAX_FRAME) return {Framing::Bad, size};
+  if (size > msize) return unread.size() < HDR ? Framing{Framing::More, HDR} : Framing{Framing::Oversize, size};
+  if (unread.size() < size) return {Framing::More, size};
+  return {Framing::Whole, size};
 }
 
 std::uint16_t tag_of(std::span<const std::uint8_t> frame) {

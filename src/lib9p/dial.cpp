@@ -1,26 +1,8 @@
 #include "dial.hpp"
 
-#include <pwd.h>
-#include <unistd.h>
-
-#include <cstdlib>
+#include "dirs.hpp"
 
 namespace p9 {
-
-std::string login_name() {
-  if (passwd* pw = getpwuid(getuid())) return pw->pw_name;
-  return std::to_string(getuid());
-}
-
-std::string namespace_dir() {
-  if (const char* ns = std::getenv("NAMESPACE"); ns && *ns) return ns;
-  std::string disp = ":0";
-  if (const char* d = std::getenv("DISPLAY"); d && *d) disp = d;
-  if (disp.size() > 2 && disp.ends_with(".0")) disp.resize(disp.size() - 2);
-  for (char& c : disp)
-    if (c == '/') c = '_';
-  return "/tmp/ns." + login_name() + "." + disp;
-}
 
 Result<Address> parse_address(std::string_view s) {
   Address a;

@@ -17,13 +17,6 @@ struct Address {
   std::string text;  // as given, for messages
 };
 
-/// The plan9port namespace directory: $NAMESPACE, else /tmp/ns.<login>.<canonical DISPLAY>
-/// (DISPLAY ":0" when unset; a trailing ".0" dropped, '/' turned into '_').
-std::string namespace_dir();
-
-/// The login name of the real uid, from the password database (what plan9port's 9p sends).
-std::string login_name();
-
 /// Parses a dial string. A bare name (no '!') is a service in the namespace directory.
 Result<Address> parse_address(std::string_view s);
 

@@ -1,6 +1,10 @@
 #pragma once
 /// The one vocabulary of error strings, in Plan 9's wording (lib9p's srv.c, spec §1.8).
 
+#include <string>
+
+#include "fcall.hpp"
+
 namespace p9::err {
 
 inline constexpr const char* unknown_fid = "unknown fid";
@@ -32,5 +36,20 @@ inline constexpr const char* interrupted = "interrupted";
 inline constexpr const char* write_too_large = "write too large";
 inline constexpr const char* hung_up = "connection closed";
 inline constexpr const char* shutting_down = "server shutting down";
+inline constexpr const char* too_many_fids = "too many fids";
+inline constexpr const char* too_many_auth_fids = "too many auth fids";
+inline constexpr const char* string_too_long = "string too long";
+inline constexpr const char* stat_too_long = "stat entry too long";
+inline constexpr const char* message_too_long = "message too long";
+
+/// An error string as it goes out in an Rerror: at most ERRMAX-1 bytes, cut at a character
+/// boundary (never before a UTF-8 continuation byte).
+inline std::string cut(std::string ename) {
+  if (ename.size() < ERRMAX) return ename;
+  std::size_t n = ERRMAX - 1;
+  while (n > 0 && (static_cast<unsigned char>(ename[n]) & 0xC0) == 0x80) n--;
+  ename.resize(n);
+  return ename;
+}
 
 }  // namespace p9::err

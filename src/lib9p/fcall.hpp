@@ -1,6 +1,7 @@
 #pragma once
 /// 9P2000 message types, constants and structures, as Plan 9's fcall.h and intro(5) define them.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@ inline constexpr std::uint32_t IOHDRSZ = 24;   ///< header room of Twrite/Rread:
 inline constexpr std::uint32_t STATFIXLEN = 49; ///< fixed part of a stat entry, its size field included
 inline constexpr std::uint32_t MAX_MSIZE = 65536;
 inline constexpr std::uint32_t MIN_MSIZE = 256;
+inline constexpr std::size_t ERRMAX = 128;       ///< an error string is at most ERRMAX-1 bytes (libc.h, spec §1.8)
+inline constexpr std::size_t MAXSTRING = 65535;  ///< a string's length field is 16 bits
 inline constexpr const char* VERSION9P = "9P2000";
 
 // Open modes.

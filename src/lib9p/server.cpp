@@ -1,5 +1,6 @@
 #include "server.hpp"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -32,14 +33,18 @@ Status FileServer::remove(Fid&) { return error(err::remove_not_supported); }
 
 bool is_null_wstat(const Dir& d) { return d == Dir::null(); }
 
+std::size_t default_max_connections() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 512;
+  return std::max<std::size_t>(1, std::min<rlim_t>(rl.rlim_cur, 1 << 20) / 2);
+}
+
 namespace {
 
 using Socket = asio::generic::stream_protocol::socket;
 using Strand = asio::strand<asio::any_io_executor>;
+using Clock = std::chrono::steady_clock;
 constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
-constexpr std::uint32_t MAX_SKIP = 16u << 20;  // an oversized frame up to this is skipped, not fatal
-
-std::uint32_t le32(const std::uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | std::uint32_t(p[3]) << 24; }
 
 Fcall rerror(std::uint16_t tag, std::string ename) {
   Fcall r;
@@ -49,6 +54,18 @@ Fcall rerror(std::uint16_t tag, std::string ename) {
   return r;
 }
 
+// The successful reply's skeleton: type T+1, the request's tag.
+Fcall reply_to(const Fcall& t) {
+  Fcall r;
+  r.type = t.type + 1;
+  r.tag = t.tag;
+  return r;
+}
+
+// What a pending request gets when the server stops: a read ends as at end of file (the producer
+// of a stream is gone, so `9p read` ends cleanly), anything else fails.
+Fcall shutdown_reply(const Fcall& t) { return t.type == Tread ? reply_to(t) : rerror(t.tag, err::shutting_down); }
+
 // The version the server speaks for a client's version string (version(5), spec §1.5).
 std::string negotiate_version(const std::string& v) {
   std::string_view base(v);
@@ -56,12 +73,51 @@ std::string negotiate_version(const std::string& v) {
   return base == VERSION9P ? VERSION9P : "unknown";
 }
 
+bool is_auth(const Fid& f) { return f.qid.type & QTAUTH; }
+
 struct Req {
   Fcall t;
-  std::shared_ptr<Fid> fid;
+  std::shared_ptr<Fid> fid;                  // the fid t.fid names, looked up once
   asio::cancellation_signal cancel;
-  bool flushed = false;                 // reply suppressed (flushed, or the connection is gone)
-  std::vector<std::uint16_t> flushes;   // Tflush tags answered when this request ends
+  bool answered = false;                     // respond() ran: a second reply is refused
+  bool flushed = false;                      // reply suppressed (flushed, or the connection is gone)
+  std::vector<std::shared_ptr<Req>> flushes; // the Tflushes answered when this request ends
+};
+using ReqPtr = std::shared_ptr<Req>;
+
+// The bytes read from a connection and not yet served, and what is left of a frame being skipped.
+class ReadBuffer {
+ public:
+  std::span<const std::uint8_t> unread() const { return {buf_.data() + beg_, end_ - beg_}; }
+  void consume(std::size_t n) { beg_ += n; }
+  // Drops a frame of `size` bytes; the part not read yet is dropped as it arrives.
+  void skip(std::size_t size) {
+    skip_ = size;
+    drop_skipped();
+  }
+  bool skipping() const { return skip_ > 0; }
+  void drop_skipped() {
+    std::size_t n = std::min(skip_, end_ - beg_);
+    beg_ += n;
+    skip_ -= n;
+  }
+  // Where the next read goes, with room for `want` unread bytes from the first one.
+  std::span<std::uint8_t> room(std::size_t want) {
+    if (beg_ == end_) beg_ = end_ = 0;
+    else if (buf_.size() - end_ < 4096 || buf_.size() - beg_ < want) compact();
+    if (buf_.size() < want) buf_.resize(std::max(want, 2 * buf_.size()));
+    return {buf_.data() + end_, buf_.size() - end_};
+  }
+  void filled(std::size_t n) { end_ += n; }
+
+ private:
+  void compact() {
+    std::memmove(buf_.data(), buf_.data() + beg_, end_ - beg_);
+    end_ -= beg_;
+    beg_ = 0;
+  }
+  std::vector<std::uint8_t> buf_ = std::vector<std::uint8_t>(16384);
+  std::size_t beg_ = 0, end_ = 0, skip_ = 0;
 };
 
 }  // namespace
@@ -80,6 +136,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::uint16_t tcp_port = 0;
   std::mutex mu;
   std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;
+  std::size_t attached = 0;  // connections with a successful Tattach (on_connections)
+  bool refusing = false;     // at max_connections: logged once per episode
   bool stopped = false;
 
   Impl(std::vector<asio::io_context*> ios, std::shared_ptr<FileServer> fs, ServerOptions opt)
@@ -90,16 +148,27 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   asio::io_context& pick() { return *ios[next_io++ % ios.size()]; }
 
   void add(Socket sock, Peer peer);
-  void forget(Conn* c) {
+  void count_attached() {
     std::lock_guard lk(mu);
-    if (conns.erase(c) && opt.on_connections) opt.on_connections(conns.size());
+    attached++;
+    if (opt.on_connections) opt.on_connections(attached);
+  }
+  void forget(Conn* c, bool was_attached) {
+    std::lock_guard lk(mu);
+    if (!conns.erase(c) || !was_attached) return;
+    attached--;
+    if (opt.on_connections) opt.on_connections(attached);
   }
 };
 
+// One connection, like plan9port's Srv: the reader takes frames out of the byte stream, each
+// T-message has its own function (the table in handler_of), every reply leaves through respond()
+// once, and the writer drains the replies. Everything runs on the connection's strand.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(std::shared_ptr<Server::Impl> srv, Socket sock, Peer peer)
-      : srv_(std::move(srv)), fs_(srv_->fs), sock_(std::move(sock)), strand_(asio::make_strand(sock_.get_executor())), peer_(peer) {
+      : srv_(std::move(srv)), fs_(srv_->fs), sock_(std::move(sock)), strand_(asio::make_strand(sock_.get_executor())),
+        peer_(peer), attach_deadline_(strand_), stall_(strand_), drain_(strand_) {
     sock_.non_blocking(true);
   }
 
@@ -124,7 +193,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (closed_) return;
     closed_ = true;
     abort_requests();
-    fids_.clear();
+    clear_fids();
+    drain_.cancel();
     std::error_code ec;
     sock_.shutdown(asio::socket_base::shutdown_receive, ec);  // ends the reader
     if (writing_) return;  // the writer closes the socket when it is done
@@ -132,288 +202,219 @@ class Conn : public std::enable_shared_from_this<Conn> {
     close_socket();
   }
 
-  // The server is going away: a pending read ends as at end of file (the producer of a stream
-  // is gone, so `9p read` and `ollie-9p read` finish cleanly), any other pending request fails;
-  // then the connection closes as any other does.
+  // The server is going away: every pending request gets its shutdown reply, then the
+  // connection closes as any other does.
   void stop() {
-    // A failed write closes the connection, which clears reqs_: walk a copy.
-    std::vector<std::shared_ptr<Req>> pending;
+    std::vector<ReqPtr> pending;  // respond() edits reqs_: walk a copy
     for (auto& [tag, req] : reqs_)
-      if (!req->flushed) pending.push_back(req);
+      if (req->t.type != Tflush) pending.push_back(req);
     for (auto& req : pending) {
-      if (closed_) return;
-      Fcall r = req->t.type == Tread ? Fcall{} : rerror(req->t.tag, err::shutting_down);
-      if (req->t.type == Tread) r.type = Rread;
-      r.tag = req->t.tag;
-      send(r);
-      req->flushed = true;  // its own reply, should it still come, is dropped
+      if (closed_) return;  // a failed write closed the connection
+      respond(req, shutdown_reply(req->t));
+      req->cancel.emit(asio::cancellation_type::terminal);
     }
     close();
   }
 
  private:
+  // ---- Reading: frames out of the byte stream --------------------------------------------
+
   asio::awaitable<void> reader() {
-    std::vector<std::uint8_t> buf(16384);
-    std::size_t beg = 0, end = 0, skip = 0;
+    watch_attach();  // here, on the strand: the timer is the connection's like everything else
     for (;;) {
-      if (skip) {
-        std::size_t n = std::min(skip, end - beg);
-        beg += n;
-        skip -= n;
-      }
-      while (!skip && end - beg >= 4) {
-        std::uint32_t size = le32(&buf[beg]);
-        std::uint32_t limit = msize_ ? msize_ : srv_->opt.max_msize;
-        if (size < 7) {
-          spdlog::warn("9p: frame of {} bytes: closing the connection", size);
-          co_return;
-        }
-        if (size > limit) {
-          if (size > MAX_SKIP || end - beg < 7) {
-            if (size > MAX_SKIP) {
-              spdlog::warn("9p: frame of {} bytes: closing the connection", size);
-              co_return;
-            }
-            break;
-          }
-          send(rerror(tag_of({&buf[beg], 7}), err::message_too_large));
-          skip = size;
-          std::size_t n = std::min<std::size_t>(skip, end - beg);
-          beg += n;
-          skip -= n;
-          continue;
-        }
-        if (end - beg < size) {
-          if (buf.size() < size) buf.resize(std::max<std::size_t>(size, buf.size() * 2));
-          break;
-        }
-        batching_ = true;  // replies of this read's frames go out in one write
-        frame({&buf[beg], size});
-        beg += size;
-        if (closed_) co_return;
-      }
-      batching_ = false;
+      Next next = serve_frames();
+      if (next.what == Next::End) co_return;
       write_pending();
-      if (beg == end) {
-        beg = end = 0;
-      } else if (beg > 0 && buf.size() - end < 4096) {
-        std::memmove(buf.data(), buf.data() + beg, end - beg);
-        end -= beg;
-        beg = 0;
+      if (next.what == Next::Drain) {
+        if (backlogged()) co_await drained();
+      } else if (!co_await fill(next.want)) {
+        co_return;
       }
-      if (end == buf.size()) buf.resize(buf.size() * 2);
-      auto [ec, n] = co_await sock_.async_read_some(asio::buffer(buf.data() + end, buf.size() - end), tuple_awaitable);
-      if (ec || closed_) co_return;
-      end += n;
+      if (closed_) co_return;
     }
+  }
+
+  // What the reader does once it has served what it could: read (`want` unread bytes are needed
+  // for the next decision), wait for the writer to drain the backlog, or end the connection.
+  struct Next {
+    enum { Read, Drain, End } what;
+    std::size_t want = 0;
+  };
+
+  // Serves the whole frames read so far, until the replies waiting pass the backlog limit; the
+  // replies of one read go out in one write.
+  Next serve_frames() {
+    batching_ = true;
+    rb_.drop_skipped();
+    Next next = serve_buffered();
+    batching_ = false;
+    return next;
+  }
+
+  Next serve_buffered() {
+    while (!rb_.skipping()) {
+      if (backlogged()) return {Next::Drain};
+      Framing fr = frame_at(rb_.unread(), frame_limit());
+      switch (fr.kind) {
+        case Framing::More: return {Next::Read, fr.size};
+        case Framing::Bad:
+          spdlog::warn("9p: frame of {} bytes: closing the connection", fr.size);
+          return {Next::End};
+        case Framing::Oversize:
+          refuse(tag_of(rb_.unread()), err::message_too_large);
+          rb_.skip(fr.size);
+          break;
+        case Framing::Whole:
+          frame(rb_.unread().first(fr.size));
+          rb_.consume(fr.size);
+          if (closed_) return {Next::End};
+          break;
+      }
+    }
+    return {Next::Read};
+  }
+
+  asio::awaitable<bool> fill(std::size_t want) {
+    auto room = rb_.room(want);
+    auto [ec, n] = co_await sock_.async_read_some(asio::buffer(room.data(), room.size()), tuple_awaitable);
+    if (ec || closed_) co_return false;
+    rb_.filled(n);
+    co_return true;
+  }
+
+  // The largest frame either side may send: msize once negotiated.
+  std::uint32_t frame_limit() const { return msize_ ? msize_ : srv_->opt.max_msize; }
+
+  // Replies not yet written; past two msize the reader stops until the client reads.
+  std::size_t unsent() const { return pending_.size() + inflight_.size() - written_; }
+  bool backlogged() const { return unsent() > 2 * std::size_t{frame_limit()}; }
+
+  // Returns when the writer has brought the backlog down (or the connection closed).
+  asio::awaitable<void> drained() {
+    drain_.expires_at(asio::steady_timer::time_point::max());
+    co_await drain_.async_wait(tuple_awaitable);
+  }
+
+  // ---- Requests: one function per T-message, like srv.c's sversion ... swstat -------------
+
+  struct Handler {
+    void (Conn::*serve)(const ReqPtr&);
+    bool names_fid;  // t.fid must be a fid of the connection: looked up before serve runs
+  };
+
+  static const Handler* handler_of(std::uint8_t type) {
+    static constexpr Handler table[] = {
+        {&Conn::sversion, false}, {&Conn::sauth, false}, {&Conn::sattach, false},
+        {nullptr, false} /* Terror */, {&Conn::sflush, false}, {&Conn::swalk, true},
+        {&Conn::sopen, true}, {&Conn::screate, true}, {&Conn::sread, true},
+        {&Conn::swrite, true}, {&Conn::sclunk, true}, {&Conn::sremove, true},
+        {&Conn::sstat, true}, {&Conn::swstat, true},
+    };
+    if (type < Tversion || type > Twstat || type % 2) return nullptr;
+    const Handler& h = table[(type - Tversion) / 2];
+    return h.serve ? &h : nullptr;
   }
 
   void frame(std::span<const std::uint8_t> bytes) {
     auto t = decode(bytes);
-    if (!t) {
-      send(rerror(tag_of(bytes), t.ename()));
-      return;
-    }
+    if (!t) return refuse(tag_of(bytes), t.ename());
     if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("9p <- {} tag {}", type_name(t->type), t->tag);
-    if (t->type % 2 == 1) {  // an R-message sent to a server
-      send(rerror(t->tag, err::unknown_message));
-      return;
-    }
-    if (t->type == Tversion) return version(*t);
-    if (!msize_) return send(rerror(t->tag, err::no_version));
-    if (reqs_.contains(t->tag) || flushing_.contains(t->tag)) return send(rerror(t->tag, err::duplicate_tag));
-    if (t->type == Tflush) return flush(*t);
-    auto req = std::make_shared<Req>();
-    req->t = std::move(*t);
-    reqs_[req->t.tag] = req;
-    dispatch(req);
+    request(std::move(*t));
   }
 
-  void version(const Fcall& t) {
+  void request(Fcall t) {
+    const Handler* h = handler_of(t.type);
+    if (!h) return refuse(t.tag, err::unknown_message);  // an R-message sent to a server
+    if (t.type != Tversion) {
+      if (!msize_) return refuse(t.tag, err::no_version);
+      if (reqs_.contains(t.tag)) return refuse(t.tag, err::duplicate_tag);
+    }
+    auto req = std::make_shared<Req>();
+    req->t = std::move(t);
+    if (req->t.type != Tversion) reqs_[req->t.tag] = req;
+    if (h->names_fid && !(req->fid = lookup(req->t.fid))) return fail(req, err::unknown_fid);
+    (this->*h->serve)(req);
+  }
+
+  void sversion(const ReqPtr& req) {
+    const Fcall& t = req->t;
     abort_requests();
-    fids_.clear();
+    clear_fids();
     msize_ = 0;
-    if (t.msize < MIN_MSIZE) return send(rerror(t.tag, err::msize_too_small));
-    Fcall r;
-    r.type = Rversion;
-    r.tag = t.tag;
+    if (t.msize < MIN_MSIZE) return fail(req, err::msize_too_small);
+    Fcall r = reply_to(t);
     r.version = negotiate_version(t.version);
     r.msize = std::min(t.msize, srv_->opt.max_msize);
     if (r.version == VERSION9P) msize_ = r.msize;
-    send(r);
+    respond(req, std::move(r));
   }
 
-  void flush(const Fcall& t) {
-    if (auto it = reqs_.find(t.oldtag); it != reqs_.end()) {
-      auto& old = it->second;
-      old->flushes.push_back(t.tag);
-      flushing_[t.tag] = old;
-      if (!old->flushed) {
-        old->flushed = true;
-        old->cancel.emit(asio::cancellation_type::terminal);
-      }
-      return;
-    }
-    if (auto it = flushing_.find(t.oldtag); it != flushing_.end()) {  // a flush of a pending flush
-      auto old = it->second;
-      old->flushes.push_back(t.tag);
-      flushing_[t.tag] = old;
-      return;
-    }
-    Fcall r;
-    r.type = Rflush;
-    r.tag = t.tag;
-    send(r);
-  }
-
-  void abort_requests() {
-    for (auto& [tag, req] : reqs_) {
-      req->flushed = true;
-      req->flushes.clear();
-      req->cancel.emit(asio::cancellation_type::terminal);
-    }
-    reqs_.clear();
-    flushing_.clear();
-  }
-
-  std::shared_ptr<Fid> lookup(std::uint32_t num) {
-    auto it = fids_.find(num);
-    return it == fids_.end() ? nullptr : it->second;
-  }
-
-  void fail(const std::shared_ptr<Req>& req, std::string ename) { respond(req, rerror(req->t.tag, std::move(ename))); }
-
-  void dispatch(const std::shared_ptr<Req>& req) {
+  void sauth(const ReqPtr& req) {
     const Fcall& t = req->t;
-    Fcall r;
-    r.type = t.type + 1;
-    r.tag = t.tag;
-    switch (t.type) {
-      case Tauth: {
-        if (fids_.contains(t.afid)) return fail(req, err::duplicate_fid);
-        auto f = new_fid(t.afid, t.uname);
-        if (auto st = fs_->auth(*f, t.uname, t.aname); !st) return fail(req, st.ename());
-        f->qid.type |= QTAUTH;
-        fids_[t.afid] = f;
-        r.aqid = f->qid;
-        return respond(req, r);
-      }
-      case Tattach: {
-        if (fids_.contains(t.fid)) return fail(req, err::duplicate_fid);
-        std::shared_ptr<Fid> af;
-        if (t.afid != NOFID) {
-          af = lookup(t.afid);
-          if (!af) return fail(req, err::unknown_fid);
-          if (!(af->qid.type & QTAUTH)) return fail(req, "not an auth fid");
-        }
-        auto f = new_fid(t.fid, t.uname);
-        if (auto st = fs_->attach(*f, af.get(), t.uname, t.aname); !st) return fail(req, st.ename());
-        fids_[t.fid] = f;
-        r.qid = f->qid;
-        return respond(req, r);
-      }
-      case Twalk: return walk(req, r);
-      case Topen: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        if (f->is_open()) return fail(req, err::already_open);
-        if (t.mode & ~(3 | OTRUNC | ORCLOSE)) return fail(req, err::bad_mode);
-        std::uint8_t rw = t.mode & 3;
-        if (f->is_dir() && ((rw != OREAD && rw != OEXEC) || (t.mode & (OTRUNC | ORCLOSE)))) return fail(req, err::is_directory);
-        if (f->qid.type & QTAUTH) return fail(req, err::bad_mode);
-        if (auto st = fs_->open(*f, t.mode); !st) return fail(req, st.ename());
-        f->omode = t.mode;
-        r.qid = f->qid;
-        r.iounit = msize_ - IOHDRSZ;
-        return respond(req, r);
-      }
-      case Tcreate: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        if (f->is_open()) return fail(req, err::already_open);
-        if (!f->is_dir()) return fail(req, "create in non-directory");
-        if (t.name == "." || t.name == "..") return fail(req, "illegal name: " + t.name);
-        if (auto st = fs_->create(*f, t.name, t.perm, t.mode); !st) return fail(req, st.ename());
-        f->omode = t.mode;
-        r.qid = f->qid;
-        r.iounit = msize_ - IOHDRSZ;
-        return respond(req, r);
-      }
-      case Tread: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        bool auth = f->qid.type & QTAUTH;
-        if (!auth && (!f->is_open() || (f->omode & 3) == OWRITE)) return fail(req, err::not_open_read);
-        req->fid = f;
-        if (f->is_dir()) return dirread(req, r);
-        return answer(req);
-      }
-      case Twrite: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        bool auth = f->qid.type & QTAUTH;
-        if (!auth && (!f->is_open() || ((f->omode & 3) != OWRITE && (f->omode & 3) != ORDWR)))
-          return fail(req, err::not_open_write);
-        req->fid = f;
-        return answer(req);
-      }
-      case Tclunk: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        fids_.erase(t.fid);
-        if (!f->is_open() && !(f->qid.type & QTAUTH)) return respond(req, r);
-        req->fid = f;
-        return answer(req);
-      }
-      case Tremove: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        fids_.erase(t.fid);
-        if (auto st = fs_->remove(*f); !st) return fail(req, st.ename());
-        return respond(req, r);
-      }
-      case Tstat: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        auto d = fs_->stat(*f);
-        if (!d) return fail(req, d.ename());
-        r.stat = encode_dir(*d);
-        if (encoded_size(r) > msize_) return fail(req, err::message_too_large);
-        return respond(req, r);
-      }
-      case Twstat: {
-        auto f = lookup(t.fid);
-        if (!f) return fail(req, err::unknown_fid);
-        auto d = decode_dir(t.stat);
-        if (!d) return fail(req, d.ename());
-        if (auto st = fs_->wstat(*f, *d); !st) return fail(req, st.ename());
-        return respond(req, r);
-      }
-    }
-    fail(req, err::unknown_message);
+    if (fids_.contains(t.afid)) return fail(req, err::duplicate_fid);
+    if (auto st = fid_room(true); !st) return fail(req, st.ename());
+    auto f = new_fid(t.afid, t.uname);
+    if (auto st = fs_->auth(*f, t.uname, t.aname); !st) return fail(req, st.ename());
+    f->qid.type |= QTAUTH;
+    add_fid(f);
+    Fcall r = reply_to(t);
+    r.aqid = f->qid;
+    respond(req, std::move(r));
   }
 
-  std::shared_ptr<Fid> new_fid(std::uint32_t num, const std::string& uname) {
-    auto f = std::make_shared<Fid>();
-    f->num = num;
-    f->uid = uname;
-    f->peer = peer_;
-    return f;
-  }
-
-  void walk(const std::shared_ptr<Req>& req, Fcall& r) {
+  void sattach(const ReqPtr& req) {
     const Fcall& t = req->t;
-    auto f = lookup(t.fid);
-    if (!f) return fail(req, err::unknown_fid);
-    if (f->is_open()) return fail(req, err::cannot_clone_open_fid);
-    if (t.newfid != t.fid && fids_.contains(t.newfid)) return fail(req, err::duplicate_fid);
-    if (!t.wname.empty() && !f->is_dir()) return fail(req, err::walk_in_non_directory);
+    if (fids_.contains(t.fid)) return fail(req, err::duplicate_fid);
+    if (auto st = fid_room(false); !st) return fail(req, st.ename());
+    std::shared_ptr<Fid> af;
+    if (t.afid != NOFID) {
+      af = lookup(t.afid);
+      if (!af) return fail(req, err::unknown_fid);
+      if (!is_auth(*af)) return fail(req, "not an auth fid");
+    }
+    auto f = new_fid(t.fid, t.uname);
+    if (auto st = fs_->attach(*f, af.get(), t.uname, t.aname); !st) return fail(req, st.ename());
+    add_fid(f);
+    became_attached();
+    Fcall r = reply_to(t);
+    r.qid = f->qid;
+    respond(req, std::move(r));
+  }
+
+  // A flush waits for the request it names (directly, or through a pending Tflush of it), which
+  // is cancelled and answered by no reply; its Rflush goes out when that request ends.
+  void sflush(const ReqPtr& req) {
+    auto old = req->t.oldtag == req->t.tag ? nullptr : flush_target(req->t.oldtag);
+    if (!old) return respond(req, reply_to(req->t));
+    old->flushes.push_back(req);
+    if (old->flushed) return;
+    old->flushed = true;
+    old->cancel.emit(asio::cancellation_type::terminal);
+  }
+
+  ReqPtr flush_target(std::uint16_t tag) {
+    for (auto it = reqs_.find(tag); it != reqs_.end(); it = reqs_.find(it->second->t.oldtag))
+      if (it->second->t.type != Tflush) return it->second;
+    return nullptr;
+  }
+
+  void swalk(const ReqPtr& req) {
+    const Fcall& t = req->t;
+    const Fid& f = *req->fid;
+    if (f.is_open()) return fail(req, err::cannot_clone_open_fid);
+    bool fresh = t.newfid != t.fid;
+    if (fresh && fids_.contains(t.newfid)) return fail(req, err::duplicate_fid);
+    if (fresh)
+      if (auto st = fid_room(is_auth(f)); !st) return fail(req, st.ename());
+    if (!t.wname.empty() && !f.is_dir()) return fail(req, err::walk_in_non_directory);
     auto w = std::make_shared<Fid>();
     w->num = t.newfid;
-    w->qid = f->qid;
-    w->uid = f->uid;
-    w->file = f->file;
-    w->peer = f->peer;
+    w->qid = f.qid;
+    w->uid = f.uid;
+    w->file = f.file;
+    w->peer = f.peer;
+    w->conn_buffered = f.conn_buffered;
+    Fcall r = reply_to(t);
     for (std::size_t i = 0; i < t.wname.size(); i++) {
       if (!w->is_dir()) {
         if (i == 0) return fail(req, err::walk_in_non_directory);
@@ -425,13 +426,53 @@ class Conn : public std::enable_shared_from_this<Conn> {
       }
       r.wqid.push_back(w->qid);
     }
-    if (r.wqid.size() == t.wname.size()) fids_[t.newfid] = w;  // partial walks create no fid
-    respond(req, r);
+    if (r.wqid.size() == t.wname.size()) add_fid(w);  // partial walks create no fid
+    respond(req, std::move(r));
   }
 
-  void dirread(const std::shared_ptr<Req>& req, Fcall& r) {
-    Fid& f = *req->fid;
+  void sopen(const ReqPtr& req) {
     const Fcall& t = req->t;
+    Fid& f = *req->fid;
+    if (f.is_open()) return fail(req, err::already_open);
+    if (t.mode & ~(3 | OTRUNC | ORCLOSE)) return fail(req, err::bad_mode);
+    std::uint8_t rw = t.mode & 3;
+    if (f.is_dir() && ((rw != OREAD && rw != OEXEC) || (t.mode & (OTRUNC | ORCLOSE))))
+      return fail(req, err::is_directory);
+    if (is_auth(f)) return fail(req, err::bad_mode);
+    if (auto st = fs_->open(f, t.mode); !st) return fail(req, st.ename());
+    f.omode = t.mode;
+    respond(req, opened(t, f));
+  }
+
+  void screate(const ReqPtr& req) {
+    const Fcall& t = req->t;
+    Fid& f = *req->fid;
+    if (f.is_open()) return fail(req, err::already_open);
+    if (!f.is_dir()) return fail(req, "create in non-directory");
+    if (t.name == "." || t.name == "..") return fail(req, "illegal name: " + t.name);
+    if (auto st = fs_->create(f, t.name, t.perm, t.mode); !st) return fail(req, st.ename());
+    f.omode = t.mode;
+    respond(req, opened(t, f));
+  }
+
+  Fcall opened(const Fcall& t, const Fid& f) const {
+    Fcall r = reply_to(t);
+    r.qid = f.qid;
+    r.iounit = msize_ - IOHDRSZ;
+    return r;
+  }
+
+  void sread(const ReqPtr& req) {
+    Fid& f = *req->fid;
+    if (!is_auth(f) && (!f.is_open() || (f.omode & 3) == OWRITE)) return fail(req, err::not_open_read);
+    req->t.count = std::min(req->t.count, msize_ - IOHDRSZ);
+    if (f.is_dir()) return sdirread(req);
+    answer(req);
+  }
+
+  void sdirread(const ReqPtr& req) {
+    const Fcall& t = req->t;
+    Fid& f = *req->fid;
     if (t.offset == 0) {
       auto entries = fs_->readdir(f);
       if (!entries) return fail(req, entries.ename());
@@ -441,114 +482,186 @@ class Conn : public std::enable_shared_from_this<Conn> {
     } else if (t.offset != f.dir_offset) {
       return fail(req, err::bad_offset);
     }
-    std::uint32_t count = std::min(t.count, msize_ - IOHDRSZ);
     std::vector<std::uint8_t> out;
-    while (f.dir_index < f.dir_entries.size()) {
+    while (f.dir_index < f.dir_entries.size()) {  // whole entries only
       const Dir& d = f.dir_entries[f.dir_index];
-      if (out.size() + dir_size(d) > count) break;
-      encode_dir(d, out);
+      if (out.size() + dir_size(d) > t.count || !encode_dir(d, out)) break;
       f.dir_index++;
     }
     f.dir_offset += out.size();
+    Fcall r = reply_to(t);
     r.data.assign(out.begin(), out.end());
-    respond(req, r);
+    respond(req, std::move(r));
+  }
+
+  void swrite(const ReqPtr& req) {
+    const Fid& f = *req->fid;
+    if (!is_auth(f) && (!f.is_open() || ((f.omode & 3) != OWRITE && (f.omode & 3) != ORDWR)))
+      return fail(req, err::not_open_write);
+    answer(req);
+  }
+
+  void sclunk(const ReqPtr& req) {
+    drop_fid(req->t.fid);
+    const Fid& f = *req->fid;
+    if (!f.is_open() && !is_auth(f)) return respond(req, reply_to(req->t));
+    answer(req);
+  }
+
+  void sremove(const ReqPtr& req) {
+    drop_fid(req->t.fid);  // removed or not, the fid is gone (remove(5))
+    if (auto st = fs_->remove(*req->fid); !st) return fail(req, st.ename());
+    respond(req, reply_to(req->t));
+  }
+
+  void sstat(const ReqPtr& req) {
+    auto d = fs_->stat(*req->fid);
+    if (!d) return fail(req, d.ename());
+    auto bytes = encode_dir(*d);
+    if (!bytes) return fail(req, bytes.ename());
+    Fcall r = reply_to(req->t);
+    r.stat = std::move(*bytes);
+    respond(req, std::move(r));  // send() refuses it if it does not fit msize
+  }
+
+  void swstat(const ReqPtr& req) {
+    auto d = decode_dir(req->t.stat);
+    if (!d) return fail(req, d.ename());
+    if (auto st = fs_->wstat(*req->fid, *d); !st) return fail(req, st.ename());
+    respond(req, reply_to(req->t));
   }
 
   // Read, write and clunk: answered at once when the file system can, else a coroutine waits.
-  void answer(const std::shared_ptr<Req>& req) {
-    const Fcall& t = req->t;
-    Fcall tt = t;
-    if (t.type == Tread) tt.count = std::min(t.count, msize_ - IOHDRSZ);
-    if (auto r = fs_->answer_now(*req->fid, tt)) {
-      r->tag = t.tag;
-      if (r->type == Rread && r->data.size() > tt.count) r->data.resize(tt.count);
-      return respond(req, *r);
+  void answer(const ReqPtr& req) {
+    if (auto r = fs_->answer_now(*req->fid, req->t)) {
+      if (r->type == Rread && r->data.size() > req->t.count) r->data.resize(req->t.count);
+      return respond(req, std::move(*r));
     }
-    spawn(req);
-  }
-
-  void spawn(const std::shared_ptr<Req>& req) {
     asio::co_spawn(strand_, run(shared_from_this(), req),
                    asio::bind_cancellation_slot(req->cancel.slot(), [req](std::exception_ptr) {}));
   }
 
   // The waiting part of read, write and clunk. Never lets an exception escape: every path responds.
   // `self` keeps the connection alive while the request waits.
-  asio::awaitable<void> run([[maybe_unused]] std::shared_ptr<Conn> self, std::shared_ptr<Req> req) {
-    const Fcall& t = req->t;
+  asio::awaitable<void> run([[maybe_unused]] std::shared_ptr<Conn> self, ReqPtr req) {
     Fcall r;
-    r.type = t.type + 1;
-    r.tag = t.tag;
     try {
-      Fid& f = *req->fid;
-      switch (t.type) {
-        case Tread: {
-          auto data = co_await fs_->read(f, t.offset, std::min(t.count, msize_ - IOHDRSZ));
-          if (!data) r = rerror(t.tag, data.ename());
-          else r.data = std::move(*data);
-          if (r.data.size() > t.count) r.data.resize(t.count);
-          break;
-        }
-        case Twrite: {
-          auto n = co_await fs_->write(f, t.offset, t.data);
-          if (!n) r = rerror(t.tag, n.ename());
-          else r.count = *n;
-          break;
-        }
-        case Tclunk: {
-          auto st = co_await fs_->clunk(f);
-          if (!st) r = rerror(t.tag, st.ename());
-          break;
-        }
-      }
+      r = co_await wait(*req);
     } catch (const std::system_error& e) {
-      r = rerror(t.tag, e.code() == asio::error::operation_aborted ? err::interrupted : e.what());
+      r = rerror(req->t.tag, e.code() == asio::error::operation_aborted ? err::interrupted : e.what());
     } catch (const std::exception& e) {
-      spdlog::error("9p: {} handler failed: {}", type_name(t.type), e.what());
-      r = rerror(t.tag, e.what());
+      spdlog::error("9p: {} handler failed: {}", type_name(req->t.type), e.what());
+      r = rerror(req->t.tag, e.what());
     }
-    respond(req, r);
+    respond(req, std::move(r));
   }
 
-  // The single exit of every request: drops the reply of a flushed request, then answers its flushes.
-  void respond(const std::shared_ptr<Req>& req, const Fcall& r) {
-    if (auto it = reqs_.find(req->t.tag); it != reqs_.end() && it->second == req) reqs_.erase(it);
-    if (!req->flushed) send(r);
-    for (std::uint16_t ft : req->flushes) {
-      flushing_.erase(ft);
-      Fcall rf;
-      rf.type = Rflush;
-      rf.tag = ft;
-      send(rf);
+  asio::awaitable<Fcall> wait(Req& req) {
+    Fcall& t = req.t;
+    Fid& f = *req.fid;
+    Fcall r = reply_to(t);
+    if (t.type == Tread) {
+      auto data = co_await fs_->read(f, t.offset, t.count);
+      if (!data) co_return rerror(t.tag, data.ename());
+      r.data = std::move(*data);
+      if (r.data.size() > t.count) r.data.resize(t.count);
+    } else if (t.type == Twrite) {
+      auto n = co_await fs_->write(f, t.offset, std::move(t.data));
+      if (!n) co_return rerror(t.tag, n.ename());
+      r.count = *n;
+    } else if (auto st = co_await fs_->clunk(f); !st) {
+      co_return rerror(t.tag, st.ename());
     }
+    co_return r;
+  }
+
+  // ---- Fids ---------------------------------------------------------------------------------
+
+  std::shared_ptr<Fid> lookup(std::uint32_t num) {
+    auto it = fids_.find(num);
+    return it == fids_.end() ? nullptr : it->second;
+  }
+
+  std::shared_ptr<Fid> new_fid(std::uint32_t num, const std::string& uname) {
+    auto f = std::make_shared<Fid>();
+    f->num = num;
+    f->uid = uname;
+    f->peer = peer_;
+    f->conn_buffered = buffered_;
+    return f;
+  }
+
+  // Whether one more fid (an auth fid when `auth`) fits the connection's caps.
+  Status fid_room(bool auth) const {
+    if (auth && nauth_ >= MAX_AUTH_FIDS) return error(err::too_many_auth_fids);
+    if (fids_.size() >= MAX_FIDS) return error(err::too_many_fids);
+    return {};
+  }
+
+  void add_fid(std::shared_ptr<Fid> f) {
+    auto& slot = fids_[f->num];
+    if (slot && is_auth(*slot)) nauth_--;
+    if (is_auth(*f)) nauth_++;
+    slot = std::move(f);
+  }
+
+  void drop_fid(std::uint32_t num) {
+    auto it = fids_.find(num);
+    if (it == fids_.end()) return;
+    if (is_auth(*it->second)) nauth_--;
+    fids_.erase(it);
+  }
+
+  void clear_fids() {
+    fids_.clear();
+    nauth_ = 0;
+  }
+
+  // ---- Replies: one respond path; every frame that goes out obeys 9P's limits ---------------
+
+  // The single exit of every request: refuses a second reply, drops the reply of a flushed
+  // request, then answers the flushes that waited for it.
+  void respond(const ReqPtr& req, Fcall r) {
+    if (req->answered) {
+      if (!closed_) spdlog::error("9p: second reply to {} tag {} refused", type_name(req->t.type), req->t.tag);
+      return;
+    }
+    req->answered = true;
+    if (auto it = reqs_.find(req->t.tag); it != reqs_.end() && it->second == req) reqs_.erase(it);
+    r.tag = req->t.tag;
+    if (!req->flushed) send(std::move(r));
+    for (auto& f : req->flushes) respond(f, reply_to(f->t));
     req->flushes.clear();
     req->fid.reset();
   }
 
-  void close_socket() {
-    if (!sock_.is_open()) return;
-    std::error_code ec;
-    sock_.shutdown(asio::socket_base::shutdown_both, ec);
-    sock_.close(ec);
-    srv_->forget(this);
-  }
+  void fail(const ReqPtr& req, std::string ename) { respond(req, rerror(req->t.tag, std::move(ename))); }
 
-  void send(const Fcall& r) {
+  // The Rerror of a frame that never became a request (undecodable, duplicate tag, ...).
+  void refuse(std::uint16_t tag, std::string ename) { send(rerror(tag, std::move(ename))); }
+
+  // An Rerror's text is cut to ERRMAX-1 bytes; any other reply over msize becomes
+  // `message larger than msize`; a reply the codec cannot encode becomes the codec's reason.
+  void send(Fcall r) {
     if (closed_) return;
+    if (r.type == Rerror) r.ename = err::cut(std::move(r.ename));
+    else if (encoded_size(r) > frame_limit()) r = rerror(r.tag, err::message_too_large);
     if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("9p -> {} tag {}", type_name(r.type), r.tag);
-    encode(r, pending_);
+    if (auto st = encode(r, pending_); !st) {
+      spdlog::error("9p: {} tag {}: {}", type_name(r.type), r.tag, st.ename());
+      (void)encode(rerror(r.tag, st.ename()), pending_);
+    }
     if (!batching_) write_pending();
   }
+
+  // ---- Writing --------------------------------------------------------------------------------
 
   // Most replies fit the socket buffer: write them now, and go async only for what is left.
   void write_pending() {
     if (writing_ || pending_.empty() || !sock_.is_open()) return;
     std::error_code ec;
     std::size_t n = sock_.write_some(asio::buffer(pending_), ec);
-    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-      close();
-      return close_socket();
-    }
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return hang_up();
     pending_.erase(pending_.begin(), pending_.begin() + n);
     if (!pending_.empty()) start_write();
   }
@@ -557,17 +670,100 @@ class Conn : public std::enable_shared_from_this<Conn> {
     writing_ = true;
     std::swap(pending_, inflight_);
     pending_.clear();
-    asio::async_write(sock_, asio::buffer(inflight_),
-                      asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec, std::size_t) {
-                        self->writing_ = false;
-                        self->inflight_.clear();
-                        if (ec) {
-                          self->close();
-                          return self->close_socket();
-                        }
-                        if (!self->pending_.empty()) self->start_write();
-                        else if (self->closed_) self->close_socket();
-                      }));
+    written_ = 0;
+    watch_writes();
+    write_more();
+  }
+
+  void write_more() {
+    sock_.async_write_some(asio::buffer(inflight_.data() + written_, inflight_.size() - written_),
+                           asio::bind_executor(strand_, [self = shared_from_this()](std::error_code ec, std::size_t n) {
+                             self->wrote(ec, n);
+                           }));
+  }
+
+  void wrote(std::error_code ec, std::size_t n) {
+    if (ec) {
+      writing_ = false;
+      return hang_up();
+    }
+    last_write_ = Clock::now();
+    written_ += n;
+    if (!backlogged()) drain_.cancel();  // the reader may go on
+    if (written_ < inflight_.size()) return write_more();
+    writing_ = false;
+    inflight_.clear();
+    written_ = 0;
+    if (!pending_.empty()) start_write();
+    else if (closed_) close_socket();
+  }
+
+  // A write in flight that makes no progress for write_timeout ends the connection.
+  void watch_writes() {
+    last_write_ = Clock::now();
+    if (watching_) return;
+    watching_ = true;
+    stall_.expires_at(last_write_ + srv_->opt.write_timeout);
+    stall_.async_wait([self = shared_from_this()](std::error_code ec) { self->watched(ec); });
+  }
+
+  void watched(std::error_code ec) {
+    watching_ = false;
+    if (ec || !writing_ || !sock_.is_open()) return;
+    if (Clock::now() - last_write_ < srv_->opt.write_timeout) {
+      watching_ = true;
+      stall_.expires_at(last_write_ + srv_->opt.write_timeout);
+      stall_.async_wait([self = shared_from_this()](std::error_code ec) { self->watched(ec); });
+      return;
+    }
+    spdlog::warn("9p: replies unread for {} ms: closing the connection", srv_->opt.write_timeout.count());
+    hang_up();
+  }
+
+  // ---- Attach and the end of a connection ---------------------------------------------------
+
+  // A connection that has not attached by attach_timeout is closed.
+  void watch_attach() {
+    attach_deadline_.expires_after(srv_->opt.attach_timeout);
+    attach_deadline_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec || self->attached_ || self->closed_) return;
+      spdlog::info("9p: no attach within {} ms: closing the connection", self->srv_->opt.attach_timeout.count());
+      self->hang_up();
+    });
+  }
+
+  void became_attached() {
+    if (attached_) return;
+    attached_ = true;
+    attach_deadline_.cancel();
+    srv_->count_attached();
+  }
+
+  void abort_requests() {
+    for (auto& [tag, req] : reqs_) {
+      req->flushed = true;
+      req->flushes.clear();
+      req->cancel.emit(asio::cancellation_type::terminal);
+    }
+    reqs_.clear();
+  }
+
+  // Ends the connection without writing what is still queued.
+  void hang_up() {
+    pending_.clear();
+    close();
+    close_socket();
+  }
+
+  void close_socket() {
+    if (!sock_.is_open()) return;
+    std::error_code ec;
+    sock_.shutdown(asio::socket_base::shutdown_both, ec);
+    sock_.close(ec);
+    attach_deadline_.cancel();
+    stall_.cancel();
+    drain_.cancel();
+    srv_->forget(this, attached_);
   }
 
   std::shared_ptr<Server::Impl> srv_;
@@ -577,12 +773,19 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Peer peer_;
   std::uint32_t msize_ = 0;  // 0 until a Tversion succeeds
   bool closed_ = false;
+  bool attached_ = false;    // a Tattach has succeeded (sticky: the connection has proved itself)
   std::unordered_map<std::uint32_t, std::shared_ptr<Fid>> fids_;
-  std::unordered_map<std::uint16_t, std::shared_ptr<Req>> reqs_;
-  std::unordered_map<std::uint16_t, std::shared_ptr<Req>> flushing_;  // Tflush tag -> the request it waits on
+  std::size_t nauth_ = 0;    // auth fids among fids_
+  std::shared_ptr<std::size_t> buffered_ = std::make_shared<std::size_t>(0);  // every Fid's conn_buffered
+  std::unordered_map<std::uint16_t, ReqPtr> reqs_;  // pending requests by tag, Tflushes included
+  ReadBuffer rb_;
+  bool batching_ = false;  // the reader is serving the frames of one read
   std::vector<std::uint8_t> pending_, inflight_;
+  std::size_t written_ = 0;  // bytes of inflight_ written
   bool writing_ = false;
-  bool batching_ = false;  // the reader is dispatching the frames of one read
+  bool watching_ = false;    // the stall timer is armed
+  Clock::time_point last_write_;
+  asio::steady_timer attach_deadline_, stall_, drain_;
 };
 
 namespace {
@@ -600,15 +803,40 @@ Peer peer_of(int fd) {
   return p;
 }
 
+// Failed accepts (EMFILE above all: the connection stays queued) are retried after a pause that
+// doubles up to half a second, and logged once per episode: no spinning, no flooded log.
+class AcceptBackoff {
+ public:
+  std::chrono::milliseconds failed(const std::error_code& ec) {
+    if (failures_++ == 0) spdlog::warn("9p: accept: {}: retrying", ec.message());
+    pause_ = std::min(pause_ * 2, max_pause);
+    return pause_;
+  }
+  void succeeded() {
+    if (failures_) spdlog::warn("9p: accepting again after {} failed accepts", failures_);
+    failures_ = 0;
+    pause_ = first_pause;
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds first_pause{5}, max_pause{500};
+  std::chrono::milliseconds pause_ = first_pause;
+  std::size_t failures_ = 0;
+};
+
 template <class Acceptor>
 asio::awaitable<void> accept_loop(std::shared_ptr<Server::Impl> impl, Acceptor& acceptor, bool unix_socket) {
+  AcceptBackoff backoff;
+  asio::steady_timer pause(co_await asio::this_coro::executor);
   for (;;) {
     auto [ec, sock] = co_await acceptor.async_accept(impl->pick(), tuple_awaitable);
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-      spdlog::warn("9p: accept: {}", ec.message());
+      pause.expires_after(backoff.failed(ec));
+      co_await pause.async_wait(tuple_awaitable);
       continue;
     }
+    backoff.succeeded();
     Peer peer = unix_socket ? peer_of(sock.native_handle()) : Peer{};
     impl->add(Socket(std::move(sock)), peer);
   }
@@ -616,13 +844,21 @@ asio::awaitable<void> accept_loop(std::shared_ptr<Server::Impl> impl, Acceptor& 
 
 }  // namespace
 
+// Past max_connections a connection is closed as soon as it is accepted (logged once per episode).
 void Server::Impl::add(Socket sock, Peer peer) {
-  auto c = std::make_shared<Conn>(shared_from_this(), std::move(sock), peer);
+  std::shared_ptr<Conn> c;
   {
     std::lock_guard lk(mu);
     if (stopped) return;
+    if (conns.size() >= opt.max_connections) {
+      if (!refusing) spdlog::warn("9p: {} connections open: refusing new ones", conns.size());
+      refusing = true;
+      return;  // sock closes here
+    }
+    if (refusing) spdlog::warn("9p: {} connections open: accepting again", conns.size());
+    refusing = false;
+    c = std::make_shared<Conn>(shared_from_this(), std::move(sock), peer);
     conns[c.get()] = c;
-    if (opt.on_connections) opt.on_connections(conns.size());
   }
   c->start();
 }

@@ -7,6 +7,7 @@
 
 #include <asio/awaitable.hpp>
 #include <asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,6 +39,10 @@ struct Fid {
   std::shared_ptr<void> file;
   std::shared_ptr<void> aux;
   Peer peer;
+  /// Bytes the file system holds buffered for this fid's connection (write buffers, pending
+  /// requests), shared by every fid of the connection: the file system charges and releases it
+  /// and refuses a write that would pass the connection's cap.
+  std::shared_ptr<std::size_t> conn_buffered;
 
   bool is_open() const { return omode >= 0; }
   bool is_dir() const { return qid.type & QTDIR; }
@@ -84,11 +89,28 @@ class FileServer {
 /// True when every field of d is "don't touch" (a no-op or sync Twstat).
 bool is_null_wstat(const Dir& d);
 
+/// Fids a connection may hold, and auth fids among them (Tauth and clones of an auth fid); past
+/// them: `too many fids`, `too many auth fids`. Before its first Tattach a connection can hold
+/// only auth fids, so MAX_AUTH_FIDS is its cap then.
+inline constexpr std::size_t MAX_FIDS = 4096;
+inline constexpr std::size_t MAX_AUTH_FIDS = 8;
+
+/// Half of RLIMIT_NOFILE: the rest is left to everything else the process opens.
+std::size_t default_max_connections();
+
 struct ServerOptions {
   std::uint32_t max_msize = MAX_MSIZE;
-  /// Called with the number of open connections each time one opens or closes (for idle
-  /// timers). It runs under the server's lock: keep it quick and do not call the Server.
-  std::function<void(std::size_t open)> on_connections;
+  /// Connections served at once; one accepted past it is closed at once.
+  std::size_t max_connections = default_max_connections();
+  /// A connection without a successful Tattach this long after it was accepted is closed.
+  std::chrono::milliseconds attach_timeout = std::chrono::seconds(10);
+  /// A connection whose replies wait unread this long (the client reads nothing) is closed.
+  std::chrono::milliseconds write_timeout = std::chrono::seconds(30);
+  /// Called with the number of attached connections (those with a successful Tattach) each time
+  /// one attaches for the first time or an attached one closes (for idle timers); connections
+  /// that never attach are not counted. It runs under the server's lock: keep it quick and do
+  /// not call the Server.
+  std::function<void(std::size_t attached)> on_connections;
 };
 
 /// Serves one FileServer on any number of listeners; each connection has its own fid and

@@ -1,4 +1,4 @@
-// olliesrv [-a dialstring]... [-insecure-tcp] [-l level]
+// olliesrv [-a dialstring]... [-insecure-tcp] [-maxconn n] [-l level]
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -10,8 +10,16 @@
 namespace {
 
 [[noreturn]] void usage() {
-  std::fprintf(stderr, "usage: olliesrv [-a dialstring]... [-insecure-tcp] [-l trace|debug|info|warn|error]\n");
+  std::fprintf(stderr, "usage: olliesrv [-a dialstring]... [-insecure-tcp] [-maxconn n] [-l trace|debug|info|warn|error]\n");
   std::exit(2);
+}
+
+// A positive decimal count, else the usage.
+std::size_t count(const char* s) {
+  char* end = nullptr;
+  unsigned long n = std::strtoul(s, &end, 10);
+  if (*s < '1' || *s > '9' || *end) usage();
+  return n;
 }
 
 }  // namespace
@@ -23,6 +31,7 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-a" && i + 1 < argc) opt.addresses.push_back(argv[++i]);
     else if (a == "-insecure-tcp") opt.insecure_tcp = true;
+    else if (a == "-maxconn" && i + 1 < argc) opt.max_connections = count(argv[++i]);
     else if (a == "-l" && i + 1 < argc) level = argv[++i];
     else usage();
   }

@@ -1,7 +1,7 @@
 #include "namespace.hpp"
 
 #include "olliesrv.hpp"
-#include "virtfs/tokenize.hpp"
+#include "virtfs/ctl.hpp"
 
 namespace ollie {
 
@@ -9,17 +9,23 @@ namespace {
 
 using D = virtfs::Dsl<Ctx>;
 using Reply = asio::awaitable<p9::Result<std::string>>;
+using Text = p9::Result<std::string>;
 
-// Root ctl (spec §3.1).
+// ---- root ctl (spec §3.1) -------------------------------------------------------------------
+
+Text stop_server(Ctx& c, const virtfs::Command&) {
+  c.srv->shutdown();  // the reply still goes out: connections close after their last write
+  return std::string("ok\n");
+}
+
+constexpr virtfs::Verb<Text (*)(Ctx&, const virtfs::Command&)> root_verbs[] = {
+    {.name = "kill", .run = stop_server},
+};
+
 Reply root_ctl(Ctx& c, std::string request) {
-  auto cmd = virtfs::parse_command(request);
-  if (!cmd) co_return cmd.error();
-  if (cmd->verb == "kill") {
-    if (!cmd->args.empty()) co_return p9::error("usage: kill");
-    c.srv->shutdown();  // the reply still goes out: connections close after their last write
-    co_return "ok\n";
-  }
-  co_return p9::error("unknown command: " + cmd->verb);
+  auto m = virtfs::match(root_verbs, request);
+  if (!m) co_return m.error();
+  co_return m->verb->run(c, m->command);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "lib9p/client.hpp"
 #include "lib9p/dial.hpp"
+#include "lib9p/dirs.hpp"
 #include "lib9p/errors.hpp"
 
 namespace {
@@ -48,7 +49,17 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+// A Unix socket is dialed only through a private directory (plan9port checks its namespace
+// directory the same way): in a shared /tmp another user could have made the directory first,
+// put a socket of its own there and so receive $OLLIE_AUTH.
+void check_socket_dir(const std::string& address) {
+  auto a = p9::parse_address(address);
+  if (!a || a->kind != p9::Address::Unix) return;  // dial reports a bad address
+  if (auto st = p9::check_private_dir(p9::socket_dir(a->path)); !st) fail(address, st.ename());
+}
+
 p9::CFid mount(const std::string& address) {
+  check_socket_dir(address);
   auto c = p9::Client::dial(address);
   if (!c) fail(address, c.ename());
   std::string uname = env("OLLIE_UNAME");

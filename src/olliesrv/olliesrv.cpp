@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "identity.hpp"
+#include "lib9p/dirs.hpp"
 #include "lib9p/iopool.hpp"
 #include "lib9p/server.hpp"
 #include "namespace.hpp"
@@ -47,8 +48,10 @@ p9::Status Olliesrv::start() {
   access.auth = [this](const std::string& u, const std::string& a) { return impl_->identity.auth(u, a); };
   access.attach = [this](const virtfs::AttachRequest& r) { return impl_->identity.attach(r); };
   access.root = [this](const virtfs::Principal& who) { return Ctx{this, who}; };
+  p9::ServerOptions sopt;
+  if (m.opt.max_connections) sopt.max_connections = *m.opt.max_connections;
   m.server = std::make_unique<p9::Server>(m.pool.contexts(),
-                                          std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)));
+                                          std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)), sopt);
   if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
     spdlog::warn("olliesrv runs with no_new_privs: sandboxed tools cannot be told from the user at attach");
   for (auto& text : m.opt.addresses) {
@@ -58,6 +61,8 @@ p9::Status Olliesrv::start() {
       if (!m.opt.insecure_tcp) return p9::error(text + ": tcp needs -insecure-tcp");
       spdlog::warn("insecure tcp listener {}: any client that connects may attach as the hostowner", text);
     }
+    if (a->kind == p9::Address::Unix)  // the namespace directory may be in the shared /tmp (§1.4)
+      if (auto st = p9::ensure_private_dir(p9::socket_dir(a->path)); !st) return st;
     if (auto st = m.server->listen(*a); !st) return st;
     spdlog::info("listening on {}", text);
   }

@@ -3,6 +3,7 @@
 /// minus argument parsing, so tests run it in-process on a socket of their own.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct Options {
   std::vector<std::string> addresses;  ///< dial strings; default unix!$NAMESPACE/ollie
   bool insecure_tcp = false;           ///< accept tcp! addresses (any peer may attach as the hostowner)
   unsigned threads = 0;                ///< io threads; 0 = one per core
+  std::optional<std::size_t> max_connections;  ///< connections served at once; default lib9p's (half of RLIMIT_NOFILE)
 };
 
 class Olliesrv {

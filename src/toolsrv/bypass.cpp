@@ -1,6 +1,9 @@
 #include "toolsrv/bypass.hpp"
 
+#include <algorithm>
 #include <charconv>
+
+#include "toolsrv/json.hpp"
 
 namespace toolsrv {
 
@@ -15,7 +18,20 @@ BypassBroker::~BypassBroker() {
   timer_.join();
 }
 
-void BypassBroker::append_locked(std::string line) { log_.push_back(std::move(line) + "\n"); }
+std::uint64_t BypassBroker::append_locked(std::string text, std::uint64_t request) {
+  const auto seq = next_seq_++;
+  log_.push_back({seq, request, std::move(text) + "\n"});
+  while (log_.size() > bypass_log_max) {
+    dropped_below_ = log_.front().seq + 1;
+    log_.pop_front();
+  }
+  return seq;
+}
+
+void BypassBroker::end_locked(std::uint64_t id, const char* reason) {
+  std::erase_if(log_, [id](const Line& l) { return l.request == id; });
+  if (reason) append_locked(json_text({{"id", std::to_string(id)}, {"resolved", "deny"}, {"reason", reason}}));
+}
 
 std::uint64_t BypassBroker::request(const std::string& agent, const std::string& tool, const nlohmann::json& args,
                                     const std::string& cwd, bool background,
@@ -23,12 +39,12 @@ std::uint64_t BypassBroker::request(const std::string& agent, const std::string&
   std::uint64_t id;
   {
     std::lock_guard lock(mu_);
+    if (pending_.size() >= bypass_pending_max) return 0;
     id = next_id_++;
-    nlohmann::json j = {{"id", std::to_string(id)}, {"agent", agent}, {"tool", tool},
-                        {"args", args},            {"cwd", cwd},     {"background", background}};
-    Pending p{j.dump(), std::chrono::steady_clock::now() + timeout_, std::move(decided)};
-    append_locked(p.line);
-    pending_.emplace(id, std::move(p));
+    const auto line = json_text({{"id", std::to_string(id)}, {"agent", agent}, {"tool", tool},
+                                 {"args", args},            {"cwd", cwd},     {"background", background}});
+    const auto seq = append_locked(line, id);
+    pending_.emplace(id, Pending{seq, line, std::chrono::steady_clock::now() + timeout_, std::move(decided)});
   }
   cv_.notify_all();
   notifier_.notify();
@@ -58,6 +74,7 @@ p9::Result<void> BypassBroker::resolve(std::string_view text) {
       if (it == pending_.end()) return p9::error("no such request: " + std::string(id_text));
       decided = std::move(it->second.decided);
       pending_.erase(it);
+      end_locked(id, nullptr);
     }
     decided({verb == "allow", ""});
   }
@@ -68,7 +85,7 @@ bool BypassBroker::withdraw(std::uint64_t id) {
   {
     std::lock_guard lock(mu_);
     if (pending_.erase(id) == 0) return false;
-    append_locked(nlohmann::json{{"id", std::to_string(id)}, {"resolved", "deny"}, {"reason", "withdrawn"}}.dump());
+    end_locked(id, "withdrawn");
   }
   notifier_.notify();
   return true;
@@ -78,7 +95,7 @@ BypassBroker::Reader BypassBroker::open_pending() const {
   std::lock_guard lock(mu_);
   Reader r;
   for (const auto& [id, p] : pending_) r.backlog += p.line + "\n";
-  r.next_line = log_.size();
+  r.next_seq = next_seq_;
   return r;
 }
 
@@ -86,7 +103,13 @@ std::string BypassBroker::read_pending(Reader& reader) const {
   std::string out = std::move(reader.backlog);
   reader.backlog.clear();
   std::lock_guard lock(mu_);
-  for (; reader.next_line < log_.size(); ++reader.next_line) out += log_[reader.next_line];
+  if (reader.next_seq < dropped_below_) {  // behind the cap: the requests it missed that still matter
+    for (const auto& [id, p] : pending_)
+      if (p.seq >= reader.next_seq && p.seq < dropped_below_) out += p.line + "\n";
+  }
+  for (const auto& l : log_)
+    if (l.seq >= reader.next_seq) out += l.text;
+  reader.next_seq = next_seq_;
   return out;
 }
 
@@ -101,7 +124,7 @@ void BypassBroker::timer_loop() {
     std::vector<std::function<void(BypassDecision)>> expired;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.deadline <= now) {
-        append_locked(nlohmann::json{{"id", std::to_string(it->first)}, {"resolved", "deny"}, {"reason", "timeout"}}.dump());
+        end_locked(it->first, "timeout");
         expired.push_back(std::move(it->second.decided));
         it = pending_.erase(it);
       } else {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -22,6 +23,11 @@ namespace toolsrv {
 
 /// How long a request waits for the hostowner before it is denied (§6.9.1).
 inline constexpr std::chrono::seconds bypass_timeout_default{300};
+/// Requests unresolved at once; request() refuses more.
+inline constexpr std::size_t bypass_pending_max = 64;
+/// Lines of pending kept for readers that have not read them yet. A reader further behind still
+/// gets every request that is unresolved; only end lines it missed are lost.
+inline constexpr std::size_t bypass_log_max = 1024;
 
 /// The outcome of a request.
 struct BypassDecision {
@@ -40,7 +46,8 @@ class BypassBroker {
   /// Creates a request with a new id and appends
   /// `{"id":"7","agent":..,"tool":..,"args":{..},"cwd":..,"background":false}` to pending.
   /// `decided` runs once: on the resolving thread, or the broker's timer thread with
-  /// `{false, "timeout"}`; never after withdraw().
+  /// `{false, "timeout"}`; never after withdraw(). Returns 0, and never calls `decided`, when
+  /// bypass_pending_max requests are unresolved already.
   std::uint64_t request(const std::string& agent, const std::string& tool, const nlohmann::json& args,
                         const std::string& cwd, bool background, std::function<void(BypassDecision)> decided);
 
@@ -55,7 +62,7 @@ class BypassBroker {
   /// A reader of bypass/pending: starts with every unresolved request, then follows new lines.
   struct Reader {
     std::string backlog;
-    std::size_t next_line = 0;
+    std::uint64_t next_seq = 0;
   };
   Reader open_pending() const;
   /// The bytes a reader has not yet seen (whole lines), or "" when none.
@@ -68,12 +75,21 @@ class BypassBroker {
 
  private:
   struct Pending {
+    std::uint64_t seq;  // of its line
     std::string line;
     std::chrono::steady_clock::time_point deadline;
     std::function<void(BypassDecision)> decided;
   };
+  struct Line {
+    std::uint64_t seq;
+    std::uint64_t request;  // the id whose request this line is, 0 for an end line
+    std::string text;
+  };
   void timer_loop();
-  void append_locked(std::string line);
+  std::uint64_t append_locked(std::string text, std::uint64_t request = 0);
+  // A request ended: its line goes (a reader that has not read it needs neither it nor its end),
+  // and `reason`, if any, is reported on an end line.
+  void end_locked(std::uint64_t id, const char* reason);
 
   const std::chrono::seconds timeout_;
   mutable std::mutex mu_;
@@ -81,7 +97,9 @@ class BypassBroker {
   bool stopping_ = false;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Pending> pending_;
-  std::vector<std::string> log_;
+  std::deque<Line> log_;              // at most bypass_log_max lines
+  std::uint64_t next_seq_ = 1;
+  std::uint64_t dropped_below_ = 1;   // lines below this seq were dropped by the cap
   Notifier notifier_;
   std::thread timer_;
 };

@@ -1,7 +1,10 @@
 #include "toolsrv/ctl.hpp"
 
+#include <charconv>
+#include <csignal>
 #include <optional>
 
+#include "virtfs/ctl.hpp"
 #include "virtfs/tokenize.hpp"
 
 namespace toolsrv {
@@ -9,6 +12,8 @@ namespace toolsrv {
 using virtfs::tokenize;
 
 namespace {
+
+using Command = virtfs::Command;
 
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -18,66 +23,93 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// ---- the root ctl (spec §6.3) ---------------------------------------------------------------
+
+using SessionVerb = virtfs::Verb<p9::Status (*)(Session&, const Command&)>;
+
+p9::Status load(Session& s, const Command& c) {
+  return s.load(c.args[0], std::vector<std::string>(c.args.begin() + 1, c.args.end()));
+}
+
+p9::Status unload(Session& s, const Command& c) {
+  s.unload(c.args[0], std::vector<std::string>(c.args.begin() + 1, c.args.end()));
+  return {};
+}
+
+p9::Status forget(Session& s, const Command& c) {
+  s.forget(c.args[0]);
+  return {};
+}
+
 // `env <KEY>=<VALUE>`: the value is the rest of the line after the first `=`, blanks kept.
-p9::Status run_env(Session& session, std::string_view rest) {
+p9::Status env(Session& s, const Command& c) {
+  std::string_view rest = c.args[0];
   while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) rest.remove_prefix(1);
   const auto eq = rest.find('=');
-  if (eq == std::string_view::npos || eq == 0) return p9::error("usage: env <KEY>=<VALUE>");
-  return session.set_env(std::string(rest.substr(0, eq)), std::string(rest.substr(eq + 1)));
+  if (eq == std::string_view::npos || eq == 0) return c.usage();
+  return s.set_env(std::string(rest.substr(0, eq)), std::string(rest.substr(eq + 1)));
 }
 
-p9::Status run_line(Session& session, std::string_view line) {
-  std::string_view head = line;
-  while (!head.empty() && blank(head.front())) head.remove_prefix(1);
-  std::size_t verb_end = 0;
-  while (verb_end < head.size() && !blank(head[verb_end])) verb_end++;
-  const std::string verb(head.substr(0, verb_end));
-  if (verb == "env") return run_env(session, head.substr(verb_end));
+p9::Status cwd(Session& s, const Command& c) { return s.set_cwd(c.args[0]); }
 
-  auto toks = tokenize(line);
-  if (!toks) return toks.error();
-  std::vector<std::string> args(toks->begin() + 1, toks->end());
-  if (verb == "load" || verb == "unload") {
-    if (args.size() < 2) return p9::error("usage: " + verb + " <agent> <tool>...");
-    std::vector<std::string> tools(args.begin() + 1, args.end());
-    if (verb == "load") return session.load(args[0], tools);
-    session.unload(args[0], tools);
-    return {};
-  }
-  if (verb == "forget") {
-    if (args.size() != 1) return p9::error("usage: forget <agent>");
-    session.forget(args[0]);
-    return {};
-  }
-  if (verb == "cwd") {
-    if (args.size() != 1) return p9::error("usage: cwd <dir>");
-    return session.set_cwd(args[0]);
-  }
-  if (verb == "agentcwd") {
-    if (args.size() != 2) return p9::error("usage: agentcwd <agent> <dir>|-");
-    if (args[1] == "-") return session.set_agent_cwd(args[0], std::nullopt);
-    return session.set_agent_cwd(args[0], args[1]);
-  }
-  if (verb == "sandboxok") {
-    if (args.size() % 2 != 0) return p9::error("usage: sandboxok [<sha256> <dir>]...");
-    std::vector<std::pair<std::string, std::string>> pairs;
-    for (std::size_t i = 0; i < args.size(); i += 2) pairs.emplace_back(args[i], args[i + 1]);
-    return session.set_approvals(pairs);
-  }
-  return p9::error("unknown command: " + verb);
+p9::Status agentcwd(Session& s, const Command& c) {
+  if (c.args[1] == "-") return s.set_agent_cwd(c.args[0], std::nullopt);
+  return s.set_agent_cwd(c.args[0], c.args[1]);
 }
+
+p9::Status sandboxok(Session& s, const Command& c) {
+  if (c.args.size() % 2 != 0) return c.usage();
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (std::size_t i = 0; i < c.args.size(); i += 2) pairs.emplace_back(c.args[i], c.args[i + 1]);
+  return s.set_approvals(pairs);
+}
+
+constexpr SessionVerb session_verbs[] = {
+    {.name = "load", .synopsis = "<agent> <tool>...", .min_args = 2, .max_args = virtfs::MANY, .run = load},
+    {.name = "unload", .synopsis = "<agent> <tool>...", .min_args = 2, .max_args = virtfs::MANY, .run = unload},
+    {.name = "forget", .synopsis = "<agent>", .min_args = 1, .max_args = 1, .run = forget},
+    {.name = "env", .synopsis = "<KEY>=<VALUE>", .min_args = 1, .max_args = 1, .free_text = true, .run = env},
+    {.name = "cwd", .synopsis = "<dir>", .min_args = 1, .max_args = 1, .run = cwd},
+    {.name = "agentcwd", .synopsis = "<agent> <dir>|-", .min_args = 2, .max_args = 2, .run = agentcwd},
+    {.name = "sandboxok", .synopsis = "[<sha256> <dir>]...", .max_args = virtfs::MANY, .run = sandboxok},
+};
+
+// ---- proc/{pid}/ctl (spec §6.5.4) -----------------------------------------------------------
+
+using ProcVerb = virtfs::Verb<p9::Status (*)(ProcessTable&, int pid, const Command&)>;
+
+p9::Status proc_term(ProcessTable& t, int pid, const Command&) { return t.signal(pid, SIGTERM); }
+
+p9::Status proc_kill(ProcessTable& t, int pid, const Command&) { return t.signal(pid, SIGKILL); }
+
+p9::Status proc_signal(ProcessTable& t, int pid, const Command& c) {
+  const auto& arg = c.args[0];
+  int sig = 0;
+  const auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), sig);
+  if (ec != std::errc{} || end != arg.data() + arg.size() || sig < 1 || sig > 64) return p9::error("invalid signal: " + arg);
+  return t.signal(pid, sig);
+}
+
+p9::Status proc_dismiss(ProcessTable& t, int pid, const Command&) {
+  t.dismiss(pid);
+  return {};
+}
+
+constexpr ProcVerb proc_verbs[] = {
+    {.name = "term", .run = proc_term},
+    {.name = "kill", .run = proc_kill},
+    {.name = "signal", .synopsis = "<N>", .min_args = 1, .max_args = 1, .run = proc_signal},
+    {.name = "dismiss", .run = proc_dismiss},
+};
 
 }  // namespace
 
 p9::Status run_ctl(Session& session, std::string_view text) {
-  while (!text.empty()) {
-    const auto nl = text.find('\n');
-    const auto line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    if (trim(line).empty()) continue;
-    if (auto st = run_line(session, line); !st) return st;
-  }
-  return {};
+  return virtfs::each_line(text, [&](std::string_view line) -> p9::Status {
+    auto m = virtfs::match_line(session_verbs, line);
+    if (!m) return m.error();
+    return m->verb->run(session, m->command);
+  });
 }
 
 p9::Result<std::string> answer_info(Session& session, std::string_view request) {
@@ -100,26 +132,12 @@ p9::Result<std::string> answer_tools(Session& session, std::string_view request)
 }
 
 p9::Status run_proc_ctl(ProcessTable& procs, int pid, std::string_view text) {
-  while (!text.empty()) {
-    const auto nl = text.find('\n');
-    const auto line = trim(text.substr(0, nl));
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    if (line.empty()) continue;
-    auto toks = tokenize(line);
-    if (!toks) return toks.error();
-    const auto& verb = toks->front();
-    const std::size_t nargs = toks->size() - 1;
-    if (verb == "term" || verb == "kill" || verb == "dismiss") {
-      if (nargs != 0) return p9::error("usage: " + verb);
-    } else if (verb == "signal") {
-      if (nargs != 1) return p9::error("usage: signal <N>");
-    } else {
-      return p9::error("unknown command: " + verb);
-    }
+  return virtfs::each_line(text, [&](std::string_view line) -> p9::Status {
+    auto m = virtfs::match_line(proc_verbs, line);
+    if (!m) return m.error();
     if (!procs.find(pid)) return p9::error("no such process: " + std::to_string(pid));
-    if (auto st = procs.control(pid, verb == "signal" ? "signal " + (*toks)[1] : verb); !st) return st;
-  }
-  return {};
+    return m->verb->run(procs, pid, m->command);
+  });
 }
 
 }  // namespace toolsrv

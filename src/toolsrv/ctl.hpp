@@ -1,7 +1,7 @@
 #pragma once
 /// The text side of toolsrv's control files (spec §6.3, §6.4, §6.5.4): the mapping of each
-/// request line, tokenized as spec §1.3 says (virtfs/tokenize.hpp), onto a typed Session or
-/// ProcessTable method.
+/// request line, tokenized as spec §1.3 says, onto a typed Session or ProcessTable method; the
+/// ctl files through verb tables (virtfs/ctl.hpp), so each line is parsed once.
 
 #include <string>
 #include <string_view>

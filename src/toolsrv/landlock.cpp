@@ -144,17 +144,21 @@ p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi, bool* as_pl
   if (!ruleset) return p9::error(std::string("landlock_create_ruleset: ") + std::strerror(errno));
 
   for (const auto& rule : plan.rules) {
-    UniqueFd fd(::open(rule.path.c_str(), O_PATH | O_CLOEXEC));
+    UniqueFd opened;
+    if (rule.fd < 0) opened.reset(::open(rule.path.c_str(), O_PATH | O_CLOEXEC));
+    const int fd = rule.fd >= 0 ? rule.fd : opened.get();
     struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0) {  // vanished since planning: nothing granted
+    // Vanished or retargeted since planning: nothing granted, only what was planned (a recorded
+    // file, never a directory swapped in for it) can be.
+    const bool same = fd >= 0 && ::fstat(fd, &st) == 0 && ((rule.dev == 0 && rule.ino == 0) || (st.st_dev == rule.dev && st.st_ino == rule.ino));
+    if (!same) {
       if (as_planned) *as_planned = false;
       continue;
     }
-    if (as_planned && (st.st_dev != rule.dev || st.st_ino != rule.ino)) *as_planned = false;
     landlock_path_beneath_attr pb{};
     pb.allowed_access = rights_of(rule.access) & attr.handled_access_fs;
     if (!S_ISDIR(st.st_mode)) pb.allowed_access &= rights_file;
-    pb.parent_fd = fd.get();
+    pb.parent_fd = fd;
     if (pb.allowed_access == 0) continue;
     if (::syscall(SYS_landlock_add_rule, ruleset.get(), rule_path_beneath, &pb, 0) != 0) {
       return p9::error("landlock_add_rule " + rule.path + ": " + std::strerror(errno));

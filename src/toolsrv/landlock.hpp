@@ -30,10 +30,10 @@ std::string landlock_missing_reason();
 std::optional<std::string> sandbox_unavailable(const SandboxPlan& plan, int abi);
 
 /// Builds the ruleset for `plan` on `abi` (> 0): handled rights of that ABI, one path-beneath rule
-/// per path (opened O_PATH|O_CLOEXEC now, so symlinks resolve now; files get only file rights),
-/// TCP port rules from ABI 4, abstract-socket and signal scoping from ABI 6. `as_planned`, when
-/// given, is set to whether every path opened the very file its rule recorded (PathRule::dev,
-/// ino): only then does the ruleset match the plan exactly.
+/// per path (opened O_PATH|O_CLOEXEC now, so symlinks resolve now, or the rule's held descriptor;
+/// files get only file rights), TCP port rules from ABI 4, abstract-socket and signal scoping from
+/// ABI 6. A path that no longer opens the file its rule recorded (PathRule::dev, ino) is granted
+/// nothing. `as_planned`, when given, is set to whether every rule was granted as planned.
 p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi, bool* as_planned = nullptr);
 
 /// Rulesets kept open for reuse. A ruleset depends only on its plan's rules (paths, access and

@@ -31,7 +31,7 @@ class Lifecycle {
 
   /// A client attached: the startup grace no longer applies.
   void attached();
-  /// The number of open connections changed (lib9p's ServerOptions::on_connections).
+  /// The number of attached connections changed (lib9p's ServerOptions::on_connections).
   void connections(std::size_t open);
 
  private:

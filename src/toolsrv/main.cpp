@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "lib9p/dirs.hpp"
 #include "toolsrv/auth.hpp"
 #include "toolsrv/toolsrv.hpp"
 
@@ -24,11 +25,6 @@ namespace {
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
-}
-
-std::string default_config_root() {
-  auto xdg = env("XDG_CONFIG_HOME");
-  return (xdg.empty() ? env("HOME") + "/.config" : xdg) + "/ollie";
 }
 
 std::string executable_dir() {
@@ -55,7 +51,7 @@ int main(int argc, char** argv) {
     else usage();
   }
   if (opt.address.empty() || opt.cwd.empty()) usage();
-  if (opt.config_root.empty()) opt.config_root = default_config_root();
+  if (opt.config_root.empty()) opt.config_root = p9::config_root();
   opt.bin_path = executable_dir();
 
   // Dies with olliesrv (spec §6.1); a parent already gone left us to init.

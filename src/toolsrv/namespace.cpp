@@ -1,12 +1,11 @@
 #include "toolsrv/namespace.hpp"
 
 #include <charconv>
-#include <mutex>
 #include <optional>
 
+#include "lib9p/handoff.hpp"
 #include "toolsrv/ctl.hpp"
 #include "toolsrv/streams.hpp"
-#include "virtfs/signal.hpp"
 
 namespace toolsrv {
 namespace {
@@ -14,35 +13,6 @@ namespace {
 using D = virtfs::Dsl<Ctx>;
 using Reply = asio::awaitable<p9::Result<std::string>>;
 using Text = p9::Result<std::string>;
-
-// A result handed from a Session callback (an internal thread) to the coroutine that waits for
-// it on its connection's executor. The wait is cancellable: Tflush throws operation_aborted.
-template <class T>
-class Handoff {
- public:
-  void set(T v) {
-    {
-      std::lock_guard lk(mu_);
-      value_ = std::move(v);
-    }
-    signal_.notify();
-  }
-  asio::awaitable<T> get() {
-    for (;;) {
-      const auto seen = signal_.version();
-      {
-        std::lock_guard lk(mu_);
-        if (value_) co_return std::move(*value_);
-      }
-      co_await signal_.wait(seen);
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::optional<T> value_;
-  virtfs::Signal signal_;
-};
 
 // Cancels the call when the coroutine ends before its reply (flush, lost connection, shutdown).
 struct CancelUnlessAnswered {
@@ -57,7 +27,7 @@ struct CancelUnlessAnswered {
 Reply proc_new(Ctx& c, std::string text) {
   auto req = parse_call_request(text);
   if (!req) co_return req.error();
-  auto reply = std::make_shared<Handoff<std::string>>();
+  auto reply = std::make_shared<p9::Handoff<std::string>>();
   auto call = c.session->call(*req, [reply](std::string r) { reply->set(std::move(r)); });
   if (!call) co_return call.error();
   CancelUnlessAnswered guard{*call};
@@ -70,7 +40,7 @@ Reply proc_new(Ctx& c, std::string text) {
 Reply proc_new_bg(Ctx& c, std::string text) {
   auto req = parse_call_request(text);
   if (!req) co_return req.error();
-  auto started = std::make_shared<Handoff<p9::Result<int>>>();
+  auto started = std::make_shared<p9::Handoff<p9::Result<int>>>();
   auto call = c.session->call_background(*req, [started](p9::Result<int> pid) { started->set(std::move(pid)); });
   if (!call) co_return call.error();
   CancelUnlessAnswered guard{*call};
@@ -80,13 +50,14 @@ Reply proc_new_bg(Ctx& c, std::string text) {
   co_return "pid=" + std::to_string(*pid) + "\n";
 }
 
-std::optional<Ctx> lookup_pid(const Ctx& c, const std::string& name) {
+// proc/{pid}: the instance is its Process, so the qids of a pid last as long as the process.
+std::optional<virtfs::Instance<Ctx>> lookup_pid(const Ctx& c, const std::string& name) {
   int pid = 0;
   const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
   if (ec != std::errc{} || end != name.data() + name.size() || name.front() == '0') return std::nullopt;
   auto p = c.session->processes().find(pid);
   if (!p) return std::nullopt;
-  return Ctx{c.session, std::move(p)};
+  return virtfs::Instance<Ctx>{Ctx{c.session, p}, p};
 }
 
 std::vector<std::string> list_pids(Ctx& c) {

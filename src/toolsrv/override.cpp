@@ -43,33 +43,43 @@ bool Approvals::approved(std::string_view sha256, std::string_view dir) const {
   return pairs_.count({std::string(sha256), clean_path(dir)}) > 0;
 }
 
-std::optional<ProjectOverride> find_override(const std::string& cwd, std::string* note) {
+Result<std::optional<ProjectOverride>> find_override(int dir_fd, const std::string& cwd, std::string* note) {
   ProjectOverride o;
   o.dir = clean_path(cwd);
   o.path = o.dir == "/" ? "/.ollie-sandbox.yaml" : o.dir + "/.ollie-sandbox.yaml";
-  UniqueFd fd(::open(o.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  UniqueFd fd(::openat(dir_fd, ".ollie-sandbox.yaml", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
     if (errno != ENOENT && note) *note = o.path + ": ignored: " + std::strerror(errno);
-    return std::nullopt;
+    return std::optional<ProjectOverride>();
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     if (note) *note = o.path + ": ignored: not a regular file";
-    return std::nullopt;
+    return std::optional<ProjectOverride>();
   }
-  char buf[65536];
-  while (true) {
-    const auto n = ::read(fd.get(), buf, sizeof buf);
+  if (static_cast<std::uint64_t>(st.st_size) > override_max_bytes) {
+    return p9::error(o.path + ": too large: " + std::to_string(st.st_size) + " bytes (limit " +
+                     std::to_string(override_max_bytes) + ")");
+  }
+  // At most one byte past the limit is read, so a file that grew since fstat is refused too.
+  o.bytes.resize(override_max_bytes + 1);
+  std::size_t got = 0;
+  while (got < o.bytes.size()) {
+    const auto n = ::read(fd.get(), o.bytes.data() + got, o.bytes.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       if (note) *note = o.path + ": ignored: " + std::strerror(errno);
-      return std::nullopt;
+      return std::optional<ProjectOverride>();
     }
     if (n == 0) break;
-    o.bytes.append(buf, static_cast<std::size_t>(n));
+    got += static_cast<std::size_t>(n);
   }
+  if (got > override_max_bytes) {
+    return p9::error(o.path + ": too large: over " + std::to_string(override_max_bytes) + " bytes");
+  }
+  o.bytes.resize(got);
   o.sha256 = sha256_hex(o.bytes);
-  return o;
+  return std::optional<ProjectOverride>(std::move(o));
 }
 
 }  // namespace toolsrv

@@ -1,6 +1,7 @@
 #pragma once
 /// The project sandbox override `.ollie-sandbox.yaml` (spec §7.3.3) and its approvals.
 
+#include <cstddef>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,8 +40,12 @@ struct ProjectOverride {
   std::string sha256;
 };
 
-/// Looks for `<cwd>/.ollie-sandbox.yaml`, opened without following symlinks. Nothing there →
-/// nullopt; a symlink or non-regular file is ignored with a note in `note`.
-std::optional<ProjectOverride> find_override(const std::string& cwd, std::string* note);
+/// The largest override read (§7.3.3): a bigger file is refused before a byte of it is read.
+inline constexpr std::size_t override_max_bytes = 64u << 10;
+
+/// Looks for `.ollie-sandbox.yaml` in the directory `dir_fd` (the held cwd `cwd`), opened without
+/// following symlinks. Nothing there → nullopt; a symlink or non-regular file is ignored with a
+/// note in `note`. Error: `<path>: too large: <n> bytes (limit 65536)`.
+Result<std::optional<ProjectOverride>> find_override(int dir_fd, const std::string& cwd, std::string* note);
 
 }  // namespace toolsrv

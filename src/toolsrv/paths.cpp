@@ -68,27 +68,3 @@ bool is_within(std::string_view path, std::string_view dir) {
 }
 
 }  // namespace toolsrv
-
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-
-namespace toolsrv {
-
-p9::Result<void> ensure_private_dir(const std::string& dir) {
-  std::error_code ec;
-  const auto parent = std::filesystem::path(dir).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return p9::error(dir + ": " + std::strerror(errno));
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return p9::error(dir + ": " + std::strerror(errno));
-  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) return p9::error(dir + ": not a directory");
-  if (st.st_uid != ::getuid()) return p9::error(dir + ": not owned by uid " + std::to_string(::getuid()));
-  if ((st.st_mode & 0777) != 0700) return p9::error(dir + ": mode is not 0700");
-  return {};
-}
-
-}  // namespace toolsrv

@@ -22,13 +22,3 @@ bool is_within(std::string_view path, std::string_view dir);
 
 }  // namespace toolsrv
 
-#include "lib9p/result.hpp"
-
-namespace toolsrv {
-
-/// Creates `dir` (and missing parents) with mode 0700 and checks it as plan9port checks its
-/// namespace directory: a directory, not a symlink, owned by this uid, mode 0700. Errors:
-/// `<dir>: <reason>`.
-p9::Result<void> ensure_private_dir(const std::string& dir);
-
-}  // namespace toolsrv

@@ -22,8 +22,9 @@ struct NetworkPolicy {
   std::vector<std::uint16_t> bind_tcp;
   std::vector<std::uint16_t> connect_tcp;
 
-  /// True when the policy restricts TCP at all (needs Landlock ABI 4).
-  bool restricts() const { return !unrestricted; }
+  /// True when the policy restricts TCP at all (needs Landlock ABI 4): `enabled: false` (no TCP
+  /// bind or connect, whatever `unrestricted` says) or `unrestricted: false` (listed ports only).
+  bool restricts() const { return !enabled || !unrestricted; }
 
   bool operator==(const NetworkPolicy&) const = default;
 };

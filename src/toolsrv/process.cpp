@@ -6,12 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <optional>
 
 namespace toolsrv {
@@ -72,8 +72,8 @@ std::string Process::header_locked() const {
   std::string h = "pid=" + std::to_string(pid_) + "\nstatus=" + std::string(status_name(status_)) + "\n";
   if (status_ == ProcStatus::exited) h += "exit=" + std::to_string(exit_code_) + "\n";
   if (status_ == ProcStatus::signaled) h += "signal=" + std::to_string(signal_) + "\n";
-  h += "stdout=" + std::to_string(stdout_.rendered_size()) + "\n";
-  h += "stderr=" + std::to_string(stderr_.rendered_size()) + "\n";
+  h += "stdout=" + std::to_string(stdout_size_locked()) + "\n";
+  h += "stderr=" + std::to_string(stderr_size_locked()) + "\n";
   for (const auto& x : extra_headers_) h += x + "\n";
   return h;
 }
@@ -86,6 +86,24 @@ std::string Process::wait_text() const {
 std::string Process::reply() const {
   std::lock_guard lock(mu_);
   return header_locked() + "\n" + stdout_.render() + stderr_.render();
+}
+
+std::string Process::take_reply() {
+  std::lock_guard lock(mu_);
+  auto r = header_locked() + "\n" + stdout_.render() + stderr_.render();
+  if (finished_) trim_locked();
+  return r;
+}
+
+void Process::trim_locked() {
+  if (!trimmed_) {
+    stdout_size_ = stdout_.rendered_size();
+    stderr_size_ = stderr_.rendered_size();
+    trimmed_ = true;
+  }
+  stdout_ = Capture();
+  stderr_ = Capture();
+  combined_ = Capture();
 }
 
 std::string Process::stat_text() const {
@@ -101,7 +119,7 @@ std::string Process::stat_text() const {
   char rt[32];
   std::snprintf(rt, sizeof rt, "%.1f", runtime);
   s += "started=" + std::to_string(secs) + "\nruntime=" + rt + "\n";
-  s += "output=" + std::to_string(stdout_.rendered_size() + stderr_.rendered_size()) + "\n";
+  s += "output=" + std::to_string(stdout_size_locked() + stderr_size_locked()) + "\n";
   return s;
 }
 
@@ -179,13 +197,6 @@ void ProcessTable::start(Launch launch, std::function<void(std::shared_ptr<Proce
   started(add_finished(launch.tool, launch.agent, launch.background, ProcStatus::failed, "toolsrv is stopping"));
 }
 
-std::shared_ptr<Process> ProcessTable::start_sync(Launch launch) {
-  std::promise<std::shared_ptr<Process>> promise;
-  auto future = promise.get_future();
-  start(std::move(launch), [&promise](std::shared_ptr<Process> p) { promise.set_value(std::move(p)); });
-  return future.get();
-}
-
 std::shared_ptr<Process> ProcessTable::add_finished(const std::string& tool, const std::string& agent, bool background,
                                                     ProcStatus status, const std::string& reason,
                                                     std::vector<std::string> headers) {
@@ -201,6 +212,7 @@ std::shared_ptr<Process> ProcessTable::add_finished(const std::string& tool, con
     p->reaped_ = true;
   }
   p->notifier_.notify();
+  cap_finished();
   return p;
 }
 
@@ -289,6 +301,25 @@ std::size_t ProcessTable::collect() {
   return n;
 }
 
+std::size_t ProcessTable::finished_count() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto& [pid, p] : procs_) n += p->finished() ? 1 : 0;
+  return n;
+}
+
+void ProcessTable::cap_finished() {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<steady::time_point, int>> finished;  // last use, pid
+  for (const auto& [pid, p] : procs_) {
+    std::lock_guard plock(p->mu_);
+    if (p->finished_) finished.emplace_back(std::max(p->ended_, p->last_read_), pid);
+  }
+  if (finished.size() <= proc_finished_max) return;
+  std::sort(finished.begin(), finished.end());
+  for (std::size_t i = 0; i + proc_finished_max < finished.size(); ++i) procs_.erase(finished[i].second);
+}
+
 // ---- the table's thread ----
 
 void ProcessTable::do_start(Command& cmd) {
@@ -309,6 +340,7 @@ void ProcessTable::do_start(Command& cmd) {
       proc->reaped_ = true;
     }
     proc->notifier_.notify();
+    cap_finished();
     cmd.started(proc);
     return;
   }
@@ -405,12 +437,15 @@ void ProcessTable::finish(Slot& slot) {
     std::lock_guard lock(proc->mu_);
     proc->status_ = slot.end_status;
     proc->final_out_ = proc->combined_.render();
+    proc->combined_ = Capture();
+    if (proc->background_) proc->trim_locked();  // nobody takes its reply: out and wait serve it
     proc->ended_ = proc->last_read_ = steady::now();
     proc->finished_ = true;
   }
   auto on_finish = std::move(slot.on_finish);
   slots_.erase(proc->pid());
   proc->notifier_.notify();
+  cap_finished();
   if (on_finish) on_finish(proc);
 }
 

@@ -35,6 +35,8 @@ std::string_view status_name(ProcStatus s);
 inline constexpr std::chrono::seconds proc_keep_default{600};
 /// How long the pipes are drained after the tool exited (§6.6 End of a call).
 inline constexpr std::chrono::milliseconds drain_limit{2000};
+/// Finished processes kept at most; beyond it the least recently used go first (§6.5.3).
+inline constexpr std::size_t proc_finished_max = 64;
 
 /// One process (also a call that never started: status failed or denied).
 class Process {
@@ -68,6 +70,10 @@ class Process {
   std::string wait_text() const;
   /// The whole proc/new reply (§6.5.2): header, blank line, stdout bytes, stderr bytes.
   std::string reply() const;
+  /// reply() once the process is finished, then its separate captures are dropped: only `out`
+  /// (the combined output) and the header of `wait` and `stat` are served after that, so a
+  /// collected process keeps one copy of its output, not four. Later reply()s have no body.
+  std::string take_reply();
   /// `stat` content (§6.5.3).
   std::string stat_text() const;
 
@@ -77,6 +83,10 @@ class Process {
  private:
   friend class ProcessTable;
   std::string header_locked() const;
+  std::size_t stdout_size_locked() const { return trimmed_ ? stdout_size_ : stdout_.rendered_size(); }
+  std::size_t stderr_size_locked() const { return trimmed_ ? stderr_size_ : stderr_.rendered_size(); }
+  // Finished: drops the separate captures (sizes kept) and the combined one (final_out_ has it).
+  void trim_locked();
 
   int pid_ = 0;
   std::string tool_, agent_;
@@ -92,6 +102,8 @@ class Process {
   int exit_code_ = 0;
   int signal_ = 0;
   Capture stdout_, stderr_, combined_;
+  bool trimmed_ = false;
+  std::size_t stdout_size_ = 0, stderr_size_ = 0;
   std::string final_out_;
   std::chrono::system_clock::time_point started_wall_;
   std::chrono::steady_clock::time_point started_, ended_, last_read_;
@@ -125,8 +137,6 @@ class ProcessTable {
   /// Starts `launch` on the table's thread. `started` gets the process (running), or, when it
   /// could not start, a finished one with status failed and the reason as its stderr.
   void start(Launch launch, std::function<void(std::shared_ptr<Process>)> started);
-  /// start() and wait for the result. Never call it from a callback of this table.
-  std::shared_ptr<Process> start_sync(Launch launch);
 
   /// Records a call that did not run (status failed or denied, `reason` as stderr).
   std::shared_ptr<Process> add_finished(const std::string& tool, const std::string& agent, bool background,
@@ -153,6 +163,8 @@ class ProcessTable {
   void kill_all();
   /// Removes finished processes idle for `keep`; returns how many. Also run by the thread.
   std::size_t collect();
+  /// Number of finished processes in the table.
+  std::size_t finished_count() const;
 
  private:
   struct Slot;
@@ -165,6 +177,8 @@ class ProcessTable {
   void finish(Slot& slot);
   void close_fd(Slot& slot, UniqueFd& fd);
   std::shared_ptr<Process> make_process(const std::string& tool, const std::string& agent, bool background);
+  // Keeps at most proc_finished_max finished processes, dropping the least recently used.
+  void cap_finished();
 
   const std::chrono::seconds keep_;
   mutable std::mutex mu_;

@@ -1,6 +1,5 @@
 #include "toolsrv/sandbox.hpp"
 
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,38 +7,28 @@
 #include <filesystem>
 #include <system_error>
 
+#include "lib9p/dirs.hpp"
 #include "toolsrv/elf.hpp"
 #include "toolsrv/paths.hpp"
 
 namespace toolsrv {
 namespace {
 
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
-
-std::string home_dir() {
-  if (const char* h = std::getenv("HOME"); h && *h) return h;
-  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir) return pw->pw_dir;
-  return "/";
-}
-
 }  // namespace
 
 TemplateVars TemplateVars::for_call(const std::string& cwd, const std::string& tmpdir, const std::string& config_root,
                                     const std::string& data_root, const std::string& bin_path) {
   TemplateVars t;
-  const auto home = home_dir();
+  const auto env = p9::process_env();
   t.vars = {
       {"CWD", cwd},
-      {"HOME", home},
+      {"HOME", p9::home_dir(env)},
       {"TMPDIR", tmpdir},
-      {"XDG_CONFIG_HOME", env_or("XDG_CONFIG_HOME", home + "/.config")},
-      {"XDG_DATA_HOME", env_or("XDG_DATA_HOME", home + "/.local/share")},
-      {"XDG_CACHE_HOME", env_or("XDG_CACHE_HOME", home + "/.cache")},
-      {"XDG_STATE_HOME", env_or("XDG_STATE_HOME", home + "/.local/state")},
-      {"XDG_RUNTIME_DIR", env_or("XDG_RUNTIME_DIR", "/run/user/" + std::to_string(::getuid()))},
+      {"XDG_CONFIG_HOME", p9::config_home(env)},
+      {"XDG_DATA_HOME", p9::data_home(env)},
+      {"XDG_CACHE_HOME", p9::cache_home(env)},
+      {"XDG_STATE_HOME", p9::state_home(env)},
+      {"XDG_RUNTIME_DIR", p9::runtime_home(env)},
       {"OLLIE_CFG_PATH", config_root},
       {"OLLIE_DATA_PATH", data_root},
       {"OLLIE_BIN_PATH", bin_path},
@@ -83,6 +72,14 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     }
     const auto path = clean_path(expanded);
     struct stat st {};
+    if (vars.cwd_fd >= 0 && path == vars.expand("{CWD}")) {
+      if (::fstat(vars.cwd_fd, &st) != 0) {
+        plan.skipped.push_back(path + ": does not exist");
+        return;
+      }
+      plan.rules.push_back({path, access, st.st_dev, st.st_ino, vars.cwd_fd});
+      return;
+    }
     if (::stat(path.c_str(), &st) != 0) {
       const bool create = (access == Access::rw || access == Access::rwx) && !data_root.empty() &&
                           is_within(path, clean_path(data_root));
@@ -101,8 +98,12 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   for (const auto& p : policy.rwx) add(p, Access::rwx);
   for (const auto& d : tool_dirs) add(d, Access::rox);
   if (policy.add_exec && !exe.empty()) add(exe, Access::rox);
-  if (policy.ldd && !exe.empty())
-    for (const auto& lib : linked_libraries(exe)) add(lib, Access::rox);
+  if (policy.ldd && !exe.empty()) {
+    for (const auto& lib : linked_libraries(exe, writable_paths(policy, vars))) {
+      struct stat st {};
+      if (::stat(lib.c_str(), &st) == 0 && S_ISREG(st.st_mode)) plan.rules.push_back({lib, Access::rox, st.st_dev, st.st_ino});
+    }
+  }
   return plan;
 }
 

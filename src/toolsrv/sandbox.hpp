@@ -18,6 +18,9 @@ struct TemplateVars {
   /// CWD, HOME, TMPDIR, XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_CACHE_HOME, XDG_STATE_HOME,
   /// XDG_RUNTIME_DIR, OLLIE_CFG_PATH, OLLIE_DATA_PATH, OLLIE_BIN_PATH.
   std::map<std::string, std::string> vars;
+  /// The held descriptor of {CWD} (HeldCwd), -1 = none: the rule whose path is {CWD} is built
+  /// from it, never by opening the path again.
+  int cwd_fd = -1;
 
   /// The variables of a call in `cwd`: the fixed ones from the arguments, HOME and XDG_* from
   /// toolsrv's environment with their defaults.
@@ -41,8 +44,13 @@ struct PathRule {
   /// ruleset (RulesetCache).
   dev_t dev = 0;
   ino_t ino = 0;
+  /// A descriptor already open on the file (the held cwd), -1 = open `path` when building. Not
+  /// part of equality: the ruleset depends on the file only.
+  int fd = -1;
 
-  bool operator==(const PathRule&) const = default;
+  bool operator==(const PathRule& o) const {
+    return path == o.path && access == o.access && dev == o.dev && ino == o.ino;
+  }
 };
 
 /// What a call's sandbox must enforce.
@@ -56,8 +64,11 @@ struct SandboxPlan {
 };
 
 /// Expands the policy for a call: rules for ro, rox, rw, rwx; rox for every tool directory; rox
-/// on `exe` when advanced.add_exec. A missing rw path under `data_root` is created (0700). Every
-/// path is stat'ed now (one system call each) and its rule records the file it resolved to.
+/// on `exe` when advanced.add_exec; with advanced.ldd, rox on the regular files the loader would
+/// map for `exe` (linked_libraries), unless `exe` lies inside a writable path (nothing is read
+/// from a file the model may have written), never on a directory and never on a file inside a
+/// writable path (already granted there). A missing rw path under `data_root` is created (0700).
+/// Every path is stat'ed now (one system call each) and its rule records the file it resolved to.
 SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
                          const std::string& data_root, const std::string& exe);
 

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "lib9p/dirs.hpp"
+#include "toolsrv/json.hpp"
 #include "toolsrv/landlock.hpp"
 #include "toolsrv/paths.hpp"
 
@@ -17,21 +19,16 @@ extern char** environ;
 namespace toolsrv {
 namespace {
 
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
-
-std::string home() { return env_or("HOME", "/"); }
-
-// PATH entries that are absolute, so no command resolves in the model-writable cwd.
-std::string clean_search_path(std::string_view path) {
+// PATH entries that are absolute, so no command resolves in the model-writable cwd; with
+// `writable`, also none inside those paths.
+std::string clean_search_path(std::string_view path, const std::vector<std::string>* writable = nullptr) {
   std::string out;
   while (!path.empty()) {
     const auto colon = path.find(':');
     const auto entry = path.substr(0, colon);
     path.remove_prefix(colon == std::string_view::npos ? path.size() : colon + 1);
     if (entry.empty() || entry.front() != '/') continue;
+    if (writable && inside_writable(std::string(entry), *writable)) continue;
     if (!out.empty()) out += ':';
     out += entry;
   }
@@ -47,11 +44,6 @@ std::string join(const std::vector<std::string>& v, char sep) {
   return out;
 }
 
-bool is_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 }  // namespace
 
 SessionConfig SessionConfig::from_environment(const std::string& config_root, const std::string& cwd,
@@ -60,12 +52,11 @@ SessionConfig SessionConfig::from_environment(const std::string& config_root, co
   c.config_root = config_root;
   c.cwd = cwd;
   c.bin_path = bin_path;
-  c.session_id = env_or("OLLIE_SESSION_ID", "pid-" + std::to_string(::getpid()));
-  c.data_root = env_or("XDG_DATA_HOME", home() + "/.local/share") + "/ollie";
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  const auto run_root = runtime && *runtime ? std::string(runtime) + "/ollie" : "/tmp/ollie-" + std::to_string(::getuid());
-  c.tmpdir = run_root + "/tmp/" + c.session_id;
-  c.tools_path = env_or("OLLIE_TOOLS_PATH", "");
+  const auto env = p9::process_env();
+  c.session_id = env("OLLIE_SESSION_ID").value_or("pid-" + std::to_string(::getpid()));
+  c.data_root = p9::data_root(env);
+  c.tmpdir = p9::runtime_root(env) + "/tmp/" + c.session_id;
+  c.tools_path = env("OLLIE_TOOLS_PATH").value_or("");
   return c;
 }
 
@@ -96,7 +87,8 @@ struct Session::Prepared {
   CallRequest request;
   bool background = false;
   Tool tool;
-  std::string cwd;
+  std::string cwd;  // as set (held.path)
+  HeldCwd held;     // the cwd, resolved when it was set: the {CWD} rule and the fchdir
   std::chrono::seconds timeout{0};
   std::vector<std::string> headers;
   std::string fail;  // non-empty: the call ends failed with this reason
@@ -110,17 +102,12 @@ struct Session::Prepared {
 
 Session::Session(SessionConfig config)
     : config_(std::move(config)),
+      cwd_(HeldCwd::open(config_.cwd)),
       bypass_(config_.bypass_timeout),
       locks_(LockTable::create()),
       procs_(std::make_unique<ProcessTable>(config_.proc_keep)) {
-  // Without XDG_RUNTIME_DIR the root is /tmp/ollie-<uid>, in the shared /tmp: check it as §6.1 says.
-  const std::string shared_root = "/tmp/ollie-" + std::to_string(::getuid());
-  if (is_within(config_.tmpdir, shared_root)) {
-    if (auto r = ensure_private_dir(shared_root); !r) tmpdir_error_ = r.ename();
-  }
-  if (tmpdir_error_.empty()) {
-    if (auto r = ensure_private_dir(config_.tmpdir); !r) tmpdir_error_ = r.ename();
-  }
+  // Without XDG_RUNTIME_DIR the root is /tmp/ollie-<uid>, in the shared /tmp: checked as §6.1 says.
+  if (auto r = p9::ensure_runtime_dir(config_.tmpdir); !r) tmpdir_error_ = r.ename();
   if (!tmpdir_error_.empty()) spdlog::error("toolsrv: private TMPDIR: {}", tmpdir_error_);
 }
 
@@ -137,7 +124,13 @@ void Session::warn_once(const std::string& text) {
 std::string Session::agent_cwd(const std::string& agent) const {
   std::lock_guard lock(mu_);
   const auto it = agent_cwd_.find(agent);
-  return it != agent_cwd_.end() ? it->second : config_.cwd;
+  return it != agent_cwd_.end() ? it->second.path : config_.cwd;
+}
+
+p9::Result<HeldCwd> Session::held_cwd(const std::string& agent) const {
+  std::lock_guard lock(mu_);
+  const auto it = agent_cwd_.find(agent);
+  return it != agent_cwd_.end() ? p9::Result<HeldCwd>(it->second) : cwd_;
 }
 
 std::map<std::string, std::string> Session::sandbox_env(const Policy& policy) const {
@@ -192,11 +185,18 @@ void Session::unload(const std::string& agent, const std::vector<std::string>& t
 }
 
 void Session::forget(const std::string& agent) {
+  std::vector<std::shared_ptr<Call>> calls;
   {
     std::lock_guard lock(mu_);
     registry_.forget(agent);
     agent_cwd_.erase(agent);
+    std::erase_if(calls_, [&](const auto& c) {
+      if (c.first != agent) return false;
+      if (auto call = c.second.lock()) calls.push_back(std::move(call));
+      return true;
+    });
   }
+  for (const auto& call : calls) call->cancel();
   procs_->forget_agent(agent);
 }
 
@@ -209,19 +209,12 @@ p9::Result<void> Session::set_env(const std::string& key, const std::string& val
   return {};
 }
 
-namespace {
-p9::Result<std::string> check_dir(const std::string& verb, const std::string& dir) {
-  if (dir.empty() || dir.front() != '/') return p9::error(verb + " must be absolute: " + dir);
-  if (!is_dir(dir)) return p9::error(verb + ": " + dir + ": not a directory");
-  return clean_path(dir);
-}
-}  // namespace
-
 p9::Result<void> Session::set_cwd(const std::string& dir) {
-  auto d = check_dir("cwd", dir);
+  auto d = HeldCwd::open(dir);
   if (!d) return d.error();
   std::lock_guard lock(mu_);
-  config_.cwd = *d;
+  config_.cwd = d->path;
+  cwd_ = std::move(d);
   return {};
 }
 
@@ -231,10 +224,10 @@ p9::Result<void> Session::set_agent_cwd(const std::string& agent, const std::opt
     agent_cwd_.erase(agent);
     return {};
   }
-  auto d = check_dir("cwd", *dir);
+  auto d = HeldCwd::open(*dir);
   if (!d) return d.error();
   std::lock_guard lock(mu_);
-  agent_cwd_[agent] = *d;
+  agent_cwd_.insert_or_assign(agent, std::move(*d));
   return {};
 }
 
@@ -247,7 +240,7 @@ p9::Result<void> Session::set_approvals(const std::vector<std::pair<std::string,
 
 std::string Session::tools(const std::string& request) {
   const auto catalog = scan();
-  if (request == "*") return catalog_json(*catalog).dump() + "\n";
+  if (request == "*") return json_text(catalog_json(*catalog)) + "\n";
   std::vector<std::string> dropped;
   nlohmann::json list;
   {
@@ -255,7 +248,7 @@ std::string Session::tools(const std::string& request) {
     list = registry_.agent_json(request, *catalog, &dropped);
   }
   for (const auto& d : dropped) spdlog::warn("toolsrv: loaded tool {} of agent {} is no longer valid", d, request);
-  return list.dump() + "\n";
+  return json_text(list) + "\n";
 }
 
 std::string Session::info(const std::string& agent) {
@@ -323,9 +316,14 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
       }
     }
     auto self = shared_from_this();
-    std::lock_guard lock(call->mu_);
+    std::unique_lock lock(call->mu_);
     call->bypass_id_ = s->bypass_.request(p.request.agent, p.request.tool, p.request.args, p.cwd, p.background,
                                           [self](BypassDecision d) { self->decided(d); });
+    if (call->bypass_id_ == 0) {
+      lock.unlock();
+      return end_early(ProcStatus::denied, "bypass refused: " + std::to_string(bypass_pending_max) +
+                                               " requests are pending already");
+    }
     call->cancel_bypass_ = [self] {
       if (self->s->bypass_.withdraw(self->call->bypass_id_)) self->end_early(ProcStatus::denied, "bypass withdrawn");
     };
@@ -349,9 +347,18 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     if (p.background) return run(bypass, nullptr);
     auto self = shared_from_this();
     auto req = LockRequest::for_call(p.tool.scope, p.request.args, p.cwd);
+    // Leaves the queue if still waiting; false once granted (the grant then sees cancelled_).
+    auto leave = [self](std::uint64_t ticket) {
+      if (ticket && self->s->locks_->cancel(ticket)) self->end_early(ProcStatus::failed, "cancelled while waiting for a path lock");
+    };
     std::unique_lock lock(call->mu_);
-    call->cancel_lock_ = [self] {
-      if (self->s->locks_->cancel(self->call->lock_ticket_)) self->end_early(ProcStatus::failed, "cancelled while waiting for a path lock");
+    call->cancel_lock_ = [self, leave] {
+      std::uint64_t ticket;
+      {
+        std::lock_guard l(self->call->mu_);
+        ticket = self->call->lock_ticket_;
+      }
+      leave(ticket);  // 0: not queued yet; lock() itself sees cancelled_ once it is
     };
     lock.unlock();
     const auto ticket = s->locks_->acquire(req, [self, bypass](LockHold hold) {
@@ -364,6 +371,10 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     });
     lock.lock();
     call->lock_ticket_ = ticket;
+    const bool cancelled_meanwhile = call->cancelled_;
+    lock.unlock();
+    // A cancel between acquire() and the ticket found no ticket to withdraw: withdraw it here.
+    if (cancelled_meanwhile) leave(ticket);
   }
 
   std::vector<std::string> environment(bool bypass) {
@@ -382,7 +393,9 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
       for (const auto& [k, v] : p.session_env) env[k] = v;
     }
     const auto path_it = env.find("PATH");
-    std::string path = clean_search_path(path_it != env.end() ? path_it->second : "");
+    // A bypass call runs unconfined: a directory the model can write is no place to look for the
+    // program the hostowner approved.
+    std::string path = clean_search_path(path_it != env.end() ? path_it->second : "", bypass ? &p.writable : nullptr);
     if (path.empty() && !bypass) path = "/usr/local/bin:/usr/bin:/bin";
     if (!bypass && !p.trusted.empty()) path = join(p.trusted, ':') + (path.empty() ? "" : ":" + path);
     long k = 0;
@@ -398,15 +411,23 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     env["OLLIE_TOOLS_PATH"] = join(p.trusted, ':');
     env["TMPDIR"] = s->config_.tmpdir;
     env["PATH"] = path;
-    env["GIT_CONFIG_COUNT"] = std::to_string(k + 1);
-    env["GIT_CONFIG_KEY_" + std::to_string(k)] = "core.fsmonitor";
-    env["GIT_CONFIG_VALUE_" + std::to_string(k)] = "false";
+    // git forced safe (§6.6): no fsmonitor command; for a bypass call no hooks either, since the
+    // cwd's .git/hooks are the model's to write.
+    std::vector<std::pair<std::string, std::string>> git = {{"core.fsmonitor", "false"}};
+    if (bypass) git.emplace_back("core.hooksPath", "/dev/null");
+    for (const auto& [key, value] : git) {
+      env["GIT_CONFIG_KEY_" + std::to_string(k)] = key;
+      env["GIT_CONFIG_VALUE_" + std::to_string(k)] = value;
+      ++k;
+    }
+    env["GIT_CONFIG_COUNT"] = std::to_string(k);
     std::vector<std::string> out;
     for (const auto& [key, v] : env) out.push_back(key + "=" + v);
     return out;
   }
 
   void run(bool bypass, std::shared_ptr<LockHold> hold) {
+    if (cancelled()) return end_early(ProcStatus::failed, "cancelled");  // forgotten or flushed meanwhile
     Launch l;
     l.tool = p.request.tool;
     l.agent = p.request.agent;
@@ -415,6 +436,7 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     l.stdin_data = p.request.args_text;
     l.headers = p.headers;
     l.spec.cwd = p.cwd;
+    l.spec.cwd_dir = p.held.fd;
     l.spec.env = environment(bypass);
     if (p.tool.cmd) l.spec.argv = {"/bin/sh", "-c", *p.tool.cmd};
     else l.spec.argv = {p.tool.exe_path};
@@ -471,7 +493,15 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
   }
   p.request = request;
   p.background = background;
-  p.cwd = agent_cwd(request.agent);
+  auto held = held_cwd(request.agent);
+  std::string cwd_error = held ? "" : held.ename();
+  if (held) {
+    p.held = *held;
+    p.cwd = p.held.path;
+    if (auto st = p.held.check(); !st) cwd_error = st.ename();
+  } else {
+    p.cwd = agent_cwd(request.agent);
+  }
   // The tool as the latest scan (load, tools) found it: the directories are not rescanned per
   // call (§7.2.2). Only its executable is checked again, so one that vanished or lost its x bit
   // since fails clearly rather than with an exec error.
@@ -493,13 +523,18 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
   }
   p.timeout = std::chrono::seconds(request.timeout ? *request.timeout : p.tool.timeout);
   if (!tmpdir_error_.empty() && p.fail.empty()) p.fail = "private TMPDIR: " + tmpdir_error_;
+  if (!cwd_error.empty() && p.fail.empty()) p.fail = cwd_error;
 
   auto global = global_policy_.load(config_.config_root + "/sandbox.yaml");
   if (!global && p.fail.empty()) p.fail = "sandbox.yaml: " + global.ename();
   if (global) {
     std::string note;
     std::optional<PolicyFile> project;
-    if (auto o = find_override(p.cwd, &note)) {
+    const std::optional<ProjectOverride> none;
+    auto found = cwd_error.empty() ? find_override(p.held.fd->get(), p.cwd, &note)
+                                   : p9::Result<std::optional<ProjectOverride>>(none);
+    if (!found && p.fail.empty()) p.fail = found.ename();
+    if (const auto& o = found ? *found : none) {
       bool ok;
       {
         std::lock_guard lock(mu_);
@@ -518,7 +553,9 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
     if (!note.empty()) warn_once(note);
     p.policy = effective_policy(**global, project ? &*project : nullptr);
   }
-  p.vars = TemplateVars::for_call(p.cwd, config_.tmpdir, config_.config_root, config_.data_root, config_.bin_path);
+  p.vars = TemplateVars::for_call(cwd_error.empty() ? p.held.resolved : p.cwd, config_.tmpdir, config_.config_root,
+                                  config_.data_root, config_.bin_path);
+  if (cwd_error.empty()) p.vars.cwd_fd = p.held.fd->get();
   std::vector<std::string> warnings;
   p.tool_dirs = tool_dirs(config_.tools_path, config_.config_root, &warnings);
   p.writable = writable_paths(p.policy, p.vars);
@@ -538,6 +575,11 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
   launcher->on_start = std::move(on_start);
   launcher->on_end = std::move(on_end);
   auto call = launcher->call;
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(calls_, [](const auto& c) { return c.second.expired(); });
+    calls_.emplace_back(request.agent, call);
+  }
   launcher->begin();
   return call;
 }
@@ -547,9 +589,9 @@ p9::Result<std::shared_ptr<Call>> Session::call(const CallRequest& request, std:
   return start_call(
       request, false,
       [once](std::shared_ptr<Process> proc) {
-        if (proc->finished()) (*once)(proc->reply());
+        if (proc->finished()) (*once)(proc->take_reply());
       },
-      [once](std::shared_ptr<Process> proc) { (*once)(proc->reply()); });
+      [once](std::shared_ptr<Process> proc) { (*once)(proc->take_reply()); });
 }
 
 p9::Result<std::shared_ptr<Call>> Session::call_background(const CallRequest& request,

@@ -17,6 +17,7 @@
 #include "lib9p/result.hpp"
 #include "toolsrv/bypass.hpp"
 #include "toolsrv/catalog.hpp"
+#include "toolsrv/cwd.hpp"
 #include "toolsrv/landlock.hpp"
 #include "toolsrv/locks.hpp"
 #include "toolsrv/override.hpp"
@@ -74,11 +75,13 @@ class Session {
   p9::Result<void> load(const std::string& agent, const std::vector<std::string>& tools);
   /// `unload <agent> <tool>...`.
   void unload(const std::string& agent, const std::vector<std::string>& tools);
-  /// `forget <agent>`: registry, cwd override and processes.
+  /// `forget <agent>`: registry, cwd override and processes; its calls still waiting for a bypass
+  /// answer or a path lock are cancelled and never start.
   void forget(const std::string& agent);
   /// `env <KEY>=<VALUE>` (empty value unsets). Error: `invalid env name: <k>`.
   p9::Result<void> set_env(const std::string& key, const std::string& value);
-  /// `cwd <dir>`. Errors: `cwd must be absolute: <d>`, `cwd: <d>: not a directory`.
+  /// `cwd <dir>`: resolved and held open now (HeldCwd). Errors: `cwd must be absolute: <d>`,
+  /// `cwd: <d>: not a directory`.
   p9::Result<void> set_cwd(const std::string& dir);
   /// `agentcwd <agent> <dir>`, nullopt for `-`.
   p9::Result<void> set_agent_cwd(const std::string& agent, const std::optional<std::string>& dir);
@@ -119,13 +122,16 @@ class Session {
   /// Rescans the tool directories (load, tools) and keeps the result for the calls.
   std::shared_ptr<const std::vector<CatalogEntry>> scan();
   std::map<std::string, std::string> sandbox_env(const Policy& policy) const;
+  p9::Result<HeldCwd> held_cwd(const std::string& agent) const;
   void warn_once(const std::string& text);
 
   SessionConfig config_;
   std::string tmpdir_error_;
   mutable std::mutex mu_;
   std::map<std::string, std::string> env_;               // ctl env
-  std::map<std::string, std::string> agent_cwd_;
+  p9::Result<HeldCwd> cwd_;                              // the session cwd, held
+  std::map<std::string, HeldCwd> agent_cwd_;
+  std::vector<std::pair<std::string, std::weak_ptr<Call>>> calls_;  // by agent, for forget
   Approvals approvals_;
   PolicyLoader global_policy_;                           // sandbox.yaml, reparsed when it changes
   Registry registry_;

@@ -72,7 +72,8 @@ int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLO
   if (::dup2(in_r, 0) < 0 || ::dup2(out_w, 1) < 0 || ::dup2(err_w, 2) < 0) child_fail(errfd, step_dup);
   // Every descriptor above 2 closes at exec; the error pipe is one of them, so EOF means success.
   if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) child_fail(errfd, step_close);
-  if (::chdir(spec.cwd.c_str()) != 0) child_fail(errfd, step_chdir);
+  const int cwd_fd = spec.cwd_dir ? spec.cwd_dir->get() : -1;  // reads only: async-signal-safe
+  if ((cwd_fd >= 0 ? ::fchdir(cwd_fd) : ::chdir(spec.cwd.c_str())) != 0) child_fail(errfd, step_chdir);
   ::execve(argv[0], argv, envp);
   child_fail(errfd, step_exec);
 }

@@ -2,11 +2,12 @@
 /// spawn: vfork and exec one tool process as spec §6.6 says. Between vfork and exec the child (on
 /// our memory, below our stack frame) makes only async-signal-safe system calls: own process
 /// group, parent-death signal, signal dispositions and mask reset, no_new_privs, landlock_restrict_self, the pipes onto 0-2, every other descriptor
-/// close-on-exec, chdir, execve. A failing step is reported over a close-on-exec pipe and nothing
+/// close-on-exec, chdir (fchdir to a held cwd), execve. A failing step is reported over a close-on-exec pipe and nothing
 /// is executed.
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ namespace toolsrv {
 struct SpawnSpec {
   std::vector<std::string> argv;  ///< argv[0] is the path executed (no PATH search)
   std::vector<std::string> env;   ///< KEY=VALUE, the whole environment
-  std::string cwd;
+  std::string cwd;                ///< chdir here, unless cwd_dir is set (then it only names it)
+  std::shared_ptr<const UniqueFd> cwd_dir;  ///< the held cwd: fchdir to it, never resolved again
   int ruleset_fd = -1;            ///< Landlock ruleset to enforce; -1 = unconfined
   bool no_new_privs = true;       ///< false only for an approved bypass call
 };

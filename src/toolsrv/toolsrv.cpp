@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "lib9p/dial.hpp"
+#include "lib9p/dirs.hpp"
 #include "lib9p/iopool.hpp"
 #include "lib9p/server.hpp"
 #include "toolsrv/auth.hpp"
@@ -52,9 +53,7 @@ p9::Status Toolsrv::start() {
   auto addr = p9::parse_address(m.opt.address);
   if (!addr) return addr.error();
   if (addr->kind != p9::Address::Unix) return p9::error(m.opt.address + ": toolsrv listens on a unix socket only");
-  const auto slash = addr->path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return p9::error(addr->path + ": socket must be in a private directory");
-  if (auto st = ensure_private_dir(addr->path.substr(0, slash)); !st) return st;
+  if (auto st = p9::ensure_runtime_dir(p9::socket_dir(addr->path)); !st) return st;
 
   m.session = std::make_unique<Session>(SessionConfig::from_environment(m.opt.config_root, m.opt.cwd, m.opt.bin_path));
   if (auto st = m.session->set_cwd(m.opt.cwd); !st) return st;
@@ -71,6 +70,7 @@ p9::Status Toolsrv::start() {
   m.lifecycle = std::make_unique<Lifecycle>(m.opt.startup_grace, m.opt.idle_timeout, [this] { shutdown(); });
   p9::ServerOptions sopt;
   sopt.on_connections = [&m](std::size_t open) { m.lifecycle->connections(open); };
+  sopt.max_connections = 8;  // one client (olliesrv), with room for its reconnects
   m.server = std::make_unique<p9::Server>(m.pool.contexts(), std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)), sopt);
   if (auto st = m.server->listen(*addr); !st) return st;
   spdlog::info("listening on {}", m.opt.address);

@@ -9,6 +9,9 @@
 ///       D::Leaf("help", virtfs::Mode{0444}, virtfs::Doc{"this text"}, virtfs::Read([](Ctx&) {...})),
 ///       D::Dir("session", virtfs::Mode{0555},
 ///           D::Template("{session}", virtfs::List(list_fn), virtfs::Lookup(lookup_fn), ...)));
+///
+/// A template's Lookup binds an Instance: the child's context and the object it stands for.
+/// The object is the instance's identity (its qids), not the name it was reached by.
 
 #include <asio/awaitable.hpp>
 #include <cstdint>
@@ -38,8 +41,21 @@ template <class Ctx> using RdwrFn = std::function<asio::awaitable<p9::Result<std
 template <class Ctx> using SignalFn = std::function<std::shared_ptr<Signal>(Ctx&)>;
 template <class Ctx> using OpenFn = std::function<p9::Result<std::shared_ptr<Cursor>>(Ctx&)>;
 template <class Ctx> using ListFn = std::function<std::vector<std::string>(Ctx&)>;
-template <class Ctx> using LookupFn = std::function<std::optional<Ctx>(const Ctx&, const std::string&)>;
 template <class Ctx> using OwnerFn = std::function<std::string(const Ctx&)>;
+template <class Ctx> using VersFn = std::function<std::uint32_t(const Ctx&)>;
+template <class Ctx> using LengthFn = std::function<std::uint64_t(const Ctx&)>;
+
+/// A template instance as Lookup binds it: the context its handlers see, and the object it is
+/// (a session, an agent, a process). The object, never the walked name, is the instance's
+/// identity (spec §1.5): one object reached by its name and by its id is one instance with one
+/// qid, a rename keeps the qid, and a killed and recreated name is a new object with a new one.
+/// The adapter holds the object weakly, so its entry goes when the object dies. Never null.
+template <class Ctx>
+struct Instance {
+  Ctx ctx;
+  std::shared_ptr<const void> object;
+};
+template <class Ctx> using LookupFn = std::function<std::optional<Instance<Ctx>>(const Ctx&, const std::string&)>;
 
 template <class Ctx>
 struct Node {
@@ -58,6 +74,8 @@ struct Node {
   SignalFn<Ctx> block_signal;
   OpenFn<Ctx> stream;
   bool stream_rdwr = false;
+  VersFn<Ctx> vers;          ///< Qid.vers; 0 when unset
+  LengthFn<Ctx> length;      ///< the stat Length; 0 when unset
   ListFn<Ctx> list;
   LookupFn<Ctx> lookup;
   std::vector<Node> children;
@@ -102,6 +120,8 @@ template <class F> struct StreamOpt { F open; bool rdwr; };
 template <class F> struct ListOpt { F f; };
 template <class F> struct LookupOpt { F f; };
 template <class F> struct OwnerOpt { F f; };
+template <class F> struct VersOpt { F f; };
+template <class F> struct LengthOpt { F f; };
 
 /// Non-blocking content, one snapshot per fid taken at its first read.
 template <class F> ReadOpt<F> Read(F f) { return {std::move(f)}; }
@@ -117,10 +137,15 @@ template <class F> StreamOpt<F> Stream(F open) { return {std::move(open), false}
 template <class F> StreamOpt<F> StreamRdwr(F open) { return {std::move(open), true}; }
 /// The names of a Template's instances, in listing order.
 template <class F> ListOpt<F> List(F f) { return {std::move(f)}; }
-/// The context of a Template's instance by name, or nullopt when it does not exist.
+/// The Instance (context and object) a Template's name stands for, or nullopt when none does.
 template <class F> LookupOpt<F> Lookup(F f) { return {std::move(f)}; }
 /// The uid of a node, from its context (spec §1.6 nodes marked S).
 template <class F> OwnerOpt<F> Owner(F f) { return {std::move(f)}; }
+/// Qid.vers of a file whose content changes in versions (spec §1.5: log, chat, plan, statewait),
+/// in every qid walk, open and stat give.
+template <class F> VersOpt<F> Vers(F f) { return {std::move(f)}; }
+/// The Length stat gives, for a file whose size is known (spec §1.5: log, log.raw, plan).
+template <class F> LengthOpt<F> Length(F f) { return {std::move(f)}; }
 
 template <class Ctx> void apply(Node<Ctx>& n, Mode o) { n.mode = o.bits; }
 template <class Ctx> void apply(Node<Ctx>& n, Group o) { n.gid = std::move(o.gid); }
@@ -140,6 +165,8 @@ template <class Ctx, class F> void apply(Node<Ctx>& n, StreamOpt<F> o) {
 template <class Ctx, class F> void apply(Node<Ctx>& n, ListOpt<F> o) { n.list = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, LookupOpt<F> o) { n.lookup = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, OwnerOpt<F> o) { n.owner = std::move(o.f); }
+template <class Ctx, class F> void apply(Node<Ctx>& n, VersOpt<F> o) { n.vers = std::move(o.f); }
+template <class Ctx, class F> void apply(Node<Ctx>& n, LengthOpt<F> o) { n.length = std::move(o.f); }
 template <class Ctx> void apply(Node<Ctx>& n, Node<Ctx> child) { n.children.push_back(std::move(child)); }
 
 /// The node constructors, bound to one context type.
@@ -206,7 +233,7 @@ p9::Status check(Node<Ctx>& n, const Node<Ctx>* parent, std::vector<const Node<C
     return bad("bad name");
   bool handlers = n.read || n.write || n.rdwr || n.block_read || n.stream;
   if (n.is_dir) {
-    if (handlers) return bad("directory with file handlers");
+    if (handlers || n.vers || n.length) return bad("directory with file handlers");
     if (n.is_template && !n.list) return bad("template without List");
     if (n.is_template && !n.lookup) return bad("template without Lookup");
     int templates = 0;

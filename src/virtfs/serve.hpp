@@ -3,12 +3,14 @@
 /// stat and directory reads over the declaration; per-fid state for each file kind; mode bits
 /// checked at walk and open against the fid's principal.
 
+#include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <ctime>
 #include <map>
 #include <mutex>
-#include <tuple>
 
+#include "buffer.hpp"
 #include "dsl.hpp"
 #include "lib9p/errors.hpp"
 #include "lib9p/server.hpp"
@@ -38,7 +40,6 @@ struct Access {
   std::function<Ctx(const Principal&)> root;
 };
 
-inline constexpr std::size_t MAX_WRITE = 16u << 20;  ///< per-fid buffer of Write and Rdwr (spec §1.7)
 inline constexpr auto BLOCKONCE_HEARTBEAT = std::chrono::seconds(5);
 
 template <class Ctx>
@@ -85,9 +86,10 @@ class Adapter : public p9::FileServer {
     } else if (auto* c = h->node->child(name)) {
       next = std::make_shared<Handle>(Handle{c, h->ctx, h->key, name, h, h->who});
     } else if (auto* t = h->node->template_child()) {
-      auto ctx = t->lookup(h->ctx, name);
-      if (!ctx) return p9::error(name + ": " + p9::err::file_not_found);
-      next = std::make_shared<Handle>(Handle{t, std::move(*ctx), intern(t, h->key, name), name, h, h->who});
+      auto inst = t->lookup(h->ctx, name);
+      if (!inst) return p9::error(name + ": " + p9::err::file_not_found);
+      auto key = intern(t, h->key, inst->object);
+      next = std::make_shared<Handle>(Handle{t, std::move(inst->ctx), key, name, h, h->who});
     } else {
       return p9::error(name + ": " + p9::err::file_not_found);
     }
@@ -104,7 +106,7 @@ class Adapter : public p9::FileServer {
     if (mode & p9::ORCLOSE) return p9::error(p9::err::permission_denied);
     bool wants_read = rw != p9::OWRITE, wants_write = rw == p9::OWRITE || rw == p9::ORDWR;
     if ((wants_read && !(p & 4)) || (wants_write && !(p & 2))) return p9::error(p9::err::permission_denied);
-    auto o = std::make_shared<Open>();
+    auto o = std::make_shared<Open>(fid.conn_buffered);
     if (wants_read && n.block_read) {
       auto v = n.block_read(h->ctx);
       if (v) o->seen = *v;
@@ -115,6 +117,7 @@ class Adapter : public p9::FileServer {
       o->cursor = std::move(*c);
     }
     fid.aux = o;
+    fid.qid = qid_of(*h);  // Ropen's qid carries the version of now
     return {};
   }
 
@@ -124,10 +127,10 @@ class Adapter : public p9::FileServer {
     for (auto& c : h->node->children) {
       if (c.is_template) {
         for (auto& name : c.list(h->ctx)) {
-          auto ctx = c.lookup(h->ctx, name);
-          if (!ctx) continue;  // gone between List and Lookup
-          Handle ch{&c, std::move(*ctx), intern(&c, h->key, name), name, h, h->who};
-          out.push_back(dir_of(ch));
+          auto inst = c.lookup(h->ctx, name);
+          if (!inst) continue;  // gone between List and Lookup
+          auto key = intern(&c, h->key, inst->object);
+          out.push_back(dir_of(Handle{&c, std::move(inst->ctx), key, name, h, h->who}));
         }
       } else {
         out.push_back(dir_of(Handle{&c, h->ctx, h->key, c.name, h, h->who}));
@@ -171,11 +174,12 @@ class Adapter : public p9::FileServer {
   asio::awaitable<p9::Result<std::string>> read(p9::Fid& fid, std::uint64_t offset, std::uint32_t count) override {
     if (auto now = read_now(fid, offset, count)) co_return std::move(*now);
     auto h = handle(fid);
-    auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    auto o = std::static_pointer_cast<Open>(fid.aux);
     const auto& n = *h->node;
+    if (n.rdwr && o->running) co_return co_await await_run(*o, o->running, offset, count);
     if (n.rdwr) co_return co_await run_rdwr(*h, o, count);
-    if (n.stream) co_return co_await wait_stream(o, count);
-    co_return co_await wait_blockonce(*h, o, count);
+    if (n.stream) co_return co_await wait_stream(*o, count);
+    co_return co_await wait_blockonce(*h, *o, count);
   }
 
   asio::awaitable<p9::Result<std::uint32_t>> write(p9::Fid& fid, std::uint64_t, std::string data) override {
@@ -186,9 +190,15 @@ class Adapter : public p9::FileServer {
     if (auto now = clunk_now(fid)) co_return *now;
     auto h = handle(fid);
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
-    auto r = co_await h->node->rdwr(h->ctx, std::move(o.request));  // a pending Rdwr request runs at clunk
+    auto r = co_await h->node->rdwr(h->ctx, o.request.take());  // a pending Rdwr request runs at clunk
     if (!r) co_return r.error();
     co_return p9::Status{};
+  }
+
+  /// Template instances that have a qid number: the live ones and the dead not yet swept.
+  std::size_t instances() {
+    std::lock_guard lk(instances_mu_);
+    return instances_.size();
   }
 
   /// Accepts a wstat that changes nothing, and one that only sets length 0 and/or the times of a
@@ -236,12 +246,23 @@ class Adapter : public p9::FileServer {
     std::shared_ptr<const Principal> who;
   };
 
+  using Reply = std::shared_ptr<const std::string>;
+
+  // One run of a Rdwr handler. Every read that arrives while it runs waits for its outcome, so
+  // the handler runs once and all of them see its reply (or its error).
+  struct Run {
+    Signal done;
+    std::optional<p9::Result<Reply>> outcome;
+  };
+
   struct Open {
+    explicit Open(std::shared_ptr<std::size_t> conn_buffered) : request(std::move(conn_buffered)) {}
     std::optional<std::string> snapshot;  // Read
-    std::string request;                  // Write buffer, Rdwr pending request, StreamRdwr filter
+    Buffer request;                       // Write payload, Rdwr pending request, StreamRdwr filter
     bool pending = false;                 // Rdwr: written since the last reply
-    std::optional<std::string> reply;     // Rdwr
+    Reply reply;                          // Rdwr
     std::size_t reply_pos = 0;
+    std::shared_ptr<Run> running;         // Rdwr: the handler is running for a read
     std::string seen, delivered;          // BlockOnce
     std::shared_ptr<Cursor> cursor;       // Stream
     bool started = false;                 // Stream: first read done
@@ -254,26 +275,33 @@ class Adapter : public p9::FileServer {
     return s.substr(offset, count);
   }
 
-  // What a read can answer without waiting; nullopt when it must wait (a Rdwr handler to run,
-  // a stream without bytes, a BlockOnce value that has not changed).
+  // The Rdwr reply by the read rules of spec §1.7: offset 0 restarts, any other continues.
+  static std::string serve_reply(Open& o, std::uint64_t offset, std::uint32_t count) {
+    if (offset == 0) o.reply_pos = 0;
+    std::string out = slice(*o.reply, o.reply_pos, count);
+    o.reply_pos += out.size();
+    return out;
+  }
+
+  // What a read can answer without waiting; nullopt when it must wait (a Rdwr handler to run or
+  // running, a stream without bytes, a BlockOnce value that has not changed). A read of count 0
+  // never waits (read(5)): on a Stream or BlockOnce it answers 0 bytes and moves nothing.
   std::optional<p9::Result<std::string>> read_now(p9::Fid& fid, std::uint64_t offset, std::uint32_t count) {
     if (fid.qid.type & p9::QTAUTH) return std::string();
     auto h = handle(fid);
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     const auto& n = *h->node;
     if (n.rdwr) {
-      if (o.pending || (!o.reply && n.default_request)) return std::nullopt;
+      if (o.running || o.pending || (!o.reply && n.default_request)) return std::nullopt;
       if (!o.reply) return std::string();  // never written, no default request
-      if (offset == 0) o.reply_pos = 0;
-      std::string out = slice(*o.reply, o.reply_pos, count);
-      o.reply_pos += out.size();
-      return out;
+      return serve_reply(o, offset, count);
     }
+    if ((n.stream || n.block_read) && count == 0) return std::string();
     if (n.stream) {
       if (!o.started) {
         o.started = true;
         if (!o.request.empty())
-          if (auto st = o.cursor->request(o.request); !st) return p9::Result<std::string>(st.error());
+          if (auto st = o.cursor->request(o.request.take()); !st) return p9::Result<std::string>(st.error());
       }
       Chunk c = o.cursor->read(count);
       if (c.data.empty() && !c.eof) return std::nullopt;
@@ -309,8 +337,7 @@ class Adapter : public p9::FileServer {
       o.reply.reset();
       o.request.clear();
     }
-    if (o.request.size() + data.size() > MAX_WRITE) return p9::error(p9::err::write_too_large);
-    o.request += data;
+    if (auto st = o.request.append(data); !st) return st.error();
     o.pending = true;
     return static_cast<std::uint32_t>(data.size());
   }
@@ -322,21 +349,48 @@ class Adapter : public p9::FileServer {
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     const auto& n = *h->node;
     if (n.rdwr && o.pending) return std::nullopt;
-    if (n.write && !o.request.empty()) return n.write(h->ctx, std::move(o.request));
+    if (n.write && !o.request.empty()) return n.write(h->ctx, o.request.take());
     return p9::Status{};
   }
 
-  asio::awaitable<p9::Result<std::string>> run_rdwr(Handle& h, Open& o, std::uint32_t count) {
-    std::string req = o.pending ? std::move(o.request) : *h.node->default_request;
+  // Runs the handler for this read; the reply is served from its start, whatever the offset.
+  asio::awaitable<p9::Result<std::string>> run_rdwr(Handle& h, std::shared_ptr<Open> op, std::uint32_t count) {
+    // Publishes the run's outcome to the reads waiting on it, also when this read is flushed
+    // (the handler was cancelled: they get `interrupted`).
+    struct Publish {
+      std::shared_ptr<Open> o;
+      std::shared_ptr<Run> run;
+      ~Publish() {
+        if (!run->outcome) run->outcome = p9::Result<Reply>(p9::error(p9::err::interrupted));
+        if (o->running == run) o->running.reset();
+        run->done.notify();
+      }
+    } publish{op, std::make_shared<Run>()};
+    Open& o = *op;
+    o.running = publish.run;
+    std::string req = o.pending ? o.request.take() : *h.node->default_request;
     o.pending = false;
-    o.request.clear();
     auto r = co_await h.node->rdwr(h.ctx, std::move(req));
-    if (!r) co_return r.error();
-    o.reply = std::move(*r);
-    o.reply_pos = 0;
-    std::string out = slice(*o.reply, 0, count);
-    o.reply_pos = out.size();
-    co_return out;
+    if (!r) {
+      publish.run->outcome = p9::Result<Reply>(r.error());
+      co_return r.error();
+    }
+    o.reply = std::make_shared<const std::string>(std::move(*r));
+    publish.run->outcome = o.reply;
+    co_return serve_reply(o, 0, count);
+  }
+
+  // A read that arrived while the handler ran for another: the same run's reply or error.
+  asio::awaitable<p9::Result<std::string>> await_run(Open& o, std::shared_ptr<Run> run, std::uint64_t offset, std::uint32_t count) {
+    for (;;) {
+      auto ver = run->done.version();
+      if (run->outcome) break;
+      co_await run->done.wait(ver);
+    }
+    const auto& out = *run->outcome;
+    if (!out) co_return out.error();
+    if (o.reply == *out) co_return serve_reply(o, offset, count);
+    co_return slice(**out, 0, count);  // a later write already discarded it from the fid
   }
 
   asio::awaitable<p9::Result<std::string>> wait_stream(Open& o, std::uint32_t count) {
@@ -387,6 +441,7 @@ class Adapter : public p9::FileServer {
     p9::Qid q;
     q.type = h.node->is_dir ? p9::QTDIR : p9::QTFILE;
     q.path = (std::uint64_t(h.node->index) << 40) | (h.key & ((std::uint64_t{1} << 40) - 1));
+    q.vers = h.node->vers ? h.node->vers(h.ctx) : 0;
     return q;
   }
 
@@ -394,6 +449,7 @@ class Adapter : public p9::FileServer {
     p9::Dir d;
     d.qid = qid_of(h);
     d.mode = (h.node->is_dir ? p9::DMDIR : 0) | (h.node->mode & 0777);
+    d.length = h.node->length ? h.node->length(h.ctx) : 0;
     d.atime = d.mtime = static_cast<std::uint32_t>(start_);
     d.name = h.name;
     d.uid = d.muid = uid_of(h);
@@ -401,18 +457,48 @@ class Adapter : public p9::FileServer {
     return d;
   }
 
-  // A stable number for a template instance, by its template, its parent instance and its name.
-  std::uint64_t intern(const Node<Ctx>* t, std::uint64_t parent_key, const std::string& name) {
-    std::lock_guard lk(intern_mu_);
-    auto [it, fresh] = keys_.try_emplace({t->index, parent_key, name}, keys_.size() + 1);
-    return it->second;
+  // A template instance: its template, the number of its parent instance, and its object, held
+  // weakly. Ordered by the object's control block, which stays distinct while the entry lives
+  // (so a dead object's entry never matches a new object at the same address).
+  struct InstanceKey {
+    std::uint32_t node;
+    std::uint64_t parent;
+    std::weak_ptr<const void> object;
+  };
+  struct InstanceOrder {
+    bool operator()(const InstanceKey& a, const InstanceKey& b) const {
+      if (a.node != b.node) return a.node < b.node;
+      if (a.parent != b.parent) return a.parent < b.parent;
+      return a.object.owner_before(b.object);
+    }
+  };
+
+  // The number a template instance's qids carry, for as long as its object lives; a new object
+  // gets a new number (never reused). Entries of dead objects are swept when the table has
+  // doubled since the last sweep, so it holds at most about twice the live instances.
+  std::uint64_t intern(const Node<Ctx>* t, std::uint64_t parent_key, const std::shared_ptr<const void>& object) {
+    assert(object && "Lookup must bind an object");
+    std::lock_guard lk(instances_mu_);
+    InstanceKey k{t->index, parent_key, object};
+    if (auto it = instances_.find(k); it != instances_.end()) return it->second;
+    if (instances_.size() >= sweep_at_) {
+      std::erase_if(instances_, [](const auto& e) { return e.first.object.expired(); });
+      sweep_at_ = std::max(MIN_SWEEP, 2 * instances_.size());
+    }
+    auto key = next_instance_++;
+    instances_.emplace(std::move(k), key);
+    return key;
   }
+
+  static constexpr std::size_t MIN_SWEEP = 64;
 
   Tree<Ctx> tree_;
   Access<Ctx> access_;
   std::time_t start_;
-  std::mutex intern_mu_;
-  std::map<std::tuple<std::uint32_t, std::uint64_t, std::string>, std::uint64_t> keys_;
+  std::mutex instances_mu_;
+  std::map<InstanceKey, std::uint64_t, InstanceOrder> instances_;
+  std::uint64_t next_instance_ = 1;
+  std::size_t sweep_at_ = MIN_SWEEP;
 };
 
 }  // namespace virtfs

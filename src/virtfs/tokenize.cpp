@@ -38,17 +38,4 @@ p9::Result<std::vector<std::string>> tokenize(std::string_view s) {
   return out;
 }
 
-p9::Result<Command> parse_command(std::string_view req) {
-  while (!req.empty() && blank(req.front())) req.remove_prefix(1);
-  while (!req.empty() && blank(req.back())) req.remove_suffix(1);
-  if (req.find('\n') != std::string_view::npos) return p9::error("one command per request");
-  auto toks = tokenize(req);
-  if (!toks) return toks.error();
-  if (toks->empty()) return p9::error("empty command");
-  Command c;
-  c.verb = std::move(toks->front());
-  c.args.assign(std::make_move_iterator(toks->begin() + 1), std::make_move_iterator(toks->end()));
-  return c;
-}
-
 }  // namespace virtfs

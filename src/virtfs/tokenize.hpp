@@ -10,14 +10,7 @@
 
 namespace virtfs {
 
+/// ctl requests are matched against their verb table in ctl.hpp.
 p9::Result<std::vector<std::string>> tokenize(std::string_view s);
-
-/// A ctl request: the verb and its tokenized arguments, blanks around the request trimmed.
-/// A request with a second line is refused (`one command per request`).
-struct Command {
-  std::string verb;
-  std::vector<std::string> args;
-};
-p9::Result<Command> parse_command(std::string_view request);
 
 }  // namespace virtfs

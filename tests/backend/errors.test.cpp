@@ -62,6 +62,12 @@ TEST(BackendErrors, UnparsableBodyKeepsATrimmedMessage) {
   EXPECT_LT(classify(400, std::string(5000, 'x')).message.size(), 600u);
 }
 
+TEST(BackendErrors, HugeProviderMessageIsCutWithAnEllipsis) {
+  const auto e = classify(400, R"({"error":{"message":")" + std::string(1 << 20, 'x') + "\"}}");
+  EXPECT_LE(e.message.size(), std::string("openai: 400 ").size() + 2048);
+  EXPECT_TRUE(e.message.ends_with("x...")) << e.message.substr(0, 100);
+}
+
 TEST(BackendErrors, StopReasonsMapAsTheSpecLists) {
   for (const char* s : {"stop", "END_TURN", "stop_sequence"}) EXPECT_EQ(map_stop_reason(s), StopReason::end) << s;
   for (const char* s : {"tool_use", "tool_calls", "function_call"}) EXPECT_EQ(map_stop_reason(s), StopReason::tool_calls) << s;

@@ -76,6 +76,20 @@ TEST(BackendSse, OverlongLineFailsInsteadOfGrowing) {
   EXPECT_FALSE(ok);
 }
 
+TEST(BackendSse, DataLinesOfOneEventAreBounded) {
+  SseParser p;
+  const std::string line = "data: " + std::string(64 << 10, 'x') + "\n";
+  bool ok = true;
+  std::size_t fed = 0;
+  while (ok && fed < (16u << 20)) {
+    ok = p.feed(line, [](auto, auto) {});
+    fed += line.size();
+  }
+  EXPECT_FALSE(ok) << "data lines without the blank line that ends the event must not grow forever";
+  EXPECT_LE(fed, SseParser::max_event + line.size());
+  EXPECT_FALSE(p.feed("\n\ndata: x\n\n", [](auto, auto) {})) << "a failed parser stays failed";
+}
+
 const std::string nd_stream =
     "{\"message\":{\"content\":\"h\xC3\xA9\"},\"done\":false}\n"
     "\n"

@@ -31,6 +31,7 @@
 
 #include "lib9p/codec.hpp"
 #include "lib9p/dial.hpp"
+#include "lib9p/dirs.hpp"
 #include "olliesrv/olliesrv.hpp"
 
 namespace {
@@ -97,7 +98,7 @@ class Reader {
   std::size_t beg_ = 0, end_ = 0;
 };
 
-std::vector<std::uint8_t> frame(p9::Fcall f) { return p9::encode(f); }
+std::vector<std::uint8_t> frame(p9::Fcall f) { return *p9::encode(f); }
 
 p9::Fcall tread(std::uint32_t fid, std::uint16_t tag) {
   p9::Fcall f;
@@ -304,6 +305,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   auto dir = std::filesystem::temp_directory_path() / ("ollie-bench." + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);  // olliesrv wants it private
   std::string sock = (dir / "ollie").string(), pp = (dir / "pingpong").string();
 
   ollie::Olliesrv srv(ollie::Options{{"unix!" + sock}, false, threads});

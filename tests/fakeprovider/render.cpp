@@ -1,5 +1,6 @@
 #include "render.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace fakeprovider {
@@ -31,6 +32,7 @@ struct Script {
   std::string text, reasoning, signature, stop;
   std::vector<Call> calls;
   json usage;
+  json raw_usage;  // sent verbatim in the provider's usage slot (fault malformed_usage)
   int chunk = 8;
   bool stamp = false;
 };
@@ -61,6 +63,13 @@ Script read_script(const json& r) {
 
 std::int64_t u(const json& usage, const char* k) {
   return usage.is_object() ? usage.value(k, std::int64_t{0}) : 0;
+}
+
+// An error message padded to `message_bytes` when the response asks for it.
+std::string padded(std::string msg, const json& resp) {
+  const auto n = resp.value("message_bytes", std::size_t{0});
+  if (msg.size() < n) msg += " " + std::string(n - msg.size() - 1, 'x');
+  return msg;
 }
 
 std::string sse(const json& data, const char* event = nullptr) {
@@ -154,11 +163,11 @@ Reply fault_reply(Dialect d, const std::string& fault, const json& resp, const R
   }
   if (fault == "bad_request") {
     switch (d) {
-      case Dialect::openai: return openai_err(400, "Invalid value for 'temperature': must be between 0 and 2.", "invalid_request_error", nullptr);
-      case Dialect::anthropic: return anthropic_err(400, "invalid_request_error", "temperature: range: 0..1");
-      case Dialect::ollama: return error_reply(400, {{"error", "invalid options: temperature"}});
-      case Dialect::gemini: return gemini_err(400, "Invalid value at 'generation_config.temperature'", "INVALID_ARGUMENT");
-      case Dialect::kiro: return aws_err(400, "ValidationException", "Invalid input");
+      case Dialect::openai: return openai_err(400, padded("Invalid value for 'temperature': must be between 0 and 2.", resp), "invalid_request_error", nullptr);
+      case Dialect::anthropic: return anthropic_err(400, "invalid_request_error", padded("temperature: range: 0..1", resp));
+      case Dialect::ollama: return error_reply(400, {{"error", padded("invalid options: temperature", resp)}});
+      case Dialect::gemini: return gemini_err(400, padded("Invalid value at 'generation_config.temperature'", resp), "INVALID_ARGUMENT");
+      case Dialect::kiro: return aws_err(400, "ValidationException", padded("Invalid input", resp));
     }
   }
   return error_reply(500, {{"error", "fakeprovider: fault '" + fault + "' is not rendered for this provider"}});
@@ -193,7 +202,10 @@ std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, 
                            : s.stop == "length" ? "length" : "content_filter";
   f.push_back(chunk(json::object(), stop));
   const bool include = req.body.value("stream_options", json::object()).value("include_usage", false);
-  if (include && s.usage.is_object()) {
+  if (!s.raw_usage.is_null()) {
+    f.push_back(sse({{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"model", req.model},
+                     {"choices", json::array()}, {"usage", s.raw_usage}}));
+  } else if (include && s.usage.is_object()) {
     json usage{{"prompt_tokens", u(s.usage, "input") + u(s.usage, "cached_input")},
                {"completion_tokens", u(s.usage, "output")},
                {"total_tokens", u(s.usage, "input") + u(s.usage, "cached_input") + u(s.usage, "output")},
@@ -212,10 +224,12 @@ std::vector<std::string> render_anthropic(const Script& s, const RequestInfo& re
   ev("message_start", {{"type", "message_start"},
                        {"message", {{"id", "msg_fake"}, {"type", "message"}, {"role", "assistant"}, {"model", req.model},
                                     {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                                    {"usage", {{"input_tokens", u(s.usage, "input")},
-                                               {"cache_creation_input_tokens", u(s.usage, "cache_creation")},
-                                               {"cache_read_input_tokens", u(s.usage, "cached_input")},
-                                               {"output_tokens", 1}}}}}});
+                                    {"usage", s.raw_usage.is_null()
+                                                  ? json{{"input_tokens", u(s.usage, "input")},
+                                                         {"cache_creation_input_tokens", u(s.usage, "cache_creation")},
+                                                         {"cache_read_input_tokens", u(s.usage, "cached_input")},
+                                                         {"output_tokens", 1}}
+                                                  : s.raw_usage}}}});
   ev("ping", {{"type", "ping"}});
   int index = 0;
   if (!s.reasoning.empty()) {
@@ -241,7 +255,7 @@ std::vector<std::string> render_anthropic(const Script& s, const RequestInfo& re
   const std::string stop = s.stop == "end" ? "end_turn" : s.stop == "tool_calls" ? "tool_use"
                            : s.stop == "length" ? "max_tokens" : "refusal";
   ev("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", stop}, {"stop_sequence", nullptr}}},
-                       {"usage", {{"output_tokens", u(s.usage, "output")}}}});
+                       {"usage", s.raw_usage.is_null() ? json{{"output_tokens", u(s.usage, "output")}} : s.raw_usage}});
   ev("message_stop", {{"type", "message_stop"}});
   return f;
 }
@@ -268,6 +282,7 @@ std::vector<std::string> render_ollama(const Script& s, const RequestInfo& req) 
     last["prompt_eval_count"] = u(s.usage, "input") + u(s.usage, "cached_input");
     last["eval_count"] = u(s.usage, "output");
   }
+  if (s.raw_usage.is_object()) last.update(s.raw_usage);
   f.push_back(last.dump() + "\n");
   return f;
 }
@@ -286,6 +301,7 @@ std::vector<std::string> render_gemini(const Script& s, const RequestInfo& req) 
       if (thoughts) j["usageMetadata"]["thoughtsTokenCount"] = thoughts;
       if (u(s.usage, "cached_input")) j["usageMetadata"]["cachedContentTokenCount"] = u(s.usage, "cached_input");
     }
+    if (with_usage && !s.raw_usage.is_null()) j["usageMetadata"] = s.raw_usage;
     return sse(j);
   };
   for (const auto& p : pieces(s.reasoning, s.chunk)) f.push_back(chunk(json::array({{{"text", p}, {"thought", true}}})));
@@ -315,20 +331,69 @@ std::vector<std::string> render_kiro(const Script& s) {
   ev("meteringEvent", {{"unit", "credit"}, {"unitPlural", "credits"}, {"usage", 0.05}});
   if (s.usage.is_object())
     ev("contextUsageEvent", {{"contextUsagePercentage", static_cast<double>(u(s.usage, "input")) * 100.0 / 128000.0}});
+  for (const auto& usage : s.raw_usage) ev("contextUsageEvent", usage);
   return f;
 }
 
 // The provider's own error event inside an otherwise successful stream.
-std::string stream_error_frame(Dialect d) {
+std::string stream_error_frame(Dialect d, const json& resp) {
   switch (d) {
-    case Dialect::openai: return sse({{"error", {{"message", "Provider returned error"}, {"code", 502}}}});
-    case Dialect::anthropic: return sse({{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", "Overloaded"}}}}, "error");
-    case Dialect::ollama: return json{{"error", "an error was encountered while running the model: unexpected EOF"}}.dump() + "\n";
-    case Dialect::gemini: return sse({{"error", {{"code", 500}, {"message", "An internal error has occurred.", }, {"status", "INTERNAL"}}}});
+    case Dialect::openai: return sse({{"error", {{"message", padded("Provider returned error", resp)}, {"code", 502}}}});
+    case Dialect::anthropic: return sse({{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", padded("Overloaded", resp)}}}}, "error");
+    case Dialect::ollama: return json{{"error", padded("an error was encountered while running the model: unexpected EOF", resp)}}.dump() + "\n";
+    case Dialect::gemini: return sse({{"error", {{"code", 500}, {"message", padded("An internal error has occurred.", resp)}, {"status", "INTERNAL"}}}});
     case Dialect::kiro:
       return event_frame({{":exception-type", "InternalServerException"}, {":content-type", "application/json"},
                           {":message-type", "exception"}},
-                         json{{"message", "Encountered an unexpected error"}}.dump());
+                         json{{"message", padded("Encountered an unexpected error", resp)}}.dump());
+  }
+  return {};
+}
+
+// Fields every client reads, of the wrong type, after a first good piece of text: what a
+// sloppy provider or a hostile one sends.
+std::vector<std::string> malformed_frames(Dialect d, const RequestInfo& req) {
+  auto kiro_ev = [](const char* type, json payload) {
+    return event_frame({{":event-type", type}, {":content-type", "application/json"}, {":message-type", "event"}},
+                       payload.dump());
+  };
+  switch (d) {
+    case Dialect::openai: {
+      auto chunk = [&](json delta) {
+        return sse({{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"model", req.model},
+                    {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", nullptr}}})}});
+      };
+      return {chunk({{"content", "ok"}}),
+              chunk({{"tool_calls", json::array({{{"index", "0"}, {"id", "call_0"}, {"function", {{"name", "read"}, {"arguments", "{}"}}}}})}}),
+              "data: [DONE]\n\n"};
+    }
+    case Dialect::anthropic:
+      return {sse({{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}, "content_block_start"),
+              sse({{"type", "content_block_delta"}, {"index", "0"}, {"delta", {{"type", "text_delta"}, {"text", "ok"}}}}, "content_block_delta"),
+              sse({{"type", "message_stop"}}, "message_stop")};
+    case Dialect::gemini:
+      return {sse({{"candidates", json::array({{{"content", {{"parts", json::array({{{"text", "ok"}}})}, {"role", "model"}}}}})}}),
+              sse({{"candidates", json::array({{{"content", {{"parts", json::array({1})}, {"role", "model"}}}, {"finishReason", "STOP"}}})}})};
+    case Dialect::ollama:
+      return {json{{"model", req.model}, {"message", {{"role", "assistant"}, {"content", "ok"}}}, {"done", false}}.dump() + "\n",
+              json{{"model", req.model}, {"message", {{"role", "assistant"}, {"content", ""}}}, {"done", "true"}}.dump() + "\n"};
+    case Dialect::kiro:
+      return {kiro_ev("assistantResponseEvent", {{"content", "ok"}}),
+              kiro_ev("toolUseEvent", {{"name", "read"}, {"toolUseId", "t1"}, {"input", "{}"}, {"stop", "true"}})};
+  }
+  return {};
+}
+
+// Usage counts of the wrong type or out of range, in each provider's usage slot (kiro: one
+// contextUsageEvent per element).
+json wrong_usage(Dialect d) {
+  switch (d) {
+    case Dialect::openai:
+      return {{"prompt_tokens", nullptr}, {"completion_tokens", "12"}, {"prompt_tokens_details", {{"cached_tokens", "3"}}}, {"cost", "0.1"}};
+    case Dialect::anthropic: return {{"input_tokens", UINT64_MAX}, {"output_tokens", "7"}, {"cache_read_input_tokens", nullptr}};
+    case Dialect::gemini: return {{"promptTokenCount", nullptr}, {"candidatesTokenCount", "5"}, {"thoughtsTokenCount", json::array()}};
+    case Dialect::ollama: return {{"prompt_eval_count", nullptr}, {"eval_count", "5"}};
+    case Dialect::kiro: return json::array({{{"contextUsagePercentage", "50"}}, {{"contextUsagePercentage", 1e300}}});
   }
   return {};
 }
@@ -368,11 +433,23 @@ std::string event_frame(const std::vector<std::pair<std::string, std::string>>& 
   return m;
 }
 
+json malformed_route_body(const std::string& route) {
+  if (route == "token")  // a good token, but an expiry no clock can hold
+    return {{"token", "tid=fake;exp=never;n=0"}, {"expires_at", INT64_MAX}, {"refresh_in", "soon"}};
+  if (route == "models") return json::array({{{"id", "fake-model"}, {"context_length", "65536"}}, 7, {{"id", 5}}});
+  if (route == "gemini_models") return json::array({{{"name", "models/fake-model"}, {"inputTokenLimit", "65536"}}});
+  if (route == "tags") return json::array({{{"name", "fake-model"}}});
+  if (route == "show") return {{"model_info", {{"llama.context_length", "65536"}}}};
+  return json::array();
+}
+
 Reply render(Dialect d, const json& resp, const RequestInfo& req) {
   const std::string fault = resp.value("fault", "");
-  if (!fault.empty() && fault != "drop" && fault != "truncate" && fault != "hang" && fault != "stream_error")
-    return fault_reply(d, fault, resp, req);
-  const auto s = read_script(resp);
+  const bool streamed_fault = fault == "drop" || fault == "truncate" || fault == "hang" || fault == "stream_error" ||
+                              fault == "malformed" || fault == "malformed_usage" || fault == "endless_data";
+  if (!fault.empty() && !streamed_fault) return fault_reply(d, fault, resp, req);
+  auto s = read_script(resp);
+  if (fault == "malformed_usage") s.raw_usage = wrong_usage(d);
   Reply r;
   r.streamed = true;
   r.delay_ms = resp.value("delay_ms", 0);
@@ -403,7 +480,20 @@ Reply render(Dialect d, const json& resp, const RequestInfo& req) {
   if (fault == "hang") r.hang = true;
   if (fault == "stream_error") {
     r.frames.resize(after);
-    r.frames.push_back(stream_error_frame(d));
+    r.frames.push_back(stream_error_frame(d, resp));
+  }
+  if (fault == "malformed") r.frames = malformed_frames(d, req);
+  if (fault == "endless_data") {
+    r.frames.resize(std::min<std::size_t>(r.frames.size(), 1));
+    constexpr std::size_t piece = 64u << 10;
+    if (d == Dialect::kiro) {  // one frame of 12 MiB: the framing has no endless form
+      r.frames.push_back(event_frame({{":event-type", "assistantResponseEvent"}, {":message-type", "event"}},
+                                     json{{"content", std::string(12u << 20, 'x')}}.dump()));
+    } else {
+      // ollama: one line that never ends; SSE: data lines, never the blank line ending the event.
+      r.endless = d == Dialect::ollama ? std::string(piece, 'x') : "data: " + std::string(piece - 7, 'x') + "\n";
+      r.endless_bytes = 64u << 20;
+    }
   }
   return r;
 }

@@ -23,6 +23,8 @@ struct Reply {
   bool truncate = false;            ///< end the body cleanly after drop_after frames
   bool hang = false;                ///< send the head, then nothing
   bool stamp = false;               ///< replace @@STAMP@@ by the monotonic clock in ns
+  std::string endless;              ///< after the frames, sent again and again...
+  std::size_t endless_bytes = 0;    ///< ...until this much went out or the client left
 };
 
 /// What the renderers need from the request.
@@ -35,6 +37,10 @@ struct RequestInfo {
 
 /// Renders `response` (a scripted response object) in `dialect`.
 Reply render(Dialect dialect, const nlohmann::json& response, const RequestInfo& req);
+
+/// The body of a non-chat route (`models`, `gemini_models`, `tags`, `show`, `token`) under the
+/// script's `route_faults` value `malformed`: the fields the clients read, of the wrong types.
+nlohmann::json malformed_route_body(const std::string& route);
 
 /// An AWS event-stream frame with string headers (written independently of the client's
 /// decoder, with its own CRC code).

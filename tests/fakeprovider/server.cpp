@@ -251,6 +251,20 @@ void Server::serve(int fd) {
     send_all(fd, head(status, {}, false, b.size()) + b);
   };
   const auto models = script_.value("models", json::array({{{"id", "fake-model"}, {"context_length", 65536}}}));
+  // The answer of a non-chat route, unless the script's route_faults says otherwise.
+  const auto route_faults = script_.value("route_faults", json::object());
+  auto answer = [&](const char* route, int status, json body) {
+    const std::string fault = route_faults.value(route, "");
+    if (fault == "malformed") return reply_json(200, malformed_route_body(route));
+    if (fault == "oversized" && body.is_object()) body["padding"] = std::string(12u << 20, 'x');
+    if (fault != "stall") return reply_json(status, body);
+    // A byte every 100 ms: never idle, never complete.
+    bool alive = send_all(fd, head(200, {}, false, 1u << 20) + "{");
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (alive && std::chrono::steady_clock::now() < end && (alive = wait_peer(fd, 100, stopping_)))
+      alive = send_all(fd, " ");
+    if (!alive && !stopping_) record_closed(index);
+  };
 
   Reply reply;
   bool have = false;
@@ -268,32 +282,32 @@ void Server::serve(int fd) {
         n = ++tokens_issued_;
       }
       const auto exp = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count() + 1800;
-      reply_json(200, {{"token", "tid=fake;exp=" + std::to_string(exp) + ";n=" + std::to_string(n)},
-                       {"expires_at", exp}, {"refresh_in", 1500}});
+      answer("token", 200, {{"token", "tid=fake;exp=" + std::to_string(exp) + ";n=" + std::to_string(n)},
+                            {"expires_at", exp}, {"refresh_in", 1500}});
     }
   } else if (rec.method == "GET" && path.rfind("/v1beta/models", 0) == 0) {
     json out = json::array();
     for (const auto& m : models)
       out.push_back({{"name", "models/" + m.value("id", "")}, {"inputTokenLimit", m.value("context_length", 0)},
                      {"supportedGenerationMethods", {"generateContent", "streamGenerateContent"}}});
-    reply_json(200, {{"models", out}});
+    answer("gemini_models", 200, {{"models", out}});
   } else if (rec.method == "GET" && ends("/models")) {
     json out = json::array();
     for (auto m : models) {
       m["object"] = "model";
       out.push_back(m);
     }
-    reply_json(200, {{"object", "list"}, {"data", out}});
+    answer("models", 200, {{"object", "list"}, {"data", out}});
   } else if (rec.method == "GET" && ends("/api/tags")) {
     json out = json::array();
     for (const auto& m : models) out.push_back({{"name", m.value("id", "")}, {"model", m.value("id", "")}, {"size", 1}});
-    reply_json(200, {{"models", out}});
+    answer("tags", 200, {{"models", out}});
   } else if (rec.method == "POST" && ends("/api/show")) {
     json found;
     for (const auto& m : models)
       if (m.value("id", "") == info.model) found = m;
-    if (found.is_null()) reply_json(404, {{"error", "model '" + info.model + "' not found"}});
-    else reply_json(200, {{"model_info", {{"general.architecture", "llama"}, {"llama.context_length", found.value("context_length", 0)}}},
+    if (found.is_null()) answer("show", 404, {{"error", "model '" + info.model + "' not found"}});
+    else answer("show", 200, {{"model_info", {{"general.architecture", "llama"}, {"llama.context_length", found.value("context_length", 0)}}},
                           {"capabilities", {"completion", "tools"}}});
   } else {
     Dialect d;
@@ -348,6 +362,9 @@ void Server::serve(int fd) {
         if (!(alive = send_all(fd, chunk(out)))) break;
         ++n;
       }
+      for (std::size_t sent = 0; alive && !stopping_ && !reply.endless.empty() && sent < reply.endless_bytes;
+           sent += reply.endless.size())
+        alive = send_all(fd, chunk(reply.endless));
       if (!alive && !stopping_) record_closed(index);
       if (alive && (reply.drop_after < 0 || reply.truncate)) send_all(fd, "0\r\n\r\n");
     }

@@ -13,8 +13,8 @@ void check(std::span<const std::uint8_t> frame) {
   auto f = p9::decode(frame);
   if (!f) return;
   auto again = p9::encode(*f);
-  if (again.size() != frame.size() || std::memcmp(again.data(), frame.data(), frame.size()) != 0) std::abort();
-  auto back = p9::decode(again);
+  if (!again || again->size() != frame.size() || std::memcmp(again->data(), frame.data(), frame.size()) != 0) std::abort();
+  auto back = p9::decode(*again);
   if (!back || back->type != f->type || back->tag != f->tag || back->data != f->data || back->wname != f->wname ||
       back->stat != f->stat)
     std::abort();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "lib9p/codec.hpp"
+#include "lib9p/errors.hpp"
 
 using namespace p9;
 
@@ -57,8 +58,8 @@ std::vector<Fcall> every_message() {
   f = msg(Tremove); f.fid = 1; v.push_back(f);
   v.push_back(msg(Rremove));
   f = msg(Tstat); f.fid = 1; v.push_back(f);
-  f = msg(Rstat); f.stat = encode_dir(sample_dir()); v.push_back(f);
-  f = msg(Twstat); f.fid = 1; f.stat = encode_dir(Dir::null()); v.push_back(f);
+  f = msg(Rstat); f.stat = *encode_dir(sample_dir()); v.push_back(f);
+  f = msg(Twstat); f.fid = 1; f.stat = *encode_dir(Dir::null()); v.push_back(f);
   v.push_back(msg(Rwstat));
   return v;
 }
@@ -75,7 +76,7 @@ bool same(const Fcall& a, const Fcall& b) {
 
 TEST(Codec, EveryMessageRoundTrips) {
   for (const auto& f : every_message()) {
-    auto bytes = encode(f);
+    auto bytes = *encode(f);
     ASSERT_EQ(bytes.size(), encoded_size(f)) << type_name(f.type);
     auto back = decode(bytes);
     ASSERT_TRUE(back) << type_name(f.type) << ": " << back.ename();
@@ -84,7 +85,7 @@ TEST(Codec, EveryMessageRoundTrips) {
 }
 
 TEST(Codec, FixedSizesMatchIntro) {
-  auto size = [](Fcall f) { return encode(f).size(); };
+  auto size = [](Fcall f) { return encode(f)->size(); };
   auto f = msg(Tversion); f.version = "9P2000";
   EXPECT_EQ(size(f), 19u);
   EXPECT_EQ(size(msg(Rattach)), 20u);
@@ -111,12 +112,12 @@ TEST(Codec, ExactBytesOfTversion) {
   f.msize = 8192;
   f.version = "9P2000";
   std::vector<std::uint8_t> want = {19, 0, 0, 0, 100, 0xff, 0xff, 0x00, 0x20, 0, 0, 6, 0, '9', 'P', '2', '0', '0', '0'};
-  EXPECT_EQ(encode(f), want);
+  EXPECT_EQ(*encode(f), want);
 }
 
 TEST(Codec, StatEntryLayout) {
   Dir d = sample_dir();
-  auto bytes = encode_dir(d);
+  auto bytes = *encode_dir(d);
   EXPECT_EQ(bytes.size(), STATFIXLEN + d.name.size() + d.uid.size() + d.gid.size() + d.muid.size());
   EXPECT_EQ(bytes[0] | bytes[1] << 8, static_cast<int>(bytes.size() - 2));  // size counts what follows
   auto back = decode_dir(bytes);
@@ -124,13 +125,13 @@ TEST(Codec, StatEntryLayout) {
   EXPECT_EQ(*back, d);
   auto f = msg(Rstat);
   f.stat = bytes;
-  auto enc = encode(f);
+  auto enc = *encode(f);
   EXPECT_EQ(enc[7] | enc[8] << 8, static_cast<int>(bytes.size()));  // n[2] = entry size + 2 (stat BUGS)
 }
 
 TEST(Codec, TruncatedFramesAreErrorsAtEveryLength) {
   for (const auto& f : every_message()) {
-    auto bytes = encode(f);
+    auto bytes = *encode(f);
     for (std::size_t n = 0; n < bytes.size(); n++) {
       std::vector<std::uint8_t> cut(bytes.begin(), bytes.begin() + n);
       if (n >= 4) {  // keep the size field honest about the cut frame, so only the body is short
@@ -145,12 +146,12 @@ TEST(Codec, TruncatedFramesAreErrorsAtEveryLength) {
 
 TEST(Codec, SizeFieldThatLiesIsRejected) {
   auto f = msg(Tclunk);
-  auto bytes = encode(f);
+  auto bytes = *encode(f);
   bytes[0] += 1;
   auto r = decode(bytes);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.ename(), "size mismatch");
-  bytes = encode(f);
+  bytes = *encode(f);
   bytes.push_back(0);  // trailing garbage: size field says 11, frame is 12
   EXPECT_FALSE(decode(bytes));
 }
@@ -158,7 +159,7 @@ TEST(Codec, SizeFieldThatLiesIsRejected) {
 TEST(Codec, StringLongerThanFrame) {
   auto f = msg(Tattach);
   f.uname = "glenda";
-  auto bytes = encode(f);
+  auto bytes = *encode(f);
   bytes[15] = 200;  // uname length
   auto r = decode(bytes);
   ASSERT_FALSE(r);
@@ -168,7 +169,7 @@ TEST(Codec, StringLongerThanFrame) {
 TEST(Codec, CountLongerThanFrame) {
   auto f = msg(Twrite);
   f.data = "abc";
-  auto bytes = encode(f);
+  auto bytes = *encode(f);
   bytes[19] = 0xff;  // count
   auto r = decode(bytes);
   ASSERT_FALSE(r);
@@ -178,11 +179,11 @@ TEST(Codec, CountLongerThanFrame) {
 TEST(Codec, MoreThanSixteenWalkElements) {
   auto f = msg(Twalk);
   f.wname.assign(17, "a");
-  auto r = decode(encode(f));
+  auto r = decode(*encode(f));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.ename(), "too many walk elements");
   f.wname.assign(16, "a");
-  EXPECT_TRUE(decode(encode(f)));
+  EXPECT_TRUE(decode(*encode(f)));
 }
 
 TEST(Codec, UnknownTypeNamesIt) {
@@ -198,28 +199,111 @@ TEST(Codec, UnknownTypeNamesIt) {
 TEST(Codec, NulInStringIsRejected) {
   auto f = msg(Tattach);
   f.uname = std::string("gle\0nda", 7);
-  auto r = decode(encode(f));
+  auto r = decode(*encode(f));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.ename(), "nul in string");
 }
 
 TEST(Codec, BadStatInsideRstat) {
   auto f = msg(Rstat);
-  f.stat = encode_dir(sample_dir());
+  f.stat = *encode_dir(sample_dir());
   f.stat[0] += 3;  // entry size lies
-  EXPECT_FALSE(decode(encode(f)));
+  EXPECT_FALSE(decode(*encode(f)));
 }
 
 TEST(Codec, DirectoryDataSplitsIntoEntries) {
   std::vector<std::uint8_t> buf;
   Dir a = sample_dir(), b = sample_dir();
   b.name = "help";
-  encode_dir(a, buf);
-  encode_dir(b, buf);
+  ASSERT_TRUE(encode_dir(a, buf));
+  ASSERT_TRUE(encode_dir(b, buf));
   auto dirs = decode_dirs(buf);
   ASSERT_TRUE(dirs);
   ASSERT_EQ(dirs->size(), 2u);
   EXPECT_EQ((*dirs)[1].name, "help");
   buf.pop_back();
   EXPECT_FALSE(decode_dirs(buf));
+}
+
+TEST(Codec, EncoderRefusesSeventyKilobyteStringsInsteadOfWrapping) {
+  const std::string huge(70000, 'x');
+  auto f = msg(Rerror);
+  f.ename = huge;
+  std::vector<std::uint8_t> out = {1, 2, 3};
+  auto st = encode(f, out);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.ename(), "string too long");
+  EXPECT_EQ(out, (std::vector<std::uint8_t>{1, 2, 3}));  // nothing appended
+  EXPECT_FALSE(encode(f));
+  f = msg(Twalk);
+  f.wname = {"a", huge};
+  EXPECT_EQ(encode(f).ename(), "string too long");
+  f = msg(Tattach);
+  f.aname = huge;
+  EXPECT_FALSE(encode(f));
+  f = msg(Rerror);
+  f.ename.assign(MAXSTRING, 'x');  // the longest a string can be still encodes
+  auto ok = encode(f);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(decode(*ok)->ename.size(), MAXSTRING);
+}
+
+TEST(Codec, EncoderRefusesAStatEntryOver65535Bytes) {
+  Dir d = sample_dir();
+  d.name.assign(70000, 'n');
+  auto e = encode_dir(d);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.ename(), "stat entry too long");
+  std::vector<std::uint8_t> out;
+  EXPECT_FALSE(encode_dir(d, out));
+  EXPECT_TRUE(out.empty());
+  auto f = msg(Rstat);
+  f.stat.assign(70000, 0);
+  EXPECT_EQ(encode(f).ename(), "stat entry too long");
+}
+
+TEST(Codec, ErrorStringsAreCutToErrmaxOnACharacterBoundary) {
+  EXPECT_EQ(err::cut("short"), "short");
+  EXPECT_EQ(err::cut(std::string(200, 'a')), std::string(127, 'a'));
+  std::string e = "x";  // then two-byte characters: byte 127 starts one
+  for (int i = 0; i < 100; i++) e += "\xc3\xa9";
+  auto cut = err::cut(e);
+  EXPECT_EQ(cut.size(), 127u);  // 'x' and 63 whole characters
+  e = "";
+  for (int i = 0; i < 100; i++) e += "\xc3\xa9";
+  cut = err::cut(e);
+  EXPECT_EQ(cut.size(), 126u);  // the character across byte 127 is dropped whole
+  EXPECT_EQ(cut, e.substr(0, 126));
+}
+
+TEST(Framing, FewerThanFourBytesNeedMore) {
+  std::vector<std::uint8_t> b = {11, 0, 0};
+  EXPECT_EQ(frame_at(b, 8192), (Framing{Framing::More, 0}));
+  EXPECT_EQ(frame_at({}, 8192), (Framing{Framing::More, 0}));
+}
+
+TEST(Framing, AWholeFrameIsFoundAndAPartOneWaitsForItsSize) {
+  auto f = msg(Tclunk);
+  auto bytes = *encode(f);
+  auto two = bytes;
+  two.insert(two.end(), bytes.begin(), bytes.end());
+  EXPECT_EQ(frame_at(two, 8192), (Framing{Framing::Whole, 11}));
+  std::span<const std::uint8_t> part(bytes.data(), 8);
+  EXPECT_EQ(frame_at(part, 8192), (Framing{Framing::More, 11}));
+}
+
+TEST(Framing, SizeUnderSevenOrOverSixteenMebibytesIsBad) {
+  std::vector<std::uint8_t> tiny = {6, 0, 0, 0, 100, 0, 0};
+  EXPECT_EQ(frame_at(tiny, 8192).kind, Framing::Bad);
+  std::vector<std::uint8_t> huge = {1, 0, 0, 1, 100, 0, 0};  // 16 MiB + 1
+  EXPECT_EQ(frame_at(huge, 8192).kind, Framing::Bad);
+}
+
+TEST(Framing, FrameOverMsizeIsOversizeOnceItsHeaderIsIn) {
+  std::vector<std::uint8_t> b = {0x10, 0x27, 0, 0, 118, 6};  // 10000 bytes, tag not in yet
+  EXPECT_EQ(frame_at(b, 8192), (Framing{Framing::More, 7}));
+  b.push_back(0);
+  EXPECT_EQ(frame_at(b, 8192), (Framing{Framing::Oversize, 10000}));
+  EXPECT_EQ(tag_of(b), 6);
+  EXPECT_EQ(frame_at(b, 10000), (Framing{Framing::More, 10000}));  // within msize: wait for it
 }

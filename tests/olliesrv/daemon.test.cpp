@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "lib9p/dial.hpp"
+#include "lib9p/dirs.hpp"
 #include "olliesrv/olliesrv.hpp"
 #include "support/process.hpp"
 #include "support/testserver.hpp"

@@ -13,6 +13,14 @@
 
 namespace testing_support {
 
+/// An object of item/: an immutable id, a name that can change, and a versioned value.
+struct DemoItem {
+  std::uint64_t id;
+  std::string name;
+  std::string value;
+  std::uint32_t version = 0;
+};
+
 struct DemoState {
   std::mutex mu;
   std::string value = "idle";   // the BlockOnce value
@@ -21,10 +29,15 @@ struct DemoState {
   std::vector<std::string> writes;  // every payload the Write handler received
   std::vector<std::string> requests;  // every request the Rdwr handler received
   std::shared_ptr<virtfs::ByteLog> log = std::make_shared<virtfs::ByteLog>();
-  std::map<std::string, std::string> items = {{"a", "alpha"}, {"b", "beta"}};
+  std::map<std::string, std::shared_ptr<DemoItem>> items;  // by name
+  std::uint64_t next_item = 1;
   std::atomic<int> cursors_alive{0};
   std::shared_ptr<virtfs::Signal> never = std::make_shared<virtfs::Signal>();
 
+  DemoState() {
+    add_item("a", "alpha");
+    add_item("b", "beta");
+  }
   void set_value(std::string v) {
     {
       std::lock_guard lk(mu);
@@ -32,12 +45,35 @@ struct DemoState {
     }
     value_changed->notify();
   }
+  /// item/<name>, also reachable as item/id<N>.
+  std::shared_ptr<DemoItem> add_item(const std::string& name, std::string value) {
+    std::lock_guard lk(mu);
+    auto it = std::make_shared<DemoItem>(DemoItem{next_item++, name, std::move(value), 0});
+    items[name] = it;
+    return it;
+  }
+  void rename_item(const std::string& from, const std::string& to) {
+    std::lock_guard lk(mu);
+    auto it = items.extract(from);
+    it.key() = to;
+    it.mapped()->name = to;
+    items.insert(std::move(it));
+  }
+  void kill_item(const std::string& name) {
+    std::lock_guard lk(mu);
+    items.erase(name);
+  }
+  void set_item(const std::string& name, std::string value) {
+    std::lock_guard lk(mu);
+    items.at(name)->value = std::move(value);
+    items.at(name)->version++;
+  }
 };
 
 struct DemoCtx {
   virtfs::Principal who;
   std::shared_ptr<DemoState> st;
-  std::string item;  // bound inside item/{name}
+  std::shared_ptr<DemoItem> item;  // bound inside item/{item}
 };
 
 // A cursor that counts live instances (so tests can see fids freed) and filters lines by prefix.
@@ -150,27 +186,42 @@ inline virtfs::Node<DemoCtx> demo_decl() {
              D::Leaf("idx", Mode{0444}, Read([](DemoCtx& c) {
                std::lock_guard lk(c.st->mu);
                std::string out;
-               for (auto& [k, v] : c.st->items) out += k + "\n";
+               for (auto& [name, item] : c.st->items) out += name + "\n";
                return p9::Result<std::string>(out);
              })),
              D::Template("{item}", Mode{0555},
                          List([](DemoCtx& c) {
                            std::lock_guard lk(c.st->mu);
                            std::vector<std::string> names;
-                           for (auto& [k, v] : c.st->items) names.push_back(k);
+                           for (auto& [name, item] : c.st->items) names.push_back(name);
                            return names;
                          }),
-                         Lookup([](const DemoCtx& c, const std::string& name) -> std::optional<DemoCtx> {
+                         Lookup([](const DemoCtx& c, const std::string& name) -> std::optional<Instance<DemoCtx>> {
                            std::lock_guard lk(c.st->mu);
-                           if (!c.st->items.contains(name)) return std::nullopt;
+                           std::shared_ptr<DemoItem> found;
+                           if (auto it = c.st->items.find(name); it != c.st->items.end()) found = it->second;
+                           for (auto& [n, item] : c.st->items)  // then by id, as sessions and agents are
+                             if (!found && name == "id" + std::to_string(item->id)) found = item;
+                           if (!found) return std::nullopt;
                            DemoCtx n = c;
-                           n.item = name;
-                           return n;
+                           n.item = found;
+                           return Instance<DemoCtx>{std::move(n), found};
                          }),
-                         D::Leaf("value", Mode{0444}, Owner([](const DemoCtx& c) { return "owner-" + c.item; }),
+                         D::Leaf("value", Mode{0444}, Owner([](const DemoCtx& c) {
+                                   std::lock_guard lk(c.st->mu);
+                                   return "owner-" + c.item->name;
+                                 }),
+                                 Vers([](const DemoCtx& c) {
+                                   std::lock_guard lk(c.st->mu);
+                                   return c.item->version;
+                                 }),
+                                 Length([](const DemoCtx& c) {
+                                   std::lock_guard lk(c.st->mu);
+                                   return std::uint64_t(c.item->value.size() + 1);
+                                 }),
                                  Read([](DemoCtx& c) {
                                    std::lock_guard lk(c.st->mu);
-                                   return p9::Result<std::string>(c.st->items[c.item] + "\n");
+                                   return p9::Result<std::string>(c.item->value + "\n");
                                  })))));
 }
 
@@ -193,7 +244,7 @@ inline std::shared_ptr<virtfs::Adapter<DemoCtx>> demo_fs(std::shared_ptr<DemoSta
     if (r.afid_uname != r.uname || r.secret != "key-" + r.uname) return p9::error(p9::err::auth_failed);
     return virtfs::Principal{r.uname, r.uname == "sub1" ? "subagent" : "agent", false};
   };
-  access.root = [st](const virtfs::Principal& who) { return DemoCtx{who, st, ""}; };
+  access.root = [st](const virtfs::Principal& who) { return DemoCtx{who, st, nullptr}; };
   return std::make_shared<virtfs::Adapter<DemoCtx>>(std::move(*tree), std::move(access));
 }
 

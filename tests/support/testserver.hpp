@@ -42,9 +42,10 @@ struct TestServer {
   p9::IoPool pool;
   std::unique_ptr<p9::Server> srv;
 
-  explicit TestServer(std::shared_ptr<p9::FileServer> fs, unsigned nthreads = 2) : pool(nthreads) {
+  explicit TestServer(std::shared_ptr<p9::FileServer> fs, unsigned nthreads = 2, p9::ServerOptions opt = {})
+      : pool(nthreads) {
     sock = dir.path + "/ns/ollie";
-    srv = std::make_unique<p9::Server>(pool.contexts(), std::move(fs));
+    srv = std::make_unique<p9::Server>(pool.contexts(), std::move(fs), std::move(opt));
     auto st = srv->listen(*p9::parse_address("unix!" + sock));
     if (!st) throw std::runtime_error(st.ename());
     pool.start();
@@ -79,7 +80,11 @@ class Raw {
       off += n;
     }
   }
-  void send(const p9::Fcall& f) { send_bytes(p9::encode(f)); }
+  void send(const p9::Fcall& f) {
+    auto bytes = p9::encode(f);
+    if (!bytes) throw std::runtime_error("cannot encode: " + bytes.ename());
+    send_bytes(*bytes);
+  }
 
   /// The next reply, or nullopt on timeout or hang-up (see closed()).
   std::optional<p9::Fcall> recv(int timeout_ms = 10000) {

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
+#include <thread>
 
 #include "toolsrv/bypass.hpp"
 #include "world.hpp"
@@ -164,6 +166,102 @@ TEST(BypassCall, CancelWithdraws) {
   const auto r = p.get_future().get();
   EXPECT_EQ(header(r, "status"), "denied");
   EXPECT_NE(f.session->bypass().read_pending(reader).find("\"reason\":\"withdrawn\""), std::string::npos);
+}
+
+// ---- bounds ----
+
+// Nobody reads pending for a while: the lines of resolved requests are dropped, and the log
+// keeps at most bypass_log_max lines however many requests came and went.
+TEST(BypassBroker, ResolvedRequestLinesAreDroppedAndTheLogIsBounded) {
+  BypassBroker b;
+  auto reader = b.open_pending();
+  for (int i = 0; i < 3000; ++i) {
+    const auto id = b.request("a1", "t", {{"cmd", std::string(1000, 'x')}}, "/w", false, [](BypassDecision) {});
+    if (i % 2) ASSERT_TRUE(b.resolve(std::to_string(id) + " deny"));
+    else ASSERT_TRUE(b.withdraw(id));
+  }
+  const auto text = b.read_pending(reader);
+  EXPECT_EQ(text.find("\"tool\""), std::string::npos) << "a request line of a resolved request was kept";
+  const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+  EXPECT_LE(lines, bypass_log_max);
+  EXPECT_GT(lines, bypass_log_max - 8);
+  EXPECT_EQ(text.substr(text.rfind('{')), "{\"id\":\"2999\",\"reason\":\"withdrawn\",\"resolved\":\"deny\"}\n");
+}
+
+// A reader further behind than the cap still gets every request that is unresolved, once.
+TEST(BypassBroker, AReaderBehindTheCapStillGetsEveryPendingRequest) {
+  BypassBroker b;
+  auto reader = b.open_pending();
+  const auto kept = b.request("a1", "t", {{"cmd", "keep"}}, "/w", false, [](BypassDecision) {});
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(b.withdraw(b.request("a1", "t", {{"cmd", "go"}}, "/w", false, [](BypassDecision) {})));
+  const auto text = b.read_pending(reader);
+  const auto line = "{\"agent\":\"a1\",\"args\":{\"cmd\":\"keep\"},\"background\":false,\"cwd\":\"/w\",\"id\":\"" +
+                    std::to_string(kept) + "\",\"tool\":\"t\"}\n";
+  ASSERT_NE(text.find(line), std::string::npos);
+  EXPECT_EQ(text.find(line, text.find(line) + 1), std::string::npos);
+  EXPECT_EQ(b.read_pending(reader), "");
+}
+
+TEST(BypassBroker, PendingRequestsAreCapped) {
+  BypassBroker b;
+  for (std::size_t i = 0; i < bypass_pending_max; ++i)
+    EXPECT_NE(b.request("a1", "t", nlohmann::json::object(), "/w", false, [](BypassDecision) {}), 0u);
+  bool called = false;
+  EXPECT_EQ(b.request("a1", "t", nlohmann::json::object(), "/w", false, [&](BypassDecision) { called = true; }), 0u);
+  EXPECT_FALSE(called);
+  ASSERT_TRUE(b.resolve("1 deny"));
+  EXPECT_NE(b.request("a1", "t", nlohmann::json::object(), "/w", false, [](BypassDecision) {}), 0u);
+}
+
+TEST(BypassCall, RefusedWhenTooManyArePending) {
+  Fixture f;
+  f.load("shell");
+  for (std::size_t i = 0; i < bypass_pending_max; ++i)
+    f.session->bypass().request("a0", "t", nlohmann::json::object(), "/w", false, [](BypassDecision) {});
+  const auto r = f.sh("true", "bypass=true\n");
+  EXPECT_EQ(header(r, "status"), "denied");
+  EXPECT_EQ(body_stderr(r), "bypass refused: 64 requests are pending already\n");
+}
+
+// ---- what an approved call runs ----
+
+// An approved call runs unconfined, so it must run what the hostowner read: no program planted
+// on a PATH entry inside a writable path, no git hook planted in the cwd's .git/hooks.
+TEST(BypassCall, RunsNoPlantedProgramNorGitHook) {
+  Fixture f;
+  f.load("shell");
+  write_file(f.cwd + "/bin/hello", "#!/bin/sh\necho planted\n", 0755);
+  ASSERT_TRUE(f.session->set_env("PATH", f.cwd + "/bin:/usr/bin:/bin"));
+  ASSERT_EQ(std::system(("git init -q " + f.cwd).c_str()), 0);
+  const auto marker = f.cwd + "/hook-ran";
+  write_file(f.cwd + "/.git/hooks/pre-commit", "#!/bin/sh\ntouch " + marker + "\n", 0755);
+  std::thread resolver([&] { resolve_next(*f.session, "allow"); });
+  const auto r = f.sh("hello; git -c user.name=t -c user.email=t@example.com commit -q --allow-empty -m x; "
+                      "echo rc=$?; git config core.hooksPath; echo PATH=$PATH",
+                      "bypass=true\n");
+  resolver.join();
+  EXPECT_EQ(header(r, "status"), "exited") << r;
+  EXPECT_EQ(body_stdout(r), "rc=0\n/dev/null\nPATH=/usr/bin:/bin\n") << r;
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  // Sandboxed, the same PATH entry stays (the tool can only run what it could run anyway).
+  EXPECT_EQ(body_stdout(f.sh("hello")), "planted\n");
+}
+
+// Invalid UTF-8 in what a pending line names (here the agent id) is replaced, never thrown.
+TEST(BypassCall, InvalidUtf8IsReplacedOnPending) {
+  Fixture f;
+  const std::string agent = "a\xff\xfe";
+  ASSERT_TRUE(f.session->load(agent, {"shell"}));
+  auto reader = f.session->bypass().open_pending();
+  std::promise<std::string> p;
+  auto call = f.session->call(*parse_call_request("tool=shell\nagent=" + agent + "\nbypass=true\n\n{\"cmd\":\"true\"}"),
+                              [&](std::string r) { p.set_value(r); });
+  ASSERT_TRUE(call);
+  const auto text = f.session->bypass().read_pending(reader);
+  const auto j = nlohmann::json::parse(text.substr(0, text.find('\n')));
+  EXPECT_EQ(j["agent"], "a\xef\xbf\xbd\xef\xbf\xbd");
+  ASSERT_TRUE(f.session->bypass().resolve(j["id"].get<std::string>() + " deny"));
+  EXPECT_EQ(header(p.get_future().get(), "status"), "denied");
 }
 
 }  // namespace

@@ -35,6 +35,15 @@ TEST(Ctl, BlankLinesAreSkippedAndUsageIsChecked) {
   EXPECT_TRUE(run_ctl(*f.session, "unload a1 never-loaded"));
 }
 
+TEST(Ctl, ProcCtlChecksTheVerbBeforeTheProcess) {
+  Fixture f;
+  auto& procs = f.session->processes();
+  EXPECT_EQ(run_proc_ctl(procs, 999, "stop\n").ename(), "unknown command: stop");
+  EXPECT_EQ(run_proc_ctl(procs, 999, "term now\n").ename(), "usage: term");
+  EXPECT_EQ(run_proc_ctl(procs, 999, "signal\n").ename(), "usage: signal <N>");
+  EXPECT_EQ(run_proc_ctl(procs, 999, "\n  \nkill\n").ename(), "no such process: 999");
+}
+
 TEST(Info, RequestForms) {
   Fixture f;
   EXPECT_EQ(*answer_info(*f.session, ""), f.session->info(""));

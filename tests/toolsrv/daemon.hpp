@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +30,17 @@ inline const std::string test_secret = "00112233445566778899aabbccddeeff00112233
 inline bool exists(const std::string& p) {
   struct stat s;
   return ::stat(p.c_str(), &s) == 0;
+}
+
+/// True when a Unix socket at `path` accepts a connection.
+inline bool accepts(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  const bool ok = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
 }
 
 /// Polls `ok` every 10 ms for at most `limit`.
@@ -69,9 +82,10 @@ class Daemon {
   std::string addr() const { return "unix!" + sock; }
   pid_t pid() const { return pid_; }
 
-  /// Waits for the socket; false (with stderr in err_text) when toolsrv exited or never listened.
+  /// Waits until the socket accepts a connection (it exists a moment before toolsrv listens);
+  /// false (with stderr in err_text) when toolsrv exited or never listened.
   bool listening() {
-    return eventually([&] { return exists(sock) || exited(); }) && !exited();
+    return eventually([&] { return accepts(sock) || exited(); }) && !exited();
   }
   bool exited() {
     if (status_ >= 0) return true;

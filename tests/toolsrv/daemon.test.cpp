@@ -1,5 +1,8 @@
 // toolsrv as olliesrv runs it: the real binary, its secret on descriptor 3, its real socket, a
 // p9::Client; and the lifecycle of the daemon run in-process with short timers.
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <gtest/gtest.h>
 
 #include <future>
@@ -277,6 +280,46 @@ TEST_F(Served, ToolsAndInfo) {
   EXPECT_EQ(rdwr(root, "info", "stat a1").ename(), "usage: stat <agent> <path>...");
 }
 
+// ---- hardening, through the binary ----
+
+// One agent turns another's cwd into a symlink to `/` from inside its sandbox: the other's next
+// call fails clearly and writes nothing outside (toolsrv held the cwd when it was set).
+TEST_F(Served, AgentCwdRetargetedBySymlinkFailsTheCall) {
+  ctl("load a1 shell\nload a2 shell\n");
+  std::filesystem::create_directories(d.cwd + "/sub");
+  ctl("agentcwd a2 " + d.cwd + "/sub\n");
+  const auto owned = world().home + "/owned-by-a2-" + std::to_string(::getpid());
+  const auto a2 = "tool=shell\nagent=a2\n\n{\"cmd\":\"echo x > " + owned + "; pwd\"}";
+  EXPECT_EQ(body_stdout(call(a2)), d.cwd + "/sub\n");
+  ASSERT_EQ(body_stdout(sh("rm -r sub && ln -s / sub && echo swapped")), "swapped\n");
+  const auto r = call(a2);
+  EXPECT_EQ(header(r, "status"), "failed") << r;
+  EXPECT_EQ(body_stderr(r), "cwd changed since it was set: " + d.cwd + "/sub\n");
+  EXPECT_FALSE(std::filesystem::exists(owned));
+}
+
+// Invalid UTF-8 in what a pending line names (the agent id here) neither throws nor stops the
+// server: the line carries U+FFFD and the request is resolved as usual.
+TEST_F(Served, InvalidUtf8AgentIsReplacedOnPending) {
+  const std::string agent = "a\xff";
+  ctl("load " + agent + " shell\n");
+  auto pending = root.walk("bypass/pending");
+  ASSERT_TRUE(pending && pending->open(p9::OREAD));
+  auto asked = std::async(std::launch::async, [&] {
+    return call("tool=shell\nagent=" + agent + "\nbypass=true\n\n{\"cmd\":\"true\"}");
+  });
+  std::string line;
+  while (line.find('\n') == std::string::npos) {
+    auto r = pending->read(8192);
+    ASSERT_TRUE(r && !r->empty());
+    line += *r;
+  }
+  const auto req = nlohmann::json::parse(line);
+  EXPECT_EQ(req["agent"], "a\xef\xbf\xbd");
+  ASSERT_TRUE(write_file9(root, "bypass/resolve", req["id"].get<std::string>() + " deny\n"));
+  EXPECT_EQ(header(asked.get(), "status"), "denied");
+}
+
 // ---- exit ----
 
 TEST(ToolsrvExit, SigtermKillsEveryGroupAndRemovesTheSocket) {
@@ -341,6 +384,34 @@ TEST(ToolsrvLifecycle, ExitsOnceTheLastConnectionClosed) {
   }
   EXPECT_EQ(done.wait_for(30s), std::future_status::ready);
   EXPECT_FALSE(exists(p.sock()));
+}
+
+// Connections that never attach (a client that only said Tversion, a socket that says nothing)
+// do not keep toolsrv from its idle exit once the last attached one closed.
+TEST(ToolsrvLifecycle, UnattachedConnectionsDoNotPreventTheIdleExit) {
+  InProcess p;
+  Toolsrv srv(p.opt);
+  ASSERT_TRUE(srv.start());
+  auto done = std::async(std::launch::async, [&] { srv.wait(); });
+  auto idle = p9::Client::dial("unix!" + p.sock());
+  ASSERT_TRUE(idle);
+  const int raw = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, p.sock().c_str(), sizeof a.sun_path - 1);
+  ASSERT_EQ(::connect(raw, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  {
+    auto c = p9::Client::dial("unix!" + p.sock());
+    ASSERT_TRUE(c);
+    auto afid = (*c)->auth("olliesrv");
+    ASSERT_TRUE(afid && afid->write(test_secret));
+    auto root = (*c)->attach("olliesrv", "", &*afid);
+    ASSERT_TRUE(root);
+    EXPECT_EQ(done.wait_for(2s), std::future_status::timeout);
+  }
+  // Idle timeout 1 s; lib9p would close the unattached ones only after its 10 s attach deadline.
+  EXPECT_EQ(done.wait_for(5s), std::future_status::ready);
+  ::close(raw);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Landlock really denies and allows, on the running kernel, through real tool processes.
 
 #include <arpa/inet.h>
+#include <elf.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,6 +11,9 @@
 
 #include "toolsrv/elf.hpp"
 #include "toolsrv/landlock.hpp"
+#include "toolsrv/override.hpp"
+#include "toolsrv/process.hpp"
+#include "toolsrv/spawn.hpp"
 #include "world.hpp"
 
 namespace toolsrv::test {
@@ -347,6 +351,183 @@ TEST(LandlockAbi, RulesetBuildsOnEveryAbiUpToTheKernels) {
     auto r = build_ruleset(plan, a);
     EXPECT_TRUE(r) << "ABI " << a << ": " << (r ? "" : r.ename());
   }
+}
+
+// ---- a cwd retargeted through a symlink ----
+
+// Agent a1 (sandboxed, cwd rwx) replaces a2's cwd, a directory inside its own, by a symlink to
+// `/`. a2's next call must not get `/` as {CWD}: the cwd was resolved and held when it was set,
+// and a call whose cwd no longer resolves there fails, having run nothing.
+TEST_F(LandlockTest, CwdReplacedBySymlinkFailsTheCallAndGrantsNothing) {
+  Fixture f;
+  f.load("shell");
+  ASSERT_TRUE(f.session->load("a2", {"shell"}));
+  std::filesystem::create_directories(f.cwd + "/sub");
+  ASSERT_TRUE(f.session->set_agent_cwd("a2", f.cwd + "/sub"));
+  const auto owned = world().home + "/owned-" + std::to_string(::getpid());
+  auto a2 = [&] { return f.run("tool=shell\nagent=a2\n\n{\"cmd\":\"echo x > " + owned + "; pwd\"}"); };
+  auto r = a2();
+  EXPECT_EQ(body_stdout(r), f.cwd + "/sub\n") << r;
+  EXPECT_FALSE(std::filesystem::exists(owned));
+  r = f.sh("rm -r sub && ln -s / sub && echo swapped");
+  ASSERT_EQ(body_stdout(r), "swapped\n") << r;
+  r = a2();
+  EXPECT_EQ(header(r, "status"), "failed") << r;
+  EXPECT_EQ(body_stderr(r), "cwd changed since it was set: " + f.cwd + "/sub\n");
+  EXPECT_FALSE(std::filesystem::exists(owned));
+  // Setting it again resolves it again: the hostowner asked for `/` now.
+  std::filesystem::remove(f.cwd + "/sub");
+  std::filesystem::create_directories(f.cwd + "/sub");
+  EXPECT_EQ(header(a2(), "status"), "failed");
+  ASSERT_TRUE(f.session->set_agent_cwd("a2", f.cwd + "/sub"));
+  EXPECT_EQ(header(a2(), "status"), "exited");
+  std::filesystem::remove(owned);
+}
+
+// The same for the session cwd, moved away and replaced: the held directory is no longer where
+// it was resolved.
+TEST_F(LandlockTest, SessionCwdMovedAwayFailsTheCall) {
+  Fixture f;
+  f.load("shell");
+  const auto base = temp_dir("movedcwd");
+  std::filesystem::create_directories(base + "/proj");
+  ASSERT_TRUE(f.session->set_cwd(base + "/proj"));
+  EXPECT_EQ(body_stdout(f.sh("pwd")), base + "/proj\n");
+  std::filesystem::rename(base + "/proj", base + "/moved");
+  std::filesystem::create_directory_symlink("/", base + "/proj");
+  const auto r = f.sh("ls /");
+  EXPECT_EQ(header(r, "status"), "failed") << r;
+  EXPECT_EQ(body_stderr(r), "cwd changed since it was set: " + base + "/proj\n");
+}
+
+// ---- advanced.ldd ----
+
+// A minimal ELF64 executable (no code) with PT_INTERP `interp` and these DT_NEEDED names.
+std::string crafted_elf(const std::string& interp, const std::vector<std::string>& needed) {
+  std::string strtab(1, '\0');
+  std::vector<Elf64_Dyn> dyn;
+  for (const auto& n : needed) {
+    dyn.push_back({DT_NEEDED, {strtab.size()}});
+    strtab += n + '\0';
+  }
+  const std::size_t interp_off = sizeof(Elf64_Ehdr) + 3 * sizeof(Elf64_Phdr);
+  const std::size_t str_off = interp_off + interp.size() + 1;
+  const std::size_t dyn_off = (str_off + strtab.size() + 7) & ~std::size_t{7};
+  dyn.push_back({DT_STRTAB, {str_off}});
+  dyn.push_back({DT_STRSZ, {strtab.size()}});
+  dyn.push_back({DT_NULL, {0}});
+  const std::size_t size = dyn_off + dyn.size() * sizeof(Elf64_Dyn);
+  std::string out(size, '\0');
+  Elf64_Ehdr eh{};
+  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_ident[EI_DATA] = ELFDATA2LSB;
+  eh.e_ident[EI_VERSION] = EV_CURRENT;
+  eh.e_type = ET_EXEC;
+  eh.e_machine = EM_X86_64;
+  eh.e_version = EV_CURRENT;
+  eh.e_phoff = sizeof eh;
+  eh.e_ehsize = sizeof eh;
+  eh.e_phentsize = sizeof(Elf64_Phdr);
+  eh.e_phnum = 3;
+  const Elf64_Phdr ph[3] = {
+      {PT_LOAD, PF_R, 0, 0, 0, size, size, 4096},
+      {PT_INTERP, PF_R, interp_off, interp_off, interp_off, interp.size() + 1, interp.size() + 1, 1},
+      {PT_DYNAMIC, PF_R, dyn_off, dyn_off, dyn_off, dyn.size() * sizeof(Elf64_Dyn), dyn.size() * sizeof(Elf64_Dyn), 8},
+  };
+  std::memcpy(out.data(), &eh, sizeof eh);
+  std::memcpy(out.data() + sizeof eh, ph, sizeof ph);
+  std::memcpy(out.data() + interp_off, interp.c_str(), interp.size() + 1);
+  std::memcpy(out.data() + str_off, strtab.data(), strtab.size());
+  std::memcpy(out.data() + dyn_off, dyn.data(), dyn.size() * sizeof(Elf64_Dyn));
+  return out;
+}
+
+// Runs argv under `ruleset` (real spawn, real Landlock) and returns its stdout.
+std::string run_confined(UniqueFd ruleset, const std::vector<std::string>& argv) {
+  ProcessTable t;
+  Launch l;
+  l.tool = "probe";
+  l.agent = "a1";
+  l.spec.argv = argv;
+  l.spec.env = {"PATH=/usr/bin:/bin"};
+  l.spec.cwd = "/";
+  l.ruleset = std::make_shared<const UniqueFd>(std::move(ruleset));
+  auto p = start_sync(t, std::move(l));
+  for (int i = 0; i < 3000 && !p->finished(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto r = p->reply();
+  return r.substr(r.find("\n\n") + 2, std::stoul(header(r, "stdout")));
+}
+
+// A crafted executable naming `/` (as its interpreter and as a needed object) and other
+// directories: ldd grants none of them, only regular files the loader would map, so the ruleset
+// built from the plan still keeps a secret under $HOME unreadable.
+TEST_F(LandlockTest, LddOfACraftedExecutableNamingRootGrantsNoDirectory) {
+  const auto tools = temp_dir("lddcraft");
+  write_file(tools + "/crafted", crafted_elf("/", {"/", "/tmp", "sub/../..", "libc.so.6"}), 0755);
+  write_file(world().home + "/ldd-secret", "s3cret\n");
+  const auto libs = linked_libraries(tools + "/crafted");
+  EXPECT_NE(std::find_if(libs.begin(), libs.end(), [](auto& l) { return l.ends_with("/libc.so.6"); }), libs.end());
+  for (const auto& l : libs) EXPECT_TRUE(std::filesystem::is_regular_file(l)) << l;
+  Policy policy;
+  policy.rox = {"/usr", "/bin", "/lib", "/lib64"};
+  policy.ldd = true;
+  const auto vars = TemplateVars::for_call(temp_dir("cwd"), "/tmp", "/cfg", "/data", "/usr/bin");
+  const auto plan = plan_sandbox(policy, vars, {}, "", tools + "/crafted");
+  for (const auto& r : plan.rules) EXPECT_NE(r.path, "/") << "a directory named by an ELF file was granted";
+  auto ruleset = build_ruleset(plan, landlock_abi());
+  ASSERT_TRUE(ruleset) << ruleset.ename();
+  EXPECT_EQ(run_confined(std::move(*ruleset), {"/bin/sh", "-c", "cat " + world().home + "/ldd-secret; echo done"}), "done\n");
+}
+
+// An executable inside a writable path may have been written by the model: ldd reads nothing
+// from it and grants nothing for it.
+TEST_F(LandlockTest, LddReadsNoExecutableInsideAWritablePath) {
+  const auto cwd = temp_dir("lddcwd");
+  std::filesystem::copy_file("/usr/bin/true", cwd + "/mytrue");
+  Policy policy;
+  policy.rwx = {"{CWD}"};
+  policy.ldd = true;
+  const auto vars = TemplateVars::for_call(cwd, "/tmp", "/cfg", "/data", "/usr/bin");
+  EXPECT_TRUE(linked_libraries(cwd + "/mytrue", writable_paths(policy, vars)).empty());
+  const auto plan = plan_sandbox(policy, vars, {}, "", cwd + "/mytrue");
+  ASSERT_EQ(plan.rules.size(), 1u);
+  EXPECT_EQ(plan.rules[0].path, cwd);
+  // The same file outside every writable path is read as before.
+  EXPECT_GT(plan_sandbox(policy, vars, {}, "", "/usr/bin/true").rules.size(), 1u);
+}
+
+// ---- network ----
+
+// `enabled: false` means no TCP at all, whatever `unrestricted` says (§7.3.1, revised): neither
+// connect nor bind.
+TEST_F(LandlockTest, NetworkDisabledRefusesTcpWhateverUnrestrictedSays) {
+  Listener l;
+  const std::string bind_cmd = "/usr/bin/python3 -c 'import socket; socket.socket().bind((str(), 0))' 2>/dev/null && echo bound || echo refused";
+  for (const std::string net : {"network: {enabled: false}", "network: {enabled: false, unrestricted: true}"}) {
+    Fixture f(policy_with("", net));
+    f.load("shell");
+    EXPECT_EQ(body_stdout(f.sh(connect_cmd(l.port))), "refused\n") << net;
+    EXPECT_EQ(body_stdout(f.sh(bind_cmd)), "refused\n") << net;
+  }
+  Fixture open(policy_with("", "network: {enabled: true}"));
+  open.load("shell");
+  EXPECT_EQ(body_stdout(open.sh(connect_cmd(l.port))), "connected\n");
+  EXPECT_EQ(body_stdout(open.sh(bind_cmd)), "bound\n");
+}
+
+// ---- .ollie-sandbox.yaml size ----
+
+TEST_F(LandlockTest, OversizedOverrideFailsTheCallClearly) {
+  Fixture f;
+  f.load("shell");
+  const auto path = f.cwd + "/.ollie-sandbox.yaml";
+  write_file(path, std::string(override_max_bytes + 1, '#'));
+  const auto r = f.sh("true");
+  EXPECT_EQ(header(r, "status"), "failed") << r;
+  EXPECT_EQ(body_stderr(r), path + ": too large: 65537 bytes (limit 65536)\n");
+  write_file(path, "# small\n");
+  EXPECT_EQ(header(f.sh("true"), "status"), "exited");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "toolsrv/cwd.hpp"
 #include "toolsrv/override.hpp"
 #include "toolsrv/policy.hpp"
 #include "toolsrv/sandbox.hpp"
@@ -106,21 +107,47 @@ TEST(Override, ApprovalsNeedHashAndDirectory) {
   EXPECT_FALSE(a.approved(h, "/p/q"));
 }
 
+// find_override in a directory, as a call does: through the held cwd's descriptor.
+p9::Result<std::optional<ProjectOverride>> override_in(const std::string& dir, std::string* note) {
+  auto held = HeldCwd::open(dir);
+  if (!held) return held.error();
+  return find_override(held->fd->get(), held->path, note);
+}
+
 TEST(Override, FoundWithoutFollowingSymlinks) {
   const auto dir = temp_dir("ov");
   std::string note;
-  EXPECT_FALSE(find_override(dir, &note));
+  EXPECT_FALSE(*override_in(dir, &note));
   EXPECT_EQ(note, "");
   write_file(dir + "/.ollie-sandbox.yaml", "env: [X]\n");
-  auto o = find_override(dir, &note);
+  auto o = *override_in(dir, &note);
   ASSERT_TRUE(o);
   EXPECT_EQ(o->bytes, "env: [X]\n");
   EXPECT_EQ(o->sha256, sha256_hex("env: [X]\n"));
   EXPECT_EQ(o->dir, dir);
   const auto other = temp_dir("ov");
   std::filesystem::create_symlink(dir + "/.ollie-sandbox.yaml", other + "/.ollie-sandbox.yaml");
-  EXPECT_FALSE(find_override(other, &note));
+  EXPECT_FALSE(*override_in(other, &note));
   EXPECT_NE(note.find("ignored"), std::string::npos);
+}
+
+// The model writes its cwd: a huge override is refused from its size alone, never read whole.
+TEST(Override, LargerThan64KiBRefusedBeforeReading) {
+  const auto dir = temp_dir("ov");
+  const auto path = dir + "/.ollie-sandbox.yaml";
+  write_file(path, std::string(override_max_bytes, '#'));
+  auto fits = override_in(dir, nullptr);
+  ASSERT_TRUE(fits) << fits.ename();
+  ASSERT_TRUE(*fits);
+  EXPECT_EQ((*fits)->bytes.size(), override_max_bytes);
+  write_file(path, std::string(override_max_bytes + 1, '#'));
+  EXPECT_EQ(override_in(dir, nullptr).ename(), path + ": too large: 65537 bytes (limit 65536)");
+  // 1.5 GB, sparse: refused at once and without the memory to hold it.
+  ASSERT_EQ(::truncate(path.c_str(), 1536LL << 20), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(override_in(dir, nullptr).ename(), path + ": too large: 1610612736 bytes (limit 65536)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  std::filesystem::remove(path);
 }
 
 }  // namespace

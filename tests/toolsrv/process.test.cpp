@@ -50,7 +50,7 @@ TEST(ProcessTable, ExitStatusAndSeparateStreams) {
   ProcessTable t;
   auto l = sh_launch("cat; echo err >&2; exit 3");
   l.stdin_data = "{\"a\":1}";
-  auto p = t.start_sync(std::move(l));
+  auto p = start_sync(t, std::move(l));
   wait_finished(*p);
   EXPECT_EQ(p->status(), ProcStatus::exited);
   EXPECT_EQ(p->wait_text(), "pid=1\nstatus=exited\nexit=3\nstdout=7\nstderr=4\n");
@@ -62,7 +62,7 @@ TEST(ProcessTable, ExitStatusAndSeparateStreams) {
 TEST(ProcessTable, StrayBackgroundChildDoesNotHangTheCall) {
   ProcessTable t;
   const auto start = std::chrono::steady_clock::now();
-  auto p = t.start_sync(sh_launch("sleep 1000 & echo $! ; echo started"));
+  auto p = start_sync(t, sh_launch("sleep 1000 & echo $! ; echo started"));
   wait_finished(*p);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
   EXPECT_EQ(p->status(), ProcStatus::exited);
@@ -77,7 +77,7 @@ TEST(ProcessTable, DrainStopsAfterTwoSecondsForEscapedChild) {
   ProcessTable t;
   const auto start = std::chrono::steady_clock::now();
   // setsid leaves the group: it is beyond the kill, and holds the pipe; the drain limit ends it.
-  auto p = t.start_sync(sh_launch("setsid sleep 5 & sleep 0.2; echo x"));
+  auto p = start_sync(t, sh_launch("setsid sleep 5 & sleep 0.2; echo x"));
   wait_finished(*p);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, 1900ms);
@@ -88,7 +88,7 @@ TEST(ProcessTable, DrainStopsAfterTwoSecondsForEscapedChild) {
 TEST(ProcessTable, TimeoutKillsGrandchildren) {
   ProcessTable t;
   const auto dir = temp_dir("grand");
-  auto p = t.start_sync(sh_launch("sh -c 'sleep 1000 & echo $! > " + dir + "/gc; wait' & wait", 1s));
+  auto p = start_sync(t, sh_launch("sh -c 'sleep 1000 & echo $! > " + dir + "/gc; wait' & wait", 1s));
   wait_finished(*p, 10s);
   EXPECT_EQ(p->status(), ProcStatus::timeout);
   EXPECT_EQ(p->wait_text().find("status=timeout\n"), 6u);
@@ -99,7 +99,7 @@ TEST(ProcessTable, TimeoutKillsGrandchildren) {
 
 TEST(ProcessTable, BackgroundOutputStreamsWhileRunning) {
   ProcessTable t;
-  auto p = t.start_sync(sh_launch("echo one; sleep 0.5; echo two; sleep 0.5", 0s, true));
+  auto p = start_sync(t, sh_launch("echo one; sleep 0.5; echo two; sleep 0.5", 0s, true));
   // The first line arrives while the process still runs.
   std::string got;
   const auto until = std::chrono::steady_clock::now() + 5s;
@@ -125,7 +125,7 @@ TEST(ProcessTable, BackgroundOutputStreamsWhileRunning) {
 
 TEST(ProcessTable, HundredMegabytesAreCappedHeadAndTail) {
   ProcessTable t;
-  auto p = t.start_sync(sh_launch("head -c 104857600 /dev/zero; echo END"));
+  auto p = start_sync(t, sh_launch("head -c 104857600 /dev/zero; echo END"));
   wait_finished(*p, 120s);
   ASSERT_EQ(p->status(), ProcStatus::exited);
   const auto reply = p->reply();
@@ -141,7 +141,7 @@ TEST(ProcessTable, ExecFailureIsAClearResult) {
   ProcessTable t;
   Launch l = sh_launch("");
   l.spec.argv = {"/nonexistent/tool"};
-  auto p = t.start_sync(std::move(l));
+  auto p = start_sync(t, std::move(l));
   EXPECT_TRUE(p->finished());
   EXPECT_EQ(p->status(), ProcStatus::failed);
   EXPECT_EQ(body_stderr(p->reply()), "exec /nonexistent/tool: No such file or directory\n");
@@ -150,7 +150,7 @@ TEST(ProcessTable, ExecFailureIsAClearResult) {
 TEST(ProcessTable, NoDescriptorLeaks) {
   ProcessTable t;
   const int leak = ::open("/dev/null", O_RDONLY);  // not CLOEXEC on purpose
-  auto p = t.start_sync(sh_launch("ls /proc/self/fd"));
+  auto p = start_sync(t, sh_launch("ls /proc/self/fd"));
   wait_finished(*p);
   ::close(leak);
   EXPECT_EQ(p->read_out(0, 4096).data, "0\n1\n2\n3\n");  // 3: ls's own directory handle
@@ -158,7 +158,7 @@ TEST(ProcessTable, NoDescriptorLeaks) {
 
 TEST(ProcessTable, ControlTermKillSignalDismiss) {
   ProcessTable t;
-  auto p = t.start_sync(sh_launch("sleep 30", 0s, true));
+  auto p = start_sync(t, sh_launch("sleep 30", 0s, true));
   EXPECT_EQ(t.control(p->pid(), "signal 0").ename(), "invalid signal: 0");
   EXPECT_EQ(t.control(p->pid(), "signal x").ename(), "invalid signal: x");
   EXPECT_EQ(t.control(p->pid(), "frob").ename(), "unknown control message");
@@ -174,7 +174,7 @@ TEST(ProcessTable, ControlTermKillSignalDismiss) {
 
 TEST(ProcessTable, CancelKillsTheGroup) {
   ProcessTable t;
-  auto p = t.start_sync(sh_launch("sleep 30"));
+  auto p = start_sync(t, sh_launch("sleep 30"));
   t.cancel(p->pid());
   wait_finished(*p);
   EXPECT_EQ(p->status(), ProcStatus::signaled);
@@ -183,7 +183,7 @@ TEST(ProcessTable, CancelKillsTheGroup) {
 
 TEST(ProcessTable, FinishedProcessesAreCollected) {
   ProcessTable t(1s);
-  auto p = t.start_sync(sh_launch("true"));
+  auto p = start_sync(t, sh_launch("true"));
   wait_finished(*p);
   EXPECT_EQ(t.pids().size(), 1u);
   EXPECT_EQ(t.collect(), 0u);
@@ -194,7 +194,7 @@ TEST(ProcessTable, FinishedProcessesAreCollected) {
 
 TEST(ProcessTable, ReadsKeepAProcessAlive) {
   ProcessTable t(1s);
-  auto p = t.start_sync(sh_launch("true"));
+  auto p = start_sync(t, sh_launch("true"));
   wait_finished(*p);
   std::this_thread::sleep_for(700ms);
   p->touch();
@@ -207,11 +207,44 @@ TEST(ProcessTable, DestructionKillsRunningGroups) {
   pid_t os_pid;
   {
     ProcessTable t;
-    auto p = t.start_sync(sh_launch("sleep 30", 0s, true));
+    auto p = start_sync(t, sh_launch("sleep 30", 0s, true));
     os_pid = p->os_pid();
     EXPECT_TRUE(alive(os_pid));
   }
   EXPECT_FALSE(alive(os_pid));
+}
+
+// The table of finished processes is bounded: past proc_finished_max the least recently used go
+// first, whatever their age; running ones are never dropped.
+TEST(ProcessTable, FinishedTableIsCappedLeastRecentlyUsedFirst) {
+  ProcessTable t;
+  auto running = start_sync(t, sh_launch("sleep 30", 0s, true));
+  auto first = t.add_finished("t", "a1", false, ProcStatus::failed, "first");
+  std::this_thread::sleep_for(5ms);
+  for (std::size_t i = 1; i < proc_finished_max; ++i) t.add_finished("t", "a1", false, ProcStatus::failed, "x");
+  std::this_thread::sleep_for(5ms);
+  first->touch();  // used again: now the most recent
+  auto next = t.add_finished("t", "a1", false, ProcStatus::failed, "over");
+  EXPECT_EQ(t.finished_count(), proc_finished_max);
+  EXPECT_TRUE(t.find(first->pid()));
+  EXPECT_TRUE(t.find(next->pid()));
+  EXPECT_FALSE(t.find(first->pid() + 1)) << "the least recently used was kept";
+  EXPECT_TRUE(t.find(running->pid()));
+  for (int i = 0; i < 200; ++i) t.add_finished("t", "a1", false, ProcStatus::failed, "more");
+  EXPECT_EQ(t.finished_count(), proc_finished_max);
+  EXPECT_EQ(t.pids().size(), proc_finished_max + 1);
+  t.dismiss(running->pid());
+}
+
+// A background process has nobody to take its reply: once finished it keeps only what `out`
+// serves, and its header still counts every byte.
+TEST(ProcessTable, FinishedBackgroundProcessKeepsOnlyItsCombinedOutput) {
+  ProcessTable t;
+  auto p = start_sync(t, sh_launch("head -c 5000 /dev/zero; echo e >&2", 0s, true));
+  wait_finished(*p);
+  EXPECT_EQ(p->wait_text(), "pid=1\nstatus=exited\nexit=0\nstdout=5000\nstderr=2\n");
+  EXPECT_EQ(p->reply(), p->wait_text() + "\n");
+  EXPECT_EQ(p->read_out(0, 10000).data.size(), 5002u);
 }
 
 }  // namespace

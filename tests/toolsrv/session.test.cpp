@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "toolsrv/landlock.hpp"
 #include "world.hpp"
 
@@ -9,6 +12,16 @@ namespace toolsrv::test {
 namespace {
 
 using namespace std::chrono_literals;
+
+template <class F>
+bool eventually_true(F ok, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
 
 std::string env_of(const std::string& env_dump, const std::string& key) {
   const auto at = ("\n" + env_dump).find("\n" + key + "=");
@@ -279,6 +292,105 @@ TEST(Session, InfoAndStat) {
   const auto st = f.session->stat_paths("a1", {"f.txt", "missing", f.cwd + "/sub/f.txt"});
   EXPECT_EQ(st.substr(0, 12), "f.txt\ttrue\t1");
   EXPECT_NE(st.find("\t5\nmissing\tfalse\t-\t-\n" + f.cwd + "/sub/f.txt\ttrue\t"), std::string::npos) << st;
+}
+
+// ---- invalid UTF-8 ----
+
+// A tool file name that is not UTF-8 is listed (as invalid) with the bytes replaced, not thrown.
+TEST(Session, ToolListingWithInvalidUtf8NameIsReplaced) {
+  const auto tools = temp_dir("utf8tools");
+  write_file(tools + "/bad\xff.meta", "{\"description\": \"x\"}\n");
+  Fixture f(default_policy(), 300s, tools);
+  const auto list = nlohmann::json::parse(f.session->tools("*"));
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["name"], "bad\xef\xbf\xbd");
+}
+
+// ---- leaks ----
+
+// Once the reply of a foreground call was handed over, the process keeps one copy of its output
+// (for `out`), not its separate stdout and stderr captures besides.
+TEST(Session, CollectedCallKeepsOneCopyOfItsOutput) {
+  Fixture f;
+  f.load("shell");
+  const auto r = f.sh("head -c 300000 /dev/zero; head -c 1000 /dev/zero >&2");
+  ASSERT_EQ(header(r, "stdout"), "300000") << r.substr(0, 200);
+  auto proc = f.session->processes().find(std::stoi(header(r, "pid")));
+  ASSERT_TRUE(proc);
+  EXPECT_EQ(proc->reply(), proc->wait_text() + "\n") << "the separate captures are still held";
+  EXPECT_EQ(proc->wait_text(), r.substr(0, r.find("\n\n") + 1));
+  EXPECT_NE(proc->stat_text().find("\noutput=301000\n"), std::string::npos);
+  EXPECT_EQ(proc->read_out(0, 400000).data.size(), 301000u);
+}
+
+// Starts a foreground `sleep 30` of a1 (scope global: it holds the global lock) and waits until
+// it runs.
+std::shared_ptr<Call> hold_global_lock(Fixture& f, std::promise<std::string>& done) {
+  auto call = f.session->call(*parse_call_request("tool=shell\nagent=a1\n\n{\"cmd\":\"sleep 30\"}"),
+                              [&done](std::string r) { done.set_value(r); });
+  if (!call) return nullptr;
+  while ((*call)->pid() == 0) std::this_thread::sleep_for(10ms);
+  return *call;
+}
+
+// `forget a2` withdraws a2's calls that wait for a lock or a bypass answer: they end at once and
+// never start, even once the lock is free.
+TEST(Session, ForgetCancelsQueuedLockWaitsAndBypassRequests) {
+  Fixture f;
+  f.load("shell");
+  ASSERT_TRUE(f.session->load("a2", {"shell"}));
+  std::promise<std::string> held_done, queued, asked;
+  auto held = hold_global_lock(f, held_done);
+  ASSERT_TRUE(held);
+  const auto marker = f.cwd + "/ran";
+  auto reader = f.session->bypass().open_pending();
+  ASSERT_TRUE(f.session->call(*parse_call_request("tool=shell\nagent=a2\n\n{\"cmd\":\"touch " + marker + "\"}"),
+                              [&](std::string r) { queued.set_value(r); }));
+  ASSERT_TRUE(f.session->call(*parse_call_request("tool=shell\nagent=a2\nbypass=true\n\n{\"cmd\":\"touch " + marker + "\"}"),
+                              [&](std::string r) { asked.set_value(r); }));
+  EXPECT_EQ(f.session->locks().waiting(), 1u);
+  f.session->forget("a2");
+  auto q = queued.get_future();
+  auto a = asked.get_future();
+  ASSERT_EQ(q.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(a.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(header(q.get(), "status"), "failed");
+  EXPECT_EQ(header(a.get(), "status"), "denied");
+  EXPECT_EQ(f.session->locks().waiting(), 0u);
+  EXPECT_NE(f.session->bypass().read_pending(reader).find("\"reason\":\"withdrawn\""), std::string::npos);
+  held->cancel();
+  held_done.get_future().get();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(std::filesystem::exists(marker));
+}
+
+// Calls queued behind a held lock while another thread forgets their agent: whenever the cancel
+// lands (before the call has its lock ticket or after), no waiter is left in the queue.
+TEST(Session, ForgetRacingNewCallsLeavesNoLockWaiter) {
+  Fixture f;
+  f.load("shell");
+  std::promise<std::string> held_done;
+  auto held = hold_global_lock(f, held_done);
+  ASSERT_TRUE(held);
+  constexpr int calls = 300;
+  std::atomic<int> ended{0};
+  std::atomic<bool> stop{false};
+  std::thread forgetter([&] {
+    while (!stop) f.session->forget("a2");
+  });
+  for (int i = 0; i < calls; ++i) {
+    (void)f.session->load("a2", {"shell"});  // fails while forgotten only if not loaded: it is a rescan
+    auto req = parse_call_request("tool=shell\nagent=a2\n\n{\"cmd\":\"true\"}");
+    auto call = f.session->call(*req, [&](std::string) { ++ended; });
+    if (!call) ++ended;  // forgotten before the call: tool not loaded
+  }
+  stop = true;
+  forgetter.join();
+  f.session->forget("a2");
+  EXPECT_EQ(f.session->locks().waiting(), 0u);
+  EXPECT_TRUE(eventually_true([&] { return ended == calls; }));
+  held->cancel();
+  held_done.get_future().get();
 }
 
 }  // namespace

@@ -62,6 +62,14 @@ inline World& world() {
 }
 
 /// The shipped policy.
+/// start() and wait for the process (never from a callback of the table).
+inline std::shared_ptr<Process> start_sync(ProcessTable& t, Launch launch) {
+  std::promise<std::shared_ptr<Process>> promise;
+  auto future = promise.get_future();
+  t.start(std::move(launch), [&promise](std::shared_ptr<Process> p) { promise.set_value(std::move(p)); });
+  return future.get();
+}
+
 inline std::string default_policy() { return read_file(data_dir + "/../../../data/sandbox.yaml"); }
 
 /// One session: its own config root (with `policy` as sandbox.yaml, none if empty), cwd and id.

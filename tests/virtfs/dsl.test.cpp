@@ -43,7 +43,7 @@ TEST(Build, RefusesMoreThanOneBlockingVariant) {
 
 TEST(Build, RefusesATemplateWithoutList) {
   EXPECT_EQ(refusal(D::Dir("/", Mode{0555}, D::Template("{x}", Mode{0555},
-                                                        Lookup([](const Ctx& c, const std::string&) { return std::optional<Ctx>(c); })))),
+                                                        Lookup([](const Ctx& c, const std::string&) { return std::optional(Instance<Ctx>{c, c.st}); })))),
             "/{x}: template without List");
 }
 

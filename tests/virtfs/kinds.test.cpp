@@ -382,7 +382,7 @@ TEST_F(Kinds, TruncateAndTouchWstatsAreAcceptedOnWritableFiles) {  // Linux v9fs
   Dir d = Dir::null();
   d.length = 0;
   d.mtime = 1234;
-  t.stat = encode_dir(d);
+  t.stat = *encode_dir(d);
   EXPECT_EQ(c->rpc(t).type, Rwstat);
   ASSERT_EQ(c->walk(0, 2, {"hello"}).type, Rwalk);  // 0444: not writable
   t.fid = 2;
@@ -390,10 +390,10 @@ TEST_F(Kinds, TruncateAndTouchWstatsAreAcceptedOnWritableFiles) {  // Linux v9fs
   d = Dir::null();
   d.length = 5;
   t.fid = 1;
-  t.stat = encode_dir(d);
+  t.stat = *encode_dir(d);
   EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
   d = Dir::null();
   d.mode = 0777;
-  t.stat = encode_dir(d);
+  t.stat = *encode_dir(d);
   EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
 }

@@ -2,7 +2,6 @@
 
 #include "virtfs/tokenize.hpp"
 
-using virtfs::parse_command;
 using virtfs::tokenize;
 
 TEST(Tokenize, BlanksSeparateAndQuotesJoin) {
@@ -16,13 +15,3 @@ TEST(Tokenize, BlanksSeparateAndQuotesJoin) {
 }
 
 TEST(Tokenize, UnterminatedQuote) { EXPECT_EQ(tokenize("a 'b").ename(), "unterminated quote"); }
-
-TEST(Command, OneVerbPerRequest) {
-  auto c = parse_command("  kill  \n");
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->verb, "kill");
-  EXPECT_TRUE(c->args.empty());
-  EXPECT_EQ(parse_command("kill\nkill\n").ename(), "one command per request");
-  EXPECT_EQ(parse_command(" \n").ename(), "empty command");
-  EXPECT_EQ(parse_command("model 'a b'")->args, (std::vector<std::string>{"a b"}));
-}

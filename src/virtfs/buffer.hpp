@@ -1,0 +1,42 @@
+#pragma once
+/// Buffer: the bytes a fid holds for a handler that runs later (a Write payload, a pending Rdwr
+/// request, a stream's filter). Capped per fid (spec §1.7) and charged to the connection's count
+/// (p9::Fid::conn_buffered, shared by its fids), so neither one fid nor thousands of them pin
+/// unbounded memory. The charge leaves with the bytes: at take(), clear() and destruction (a fid
+/// dropped without Tclunk). A connection's fids are served on its strand: the count needs no lock.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "lib9p/result.hpp"
+
+namespace virtfs {
+
+inline constexpr std::size_t MAX_WRITE = 16u << 20;          ///< per fid (spec §1.7)
+inline constexpr std::size_t MAX_CONN_BUFFERED = 64u << 20;  ///< per connection, all its fids together
+/// The refusal of a write past MAX_CONN_BUFFERED (MAX_WRITE's is `write too large`).
+inline constexpr const char* conn_buffers_full = "write too large: 64 MiB already buffered on this connection";
+
+class Buffer {
+ public:
+  /// conn: the connection's count; null when the connection keeps none.
+  explicit Buffer(std::shared_ptr<std::size_t> conn) : conn_(std::move(conn)) {}
+  ~Buffer() { clear(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  /// Appends, or refuses past either cap and keeps what it had.
+  p9::Status append(std::string_view data);
+  /// Hands the bytes over and releases their charge.
+  std::string take();
+  void clear() { (void)take(); }
+  bool empty() const { return bytes_.empty(); }
+
+ private:
+  std::shared_ptr<std::size_t> conn_;
+  std::string bytes_;
+};
+
+}  // namespace virtfs

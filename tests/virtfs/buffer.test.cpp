@@ -1,0 +1,91 @@
+// What fids buffer is capped per fid and charged to their connection, released when the bytes
+// are consumed or the fid dies.
+#include <gtest/gtest.h>
+
+#include "support/demofs.hpp"
+
+using namespace virtfs;
+
+TEST(Buffer, ChargesItsConnectionAndReleasesOnTakeAndDestruction) {
+  auto conn = std::make_shared<std::size_t>(0);
+  Buffer a(conn);
+  {
+    Buffer b(conn);
+    ASSERT_TRUE(a.append("hello"));
+    ASSERT_TRUE(b.append("world!"));
+    EXPECT_EQ(*conn, 11u);
+  }
+  EXPECT_EQ(*conn, 5u);  // b died unconsumed
+  EXPECT_EQ(a.take(), "hello");
+  EXPECT_EQ(*conn, 0u);
+  Buffer none(nullptr);  // a connection without accounting
+  EXPECT_TRUE(none.append("x"));
+}
+
+TEST(Buffer, PerFidAndPerConnectionCaps) {
+  auto conn = std::make_shared<std::size_t>(MAX_CONN_BUFFERED - 10);
+  Buffer a(conn);
+  EXPECT_EQ(a.append(std::string(11, 'x')).ename(), conn_buffers_full);
+  EXPECT_TRUE(a.append(std::string(10, 'x')));
+  Buffer b(nullptr);
+  EXPECT_EQ(b.append(std::string(MAX_WRITE + 1, 'x')).ename(), "write too large");
+}
+
+namespace {
+
+// The adapter driven directly, as lib9p would, with one connection count for several fids.
+struct Conn : ::testing::Test {
+  std::shared_ptr<testing_support::DemoState> st = std::make_shared<testing_support::DemoState>();
+  std::shared_ptr<Adapter<testing_support::DemoCtx>> fs = testing_support::demo_fs(st);
+  std::shared_ptr<std::size_t> buffered = std::make_shared<std::size_t>(0);
+
+  std::unique_ptr<p9::Fid> opened(const std::string& name, std::uint8_t mode) {
+    auto f = std::make_unique<p9::Fid>();
+    f->conn_buffered = buffered;
+    EXPECT_TRUE(fs->attach(*f, nullptr, "glenda", ""));
+    EXPECT_TRUE(fs->walk1(*f, name));
+    EXPECT_TRUE(fs->open(*f, mode));
+    f->omode = mode;
+    return f;
+  }
+  p9::Fcall answer(p9::Fid& f, std::uint8_t type, std::string data = {}) {
+    p9::Fcall t;
+    t.type = type;
+    t.data = std::move(data);
+    auto r = fs->answer_now(f, t);
+    EXPECT_TRUE(r);
+    return r ? *r : p9::Fcall{};
+  }
+};
+
+}  // namespace
+
+TEST_F(Conn, WritesPastTheConnectionCapAreRefusedUntilBuffersGo) {
+  const std::string piece(8u << 20, 'x');
+  std::vector<std::unique_ptr<p9::Fid>> fids;
+  for (int i = 0; i < 4; i++) {
+    fids.push_back(opened("sink", p9::OWRITE));
+    EXPECT_EQ(answer(*fids.back(), p9::Twrite, piece).type, p9::Rwrite);
+    EXPECT_EQ(answer(*fids.back(), p9::Twrite, piece).type, p9::Rwrite);
+  }
+  EXPECT_EQ(*buffered, MAX_CONN_BUFFERED);
+  auto rdwr = opened("ctl", p9::ORDWR);
+  EXPECT_EQ(answer(*rdwr, p9::Twrite, "x").ename, conn_buffers_full);
+  EXPECT_EQ(answer(*fids[0], p9::Tclunk).type, p9::Rclunk);  // the handler consumed its buffer
+  EXPECT_EQ(*buffered, 48u << 20);
+  fids[1].reset();  // dropped without clunk (a hang-up)
+  EXPECT_EQ(*buffered, 32u << 20);
+  EXPECT_EQ(answer(*rdwr, p9::Twrite, "x").type, p9::Rwrite);  // a pending request is charged too
+  EXPECT_EQ(*buffered, (32u << 20) + 1);
+  auto ev = opened("event", p9::ORDWR);
+  EXPECT_EQ(answer(*ev, p9::Twrite, "session.").type, p9::Rwrite);  // and a stream's filter
+  EXPECT_EQ(*buffered, (32u << 20) + 9);
+  p9::Fcall t;
+  t.type = p9::Tread;
+  t.count = 100;
+  ASSERT_FALSE(fs->answer_now(*ev, t));  // the first read takes the filter (and then waits)
+  EXPECT_EQ(*buffered, (32u << 20) + 1);
+  fids.clear();
+  rdwr.reset();
+  EXPECT_EQ(*buffered, 0u);
+}
