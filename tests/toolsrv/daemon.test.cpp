@@ -70,6 +70,22 @@ TEST(ToolsrvStart, SocketIsPrivate) {
   EXPECT_EQ(s.st_mode & 0777, 0700u);
 }
 
+// The socket's directory is checked as olliesrv checks its namespace directory (one check,
+// p9::ensure_private_dir): a directory another user could have made or widened is refused.
+TEST(ToolsrvStart, RefusesASocketDirectoryThatIsNotPrivate) {
+  world();
+  const auto root = temp_dir("sockdir");
+  const auto dir = root + "/run";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  auto r = testing_support::run({"/bin/sh", "-c",
+                                 "exec \"$0\" -a \"unix!$1/toolsrv.sock\" -cwd / -config \"$2\" 3<<END\n" + test_secret + "\nEND",
+                                 testing_support::built("src/toolsrv/toolsrv"), dir, root});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("toolsrv: " + dir + ": mode 0777, not 0700: chmod 700 " + dir + "\n"), std::string::npos) << r.err;
+  EXPECT_FALSE(exists(dir + "/toolsrv.sock"));
+}
+
 TEST(ToolsrvAuth, EveryWrongAttachIsRefused) {
   Daemon d;
   ASSERT_TRUE(d.listening()) << d.err_text();
