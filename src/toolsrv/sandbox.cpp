@@ -12,9 +12,6 @@
 #include "toolsrv/paths.hpp"
 
 namespace toolsrv {
-namespace {
-
-}  // namespace
 
 TemplateVars TemplateVars::for_call(const std::string& cwd, const std::string& tmpdir, const std::string& config_root,
                                     const std::string& data_root, const std::string& bin_path) {
@@ -64,6 +61,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   SandboxPlan plan;
   plan.network = policy.network;
   plan.best_effort = policy.best_effort;
+  const auto held_cwd = vars.expand("{CWD}");  // granted through the held descriptor
   auto add = [&](const std::string& templ, Access access) {
     const auto expanded = vars.expand(templ);
     if (expanded.empty() || expanded.front() != '/') {
@@ -72,7 +70,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     }
     const auto path = clean_path(expanded);
     struct stat st {};
-    if (vars.cwd_fd >= 0 && path == vars.expand("{CWD}")) {
+    if (vars.cwd_fd >= 0 && path == held_cwd) {
       if (::fstat(vars.cwd_fd, &st) != 0) {
         plan.skipped.push_back(path + ": does not exist");
         return;
