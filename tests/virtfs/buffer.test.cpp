@@ -2,7 +2,9 @@
 // are consumed or the fid dies.
 #include <gtest/gtest.h>
 
+#include "lib9p/client.hpp"
 #include "support/demofs.hpp"
+#include "support/testserver.hpp"
 
 using namespace virtfs;
 
@@ -88,4 +90,46 @@ TEST_F(Conn, WritesPastTheConnectionCapAreRefusedUntilBuffersGo) {
   fids.clear();
   rdwr.reset();
   EXPECT_EQ(*buffered, 0u);
+}
+
+// The same bound end to end: the real server gives every fid of a connection one count, so
+// four Write fids filled to their 16 MiB leave no room for a fifth, on that connection only;
+// a clunk runs its handler and gives the room back.
+TEST(ConnBuffers, TheRealServerCapsWhatOneConnectionBuffers) {
+  auto st = std::make_shared<testing_support::DemoState>();
+  testing_support::TestServer srv(testing_support::demo_fs(st));
+  auto c = p9::Client::dial(srv.addr());
+  ASSERT_TRUE(c) << c.ename();
+  auto root = (*c)->attach("glenda");
+  ASSERT_TRUE(root) << root.ename();
+  auto sink = [&](const p9::CFid& r) {
+    auto f = r.walk("sink");
+    EXPECT_TRUE(f) << f.ename();
+    EXPECT_TRUE(f->open(p9::OWRITE));
+    return std::move(*f);
+  };
+  std::vector<p9::CFid> full;
+  const std::string chunk(MAX_WRITE, 'x');
+  for (int i = 0; i < 4; i++) {
+    full.push_back(sink(*root));
+    auto w = full.back().write(chunk);
+    ASSERT_TRUE(w) << i << ": " << w.ename();
+  }
+  auto fifth = sink(*root);
+  auto refused = fifth.write("y");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.ename(), conn_buffers_full);
+
+  auto other = p9::Client::dial(srv.addr());  // another connection has its own room
+  ASSERT_TRUE(other) << other.ename();
+  auto other_root = (*other)->attach("glenda");
+  ASSERT_TRUE(other_root) << other_root.ename();
+  auto theirs = sink(*other_root);
+  EXPECT_TRUE(theirs.write("z"));
+
+  ASSERT_TRUE(full.back().clunk());  // the handler takes the bytes
+  EXPECT_TRUE(fifth.write("y"));
+  std::lock_guard lk(st->mu);
+  ASSERT_EQ(st->writes.size(), 1u);
+  EXPECT_EQ(st->writes.front().size(), MAX_WRITE);
 }
