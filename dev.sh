@@ -12,6 +12,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-14 libclang-rt-14-dev
   libasio-dev nlohmann-json3-dev libcurl4-openssl-dev libspdlog-dev libyaml-cpp-dev
   libssl-dev uuid-dev libsqlite3-dev libelf-dev googletest libgtest-dev libgmock-dev
+  libgumbo-dev ripgrep universal-ctags clangd jq
 )
 
 setup() {
@@ -46,7 +47,7 @@ case "${1:-}" in
     setup
     cmake --preset release >/dev/null
     cmake --build --preset release --target olliesrv ollie-9p
-    shift; exec build/release/src/olliesrv/olliesrv "$@" ;;
+    shift; exec build/release/bin/olliesrv "$@" ;;
   test)
     setup
     fuzz "${FUZZ_SECONDS:-30}"

@@ -875,7 +875,7 @@ struct LimitedOlliesrv {
 
   LimitedOlliesrv(int nofile, std::vector<std::string> flags) {
     std::string shell = "ulimit -n " + std::to_string(nofile) + " && exec \"$0\" \"$@\" 2>" + log;
-    std::vector<std::string> argv = {"sh", "-c", shell, testing_support::built("src/olliesrv/olliesrv"),
+    std::vector<std::string> argv = {"sh", "-c", shell, testing_support::built("bin/olliesrv"),
                                      "-a", "unix!" + sock, "-l", "info"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     child = std::make_unique<testing_support::Child>(argv);

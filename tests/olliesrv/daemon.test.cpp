@@ -36,11 +36,11 @@ struct Daemon : ::testing::Test {
   std::unique_ptr<Child> srv;
 
   void SetUp() override {
-    srv = std::make_unique<Child>(std::vector<std::string>{built("src/olliesrv/olliesrv"), "-a", addr, "-l", "info"});
+    srv = std::make_unique<Child>(std::vector<std::string>{built("bin/olliesrv"), "-a", addr, "-l", "info"});
     ASSERT_TRUE(wait_for(sock)) << srv->err_text();
   }
   testing_support::Ran o9p(std::vector<std::string> args, const std::string& input = "", std::vector<std::string> env = {}) {
-    args.insert(args.begin(), {built("src/olliesrv/ollie-9p"), "-a", addr});
+    args.insert(args.begin(), {built("bin/ollie-9p"), "-a", addr});
     return run(args, input, env);
   }
 };
@@ -88,7 +88,7 @@ TEST_F(Daemon, ErrorsNameThePathAndExitNonZero) {
   EXPECT_EQ(w.err, "ollie-9p: ctl: unknown command: bogus\n");
   auto usage = o9p({"frob"});
   EXPECT_EQ(usage.status, 2);
-  auto dial = run({built("src/olliesrv/ollie-9p"), "-a", "unix!" + dir.path + "/none", "ls"});
+  auto dial = run({built("bin/ollie-9p"), "-a", "unix!" + dir.path + "/none", "ls"});
   EXPECT_EQ(dial.status, 1);
   EXPECT_EQ(dial.err, "ollie-9p: unix!" + dir.path + "/none: dial " + dir.path + "/none: No such file or directory\n");
 }
@@ -100,7 +100,7 @@ TEST_F(Daemon, UnknownUserIsRefused) {
 }
 
 TEST_F(Daemon, SandboxedPeerCannotPoseAsTheHostowner) {
-  auto r = run({"setpriv", "--no-new-privs", built("src/olliesrv/ollie-9p"), "-a", addr, "read", "help"});
+  auto r = run({"setpriv", "--no-new-privs", built("bin/ollie-9p"), "-a", addr, "read", "help"});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "ollie-9p: " + addr + ": permission denied: sandboxed clients attach as their agent\n");
 }
@@ -115,7 +115,7 @@ TEST_F(Daemon, CtlKillRepliesThenStops) {
 }
 
 TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
-  Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "read", "event"});  // a blocked client
+  Child reader({built("bin/ollie-9p"), "-a", addr, "read", "event"});  // a blocked client
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ::kill(srv->pid(), SIGTERM);
   ASSERT_TRUE(srv->wait());
@@ -126,10 +126,10 @@ TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
 }
 
 TEST(DaemonFlags, TcpNeedsInsecureTcp) {
-  auto r = run({built("src/olliesrv/olliesrv"), "-a", "tcp!127.0.0.1!0"});
+  auto r = run({built("bin/olliesrv"), "-a", "tcp!127.0.0.1!0"});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("olliesrv: tcp!127.0.0.1!0: tcp needs -insecure-tcp\n"), std::string::npos) << r.err;
-  auto l = run({built("src/olliesrv/olliesrv"), "-l", "loud"});
+  auto l = run({built("bin/olliesrv"), "-l", "loud"});
   EXPECT_EQ(l.status, 2);
   EXPECT_EQ(l.err, "olliesrv: unknown log level: loud\n");
 }
@@ -137,14 +137,14 @@ TEST(DaemonFlags, TcpNeedsInsecureTcp) {
 TEST(DaemonFlags, DefaultAddressIsTheNamespaceService) {
   testing_support::TempDir dir;
   std::string ns = dir.path + "/ns.me";
-  Child srv({built("src/olliesrv/olliesrv")}, {"NAMESPACE=" + ns});
+  Child srv({built("bin/olliesrv")}, {"NAMESPACE=" + ns});
   ASSERT_TRUE(wait_for(ns + "/ollie")) << srv.err_text();
   struct stat s;
   ASSERT_EQ(::stat(ns.c_str(), &s), 0);
   EXPECT_EQ(s.st_mode & 0777, 0700u);
   ASSERT_EQ(::stat((ns + "/ollie").c_str(), &s), 0);
   EXPECT_EQ(s.st_mode & 0777, 0600u);
-  auto r = run({built("src/olliesrv/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
+  auto r = run({built("bin/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "ctl\nevent\nhelp\n");
   ::kill(srv.pid(), SIGINT);
@@ -173,7 +173,7 @@ struct Events : ::testing::Test {
 };
 
 TEST_F(Events, ReadDashLFollowsTheStreamLineByLine) {
-  Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "read", "-l", "event"});
+  Child reader({built("bin/ollie-9p"), "-a", addr, "read", "-l", "event"});
   auto out = publish_until(reader, {{"session.1.new", "session/one"}}, "session.1.new session/one\n");
   EXPECT_EQ(out.rfind("session.1.new session/one\n", 0), 0u) << out;  // whole lines only
   srv.bus().publish("agent.2.state", "idle");
@@ -181,7 +181,7 @@ TEST_F(Events, ReadDashLFollowsTheStreamLineByLine) {
 }
 
 TEST_F(Events, RdwrSetsTheFilter) {
-  Child reader({built("src/olliesrv/ollie-9p"), "-a", addr, "rdwr", "event"});
+  Child reader({built("bin/ollie-9p"), "-a", addr, "rdwr", "event"});
   reader.write_stdin("agent.*.state\n");
   reader.close_stdin();
   auto out = publish_until(reader, {{"session.1.new", "session/one"}, {"agent.2.state", "thinking"}},
@@ -191,7 +191,7 @@ TEST_F(Events, RdwrSetsTheFilter) {
 }
 
 TEST_F(Events, BadFilterIsTheReadError) {
-  auto r = run({built("src/olliesrv/ollie-9p"), "-a", addr, "rdwr", "event"}, "agent.**\n");
+  auto r = run({built("bin/ollie-9p"), "-a", addr, "rdwr", "event"}, "agent.**\n");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "ollie-9p: event: bad pattern: agent.**\n");
 }

@@ -34,7 +34,7 @@ TEST(NamespaceDir, OlliesrvRefusesAWorldWritableNamespaceDir) {
   const auto ns = t.path + "/ns.me.:0";
   ASSERT_EQ(::mkdir(ns.c_str(), 0700), 0);
   ASSERT_EQ(::chmod(ns.c_str(), 0777), 0);  // what another user's `mkdir -m 777` leaves
-  auto r = run({built("src/olliesrv/olliesrv")}, "", {"NAMESPACE=" + ns});
+  auto r = run({built("bin/olliesrv")}, "", {"NAMESPACE=" + ns});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("olliesrv: " + ns + ": mode 0777, not 0700: chmod 700 " + ns + "\n"), std::string::npos) << r.err;
   struct stat s;
@@ -46,7 +46,7 @@ TEST(NamespaceDir, OlliesrvRefusesASymlinkedNamespaceDir) {
   const auto real = t.path + "/elsewhere", ns = t.path + "/ns.me.:0";
   ASSERT_EQ(::mkdir(real.c_str(), 0700), 0);
   ASSERT_EQ(::symlink(real.c_str(), ns.c_str()), 0);
-  auto r = run({built("src/olliesrv/olliesrv")}, "", {"NAMESPACE=" + ns});
+  auto r = run({built("bin/olliesrv")}, "", {"NAMESPACE=" + ns});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find(ns + ": a symbolic link, not a private directory: remove it"), std::string::npos) << r.err;
 }
@@ -57,7 +57,7 @@ TEST(NamespaceDir, OlliesrvRefusesAnotherUsersNamespaceDir) {
   const auto ns = t.path + "/ns.me.:0";
   ASSERT_EQ(::mkdir(ns.c_str(), 0700), 0);
   ASSERT_EQ(::chown(ns.c_str(), 65534, 65534), 0);
-  auto r = run({built("src/olliesrv/olliesrv")}, "", {"NAMESPACE=" + ns});
+  auto r = run({built("bin/olliesrv")}, "", {"NAMESPACE=" + ns});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find(ns + ": owned by uid 65534"), std::string::npos) << r.err;
 }
@@ -65,12 +65,12 @@ TEST(NamespaceDir, OlliesrvRefusesAnotherUsersNamespaceDir) {
 TEST(NamespaceDir, Ollie9pRefusesToDialThroughAWidenedDir) {
   testing_support::TempDir t;
   const auto ns = t.path + "/ns";
-  Child srv({built("src/olliesrv/olliesrv")}, {"NAMESPACE=" + ns});
+  Child srv({built("bin/olliesrv")}, {"NAMESPACE=" + ns});
   ASSERT_TRUE(wait_for(ns + "/ollie")) << srv.err_text();
-  auto ok = run({built("src/olliesrv/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
+  auto ok = run({built("bin/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
   EXPECT_EQ(ok.status, 0) << ok.err;
   ASSERT_EQ(::chmod(ns.c_str(), 0777), 0);  // now anyone could have replaced the socket
-  auto r = run({built("src/olliesrv/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
+  auto r = run({built("bin/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "ollie-9p: ollie: " + ns + ": mode 0777, not 0700: chmod 700 " + ns + "\n");
   ::kill(srv.pid(), SIGTERM);
@@ -91,7 +91,7 @@ TEST(NamespaceDir, Ollie9pNeverConnectsToASocketInAForeignDir) {
   std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
   ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
   ASSERT_EQ(::listen(l, 8), 0);
-  auto r = run({built("src/olliesrv/ollie-9p"), "read", "help"}, "",
+  auto r = run({built("bin/ollie-9p"), "read", "help"}, "",
                {"NAMESPACE=" + ns, "OLLIE_ADDR=", "OLLIE_UNAME=agent", "OLLIE_AUTH=the-secret"});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("mode 0777, not 0700"), std::string::npos) << r.err;

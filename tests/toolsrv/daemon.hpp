@@ -130,7 +130,7 @@ class Daemon {
     int secret[2] = {-1, -1}, err[2];
     if (fd3 && ::pipe(secret) != 0) throw std::runtime_error("pipe");
     if (::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-    const std::string bin = testing_support::built("src/toolsrv/toolsrv");
+    const std::string bin = testing_support::built("bin/toolsrv");
     std::vector<std::string> args{bin, "-a", addr(), "-cwd", cwd, "-config", config};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

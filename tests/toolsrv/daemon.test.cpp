@@ -55,7 +55,7 @@ TEST(ToolsrvStart, NoSecretOnFd3RefusesToStart) {
 }
 
 TEST(ToolsrvStart, VersionFlag) {
-  auto r = testing_support::run({testing_support::built("src/toolsrv/toolsrv"), "-version"});
+  auto r = testing_support::run({testing_support::built("bin/toolsrv"), "-version"});
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out.rfind("toolsrv ", 0), 0u) << r.out;
 }
@@ -80,7 +80,7 @@ TEST(ToolsrvStart, RefusesASocketDirectoryThatIsNotPrivate) {
   ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
   auto r = testing_support::run({"/bin/sh", "-c",
                                  "exec \"$0\" -a \"unix!$1/toolsrv.sock\" -cwd / -config \"$2\" 3<<END\n" + test_secret + "\nEND",
-                                 testing_support::built("src/toolsrv/toolsrv"), dir, root});
+                                 testing_support::built("bin/toolsrv"), dir, root});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("toolsrv: " + dir + ": mode 0777, not 0700: chmod 700 " + dir + "\n"), std::string::npos) << r.err;
   EXPECT_FALSE(exists(dir + "/toolsrv.sock"));
