@@ -75,7 +75,8 @@ inline Reply parse_reply(const std::string& text) {
   return r;
 }
 
-/// One session's toolsrv. `root` holds home/, config/, run/, data/ and the session cwd `cwd`.
+/// One session's toolsrv. `root` holds home/ (with the config root home/.config/ollie and the data
+/// root home/.local/share/ollie), run/ (XDG_RUNTIME_DIR) and the session cwd `cwd` (project/).
 class ToolHost {
  public:
   std::string root, home, config, cwd, sock;
@@ -85,10 +86,10 @@ class ToolHost {
     std::string templ = "/tmp/ollie-tools-XXXXXX";
     root = ::mkdtemp(templ.data());
     home = root + "/home";
-    config = root + "/config/ollie";
+    config = home + "/.config/ollie";
     cwd = root + "/project";
     sock = root + "/run/ollie/toolsrv/test.sock";
-    for (const auto& d : {home, config, cwd, root + "/data", root + "/run/ollie/toolsrv"})
+    for (const auto& d : {home, config, cwd, home + "/.local/share/ollie", root + "/run/ollie/toolsrv"})
       std::filesystem::create_directories(d);
     for (const auto& d : {root + "/run", root + "/run/ollie", root + "/run/ollie/toolsrv"}) ::chmod(d.c_str(), 0700);
     if (policy.empty()) policy = read_file(source("data/sandbox.yaml"));
@@ -112,8 +113,8 @@ class ToolHost {
 
   /// The environment toolsrv gets: ours without OLLIE_*, HOME and XDG_* private.
   std::vector<std::string> env() const {
-    return {"HOME=" + home, "XDG_CONFIG_HOME=" + root + "/config", "XDG_DATA_HOME=" + root + "/data",
-            "XDG_RUNTIME_DIR=" + root + "/run", "XDG_CACHE_HOME=" + root + "/cache", "XDG_STATE_HOME=" + root + "/state",
+    return {"HOME=" + home, "XDG_CONFIG_HOME=" + home + "/.config", "XDG_DATA_HOME=" + home + "/.local/share",
+            "XDG_RUNTIME_DIR=" + root + "/run", "XDG_CACHE_HOME=" + home + "/.cache", "XDG_STATE_HOME=" + home + "/.local/state",
             "OLLIE_SESSION_ID=11111111-2222-4333-8444-555555555555"};
   }
 
