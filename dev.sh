@@ -5,6 +5,7 @@
 #   ./dev.sh setup  install the Debian packages the project needs (idempotent)
 #   ./dev.sh bench  build (release) and run the benchmarks
 #   ./dev.sh fuzz [SECONDS]  build and run the 9P decoder fuzzer (clang libFuzzer)
+#   ./dev.sh install [--no-build [BUILD_DIR]]  build (release) and install for this user
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -41,6 +42,80 @@ fuzz() {
   grep -E '^Done' build/fuzz/last.log
 }
 
+# Install a build for this user: data/ (but data/tools) and the build's tools/ into the config
+# root, the build's programs and data/scripts/* into the bin root. <config root>/.installed lists
+# "<sha256>  <path>" of every file as last shipped. A file still equal to that is updated; one the
+# user edited is kept and the shipped version written beside it as <file>.new; one the user
+# deleted stays deleted (remove its line from .installed to get it back); an unedited file that
+# is no longer shipped is removed.
+install_ollie() {
+  local build=$1 cfg=${XDG_CONFIG_HOME:-$HOME/.config}/ollie bin=${OLLIE_BIN:-$HOME/.local/bin}
+  local manifest=$cfg/.installed f p i line src dst mode
+  for p in olliesrv ollie-9p toolsrv; do
+    [ -x "$build/bin/$p" ] || { echo "install: $build/bin/$p is missing: build it first" >&2; return 1; }
+  done
+  local -a srcs=() dsts=() present=()
+  while IFS= read -r -d '' f; do srcs+=("$f") dsts+=("$cfg/${f#data/}")
+  done < <(find data -type f ! -path 'data/tools/*' ! -path 'data/scripts/*' -print0)
+  for f in "$build"/tools/*; do
+    [ -f "$f" ] && [[ $f != *.cmake ]] || continue
+    srcs+=("$f") dsts+=("$cfg/tools/${f##*/}")
+  done
+  for f in "$build"/bin/{olliesrv,ollie-9p,toolsrv} data/scripts/*; do
+    [ -f "$f" ] || continue
+    srcs+=("$f") dsts+=("$bin/${f##*/}")
+  done
+  for f in "${dsts[@]}"; do [ -f "$f" ] && present+=("$f"); done
+
+  # sha256 of every source and existing destination, in one run each
+  local -A sum=() old=() now=() dirs=()
+  while IFS= read -r -d '' line; do sum[${line:66}]=${line:0:64}
+  done < <(sha256sum -z -- "${srcs[@]}" "${present[@]}")
+  if [ -f "$manifest" ]; then while read -r p f; do old[$f]=$p; done <"$manifest"; fi
+
+  local added=0 updated=0 same=0
+  for i in "${!srcs[@]}"; do
+    src=${srcs[i]} dst=${dsts[i]} mode=644
+    if [ -x "$src" ]; then mode=755; fi
+    f=${dst%/*}
+    if [ -z "${dirs[$f]:-}" ]; then
+      if [[ $dst == "$cfg"/* ]]; then (umask 077; mkdir -p "$f"); chmod 700 "$f"; else mkdir -p "$f"; fi
+      dirs[$f]=1
+    fi
+    now[$dst]=${sum[$src]}
+    if [ ! -e "$dst" ] && [ -n "${old[$dst]:-}" ]; then
+      now[$dst]=${old[$dst]}
+      echo "install: kept deleted: $dst"
+    elif [ ! -e "$dst" ]; then
+      install -m "$mode" "$src" "$dst"
+      added=$((added + 1))
+    elif [ "${sum[$dst]:-}" = "${sum[$src]}" ]; then
+      same=$((same + 1))
+    elif [ "${sum[$dst]:-}" = "${old[$dst]:-}" ]; then
+      install -m "$mode" "$src" "$dst"
+      updated=$((updated + 1))
+    else
+      install -m "$mode" "$src" "$dst.new"
+      echo "install: kept your $dst; the new version is $dst.new"
+    fi
+  done
+  for f in "${!old[@]}"; do
+    [ -n "${now[$f]:-}" ] || [ ! -e "$f" ] && continue
+    if [ "$(sha256sum <"$f")" = "${old[$f]}  -" ]; then
+      rm -f "$f"
+      echo "install: removed (no longer shipped): $f"
+    else
+      echo "install: kept your $f (no longer shipped)"
+    fi
+  done
+  for f in "${!now[@]}"; do printf '%s  %s\n' "${now[$f]}" "$f"; done | sort -k2 >"$manifest.tmp"
+  chmod 600 "$manifest.tmp"
+  mv "$manifest.tmp" "$manifest"
+  echo "install: config root $cfg: $added added, $updated updated, $same unchanged"
+  echo "install: programs in $bin"
+  case ":$PATH:" in *":$bin:"*) ;; *) echo "install: $bin is not on PATH: add it" ;; esac
+}
+
 case "${1:-}" in
   setup) setup ;;
   run)
@@ -60,5 +135,13 @@ case "${1:-}" in
   fuzz)
     setup
     fuzz "${2:-60}" ;;
-  *) sed -n '2,7p' "$0" >&2; exit 2 ;;
+  install)
+    if [ "${2:-}" = --no-build ]; then install_ollie "${3:-build/release}"; exit; fi
+    setup
+    cmake --preset release >/dev/null
+    # the compiled tools: every executable ninja links into tools/
+    mapfile -t tools < <(ninja -C build/release -t targets all | sed -n 's|^tools/\([^/:]*\): CXX_EXECUTABLE_LINKER.*|\1|p')
+    cmake --build --preset release --target olliesrv ollie-9p toolsrv "${tools[@]}"
+    install_ollie build/release ;;
+  *) sed -n '2,8p' "$0" >&2; exit 2 ;;
 esac

@@ -1,6 +1,10 @@
 #include "identity.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <fstream>
+
+#include "ids.hpp"
 
 namespace ollie {
 
@@ -14,12 +18,24 @@ bool has_no_new_privs(pid_t pid) {
 
 p9::Status Identity::auth(const std::string& uname, const std::string&) const {
   if (uname == hostowner_) return p9::error(p9::err::auth_not_required);
+  if (agent_key && agent_key(uname)) return {};
   return p9::error("unknown user: " + uname);
 }
 
 p9::Result<virtfs::Principal> Identity::attach(const virtfs::AttachRequest& r) const {
   if (!r.aname.empty()) return p9::error("no such tree: " + r.aname);
-  if (r.uname != hostowner_) return p9::error("unknown user: " + r.uname);
+  if (r.uname != hostowner_) {
+    auto key = agent_key ? agent_key(r.uname) : std::nullopt;
+    if (!key) return p9::error("unknown user: " + r.uname);
+    if (!r.has_afid || r.afid_uname != r.uname) return p9::error(p9::err::auth_required);
+    std::string presented = r.secret;
+    while (!presented.empty() && (presented.back() == '\n' || presented.back() == '\r')) presented.pop_back();
+    if (!same_secret(presented, key->secret)) {
+      spdlog::warn("attach as agent {}: authentication failed", r.uname);
+      return p9::error(p9::err::auth_failed);
+    }
+    return virtfs::Principal{r.uname, key->group, false};
+  }
   if (check_peers_ && r.peer.known && has_no_new_privs(r.peer.pid))
     return p9::error("permission denied: sandboxed clients attach as their agent");
   return virtfs::Principal{r.uname, "", true};

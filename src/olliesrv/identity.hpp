@@ -1,7 +1,10 @@
 #pragma once
 /// Who may attach to olliesrv (spec §1.5): the hostowner, by login name and without
-/// authentication, never from a process that runs with no_new_privs (every sandboxed tool).
+/// authentication, never from a process that runs with no_new_privs (every sandboxed tool);
+/// an agent by its id, through Tauth with its secret.
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "virtfs/serve.hpp"
@@ -16,6 +19,13 @@ class Identity {
   /// hostowner: the login name olliesrv runs as. check_peers is false when olliesrv itself
   /// runs with no_new_privs (then every peer inherits it and the check cannot tell).
   Identity(std::string hostowner, bool check_peers) : hostowner_(std::move(hostowner)), check_peers_(check_peers) {}
+
+  /// The secret of the agent whose id is `uname` (nullopt when no such agent exists), and its
+  /// group (`agent` or `subagent`): agents attach as themselves through Tauth (§1.5).
+  struct AgentKey {
+    std::string secret, group;
+  };
+  std::function<std::optional<AgentKey>(const std::string& uname)> agent_key;
 
   const std::string& hostowner() const { return hostowner_; }
   p9::Status auth(const std::string& uname, const std::string& aname) const;

@@ -1,6 +1,11 @@
 #include "namespace.hpp"
 
+#include "hub.hpp"
+#include "ids.hpp"
+#include "lifecycle.hpp"
 #include "olliesrv.hpp"
+#include "session.hpp"
+#include "verbs.hpp"
 #include "virtfs/ctl.hpp"
 
 namespace ollie {
@@ -18,7 +23,13 @@ Text stop_server(Ctx& c, const virtfs::Command&) {
   return std::string("ok\n");
 }
 
+Text invalidate(Ctx& c, const virtfs::Command&) {
+  c.srv->hub().reload_conf();
+  return std::string("ok\n");
+}
+
 constexpr virtfs::Verb<Text (*)(Ctx&, const virtfs::Command&)> root_verbs[] = {
+    {.name = "invalidate", .run = invalidate},
     {.name = "kill", .run = stop_server},
 };
 
@@ -28,16 +39,227 @@ Reply root_ctl(Ctx& c, std::string request) {
   co_return m->verb->run(c, m->command);
 }
 
+// ---- objects gone under an open fid (§1.5) -----------------------------------------------------
+
+p9::Status gone(const Ctx& c) {
+  if (c.session) {
+    std::lock_guard lock(c.session->mu);
+    if (c.session->killed) return p9::error(c.agent ? "agent killed" : "session killed");
+  }
+  if (c.agent) {
+    std::lock_guard lock(c.agent->mu);
+    if (c.agent->killed) return p9::error("agent killed");
+  }
+  return {};
+}
+
+/// A Read handler that answers `session killed` / `agent killed` for a gone object.
+template <class F>
+auto alive(F f) {
+  return [f](Ctx& c) -> Text {
+    if (auto st = gone(c); !st) return st.error();
+    return f(c);
+  };
+}
+
+std::string session_name(const Session& s) {
+  std::lock_guard lock(s.mu);
+  return s.name;
+}
+
+std::string agent_name(const Agent& a) {
+  std::lock_guard lock(a.mu);
+  return a.name;
+}
+
+std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// ---- session/ (§2.4) ---------------------------------------------------------------------------
+
+std::string session_idx(Ctx& c) {
+  std::string out;
+  for (const auto& s : c.srv->hub().sessions()) {
+    const auto agents = s->agents().size();
+    std::lock_guard lock(s->mu);
+    out += s->name + "\t" + s->id + "\t" + s->cwd + "\t" + or_dash(s->remote) + "\t" + or_dash(s->backend) + "\t" +
+           or_dash(s->model) + "\t" + std::to_string(agents) + "\n";
+  }
+  return out;
+}
+
+std::vector<std::string> session_names(Ctx& c) {
+  std::vector<std::string> out;
+  for (const auto& s : c.srv->hub().sessions()) out.push_back(session_name(*s));
+  return out;
+}
+
+std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::string& key) {
+  auto s = c.srv->hub().find(key);
+  if (!s) return std::nullopt;
+  Ctx child = c;
+  child.session = s;
+  return virtfs::Instance<Ctx>{std::move(child), s};
+}
+
+Reply session_new(Ctx& c, std::string request) { co_return co_await new_session(c.srv->hub(), std::move(request)); }
+
+p9::Status rename_session(Ctx& c, std::string text) {
+  if (auto st = gone(c); !st) return st;
+  const auto b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
+  const std::string n = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+  if (!valid_name(n)) return p9::error("invalid name: " + n);
+  const std::string old = session_name(*c.session);
+  if (old == n) return {};
+  if (auto st = c.srv->hub().rename(c.session, n); !st) return st;
+  c.srv->hub().bus.publish("session." + c.session->id + ".rename", "session/" + old + " session/" + n);
+  c.session->save_soon();
+  return {};
+}
+
+Reply session_ctl_file(Ctx& c, std::string request) {
+  if (auto st = gone(c); !st) co_return st.error();
+  co_return co_await session_ctl(c.srv->hub(), c.session, std::move(request));
+}
+
+// ---- session/{session}/agent/ (§2.6) -------------------------------------------------------------
+
+std::string agent_idx(Ctx& c) {
+  std::string out;
+  for (const auto& a : c.session->agents()) {
+    const std::string state = a->state(), cwd = a->effective_cwd();
+    std::lock_guard lock(a->mu);
+    out += a->name + "\t" + a->id + "\t" + state + "\t" + or_dash(a->profile.name) + "\t" + or_dash(a->backend_name) + "\t" +
+           or_dash(a->model) + "\t" + cwd + "\t-\n";
+  }
+  return out;
+}
+
+std::vector<std::string> agent_names(Ctx& c) {
+  std::vector<std::string> out;
+  for (const auto& a : c.session->agents()) out.push_back(agent_name(*a));
+  return out;
+}
+
+std::optional<virtfs::Instance<Ctx>> agent_lookup(const Ctx& c, const std::string& key) {
+  auto a = c.session->find(key);
+  if (!a) return std::nullopt;
+  Ctx child = c;
+  child.agent = a;
+  return virtfs::Instance<Ctx>{std::move(child), a};
+}
+
+Reply agent_new(Ctx& c, std::string request) {
+  if (auto st = gone(c); !st) co_return st.error();
+  co_return co_await new_agent(c.srv->hub(), c.session, c.who, std::move(request));
+}
+
+// ---- session/{session}/agent/{agent}/ (§2.7) -----------------------------------------------------
+
+p9::Status rename_agent(Ctx& c, std::string text) {
+  if (auto st = gone(c); !st) return st;
+  const auto b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
+  const std::string n = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+  if (!valid_name(n)) return p9::error("invalid name: " + n);
+  const std::string old = agent_name(*c.agent);
+  if (old == n) return {};
+  if (auto st = c.session->rename_agent(c.agent, n); !st) return st;
+  const std::string sn = session_name(*c.session);
+  c.srv->hub().bus.publish("agent." + c.agent->id + ".rename",
+                           "session/" + sn + "/agent/" + old + " session/" + sn + "/agent/" + n);
+  c.agent->save();
+  return {};
+}
+
+Reply agent_ctl_file(Ctx& c, std::string request) {
+  if (auto st = gone(c); !st) co_return st.error();
+  const bool self = !c.who.hostowner && c.who.uname == c.agent->id;
+  co_return co_await agent_ctl(c.srv->hub(), c.session, c.agent, std::move(request), self);
+}
+
+p9::Status prompt(Ctx& c, std::string text) {
+  if (auto st = gone(c); !st) return st;
+  return write_prompt(c.srv->hub(), c.session, c.agent, std::move(text));
+}
+
+Reply block(Ctx& c, std::string request) {
+  if (auto st = gone(c); !st) co_return st.error();
+  const auto b = request.find_first_not_of(" \t\r\n"), e = request.find_last_not_of(" \t\r\n");
+  const std::string id = b == std::string::npos ? "" : request.substr(b, e - b + 1);
+  if (id.size() != 8 || id.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    co_return p9::error("invalid block id: " + id);
+  auto found = c.agent->transcript.find(id);
+  if (!found) co_return p9::error("block not found: " + id);
+  co_return found->json() + "\n";
+}
+
+std::uint32_t log_vers(const Ctx& c) { return c.agent->transcript.version(); }
+std::string agent_owner(const Ctx& c) { return c.agent->id; }
+
 }  // namespace
 
 virtfs::Node<Ctx> declare() {
   using namespace virtfs;
+  auto agent_dir = D::Template(
+      "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup),
+      D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read(alive([](Ctx& c) { return Text(c.agent->id + "\n"); }))),
+      D::Leaf("name", Mode{0644}, Doc{"the agent's name; write to rename"},
+              Read(alive([](Ctx& c) { return Text(agent_name(*c.agent) + "\n"); })), Write(rename_agent)),
+      D::Leaf("ctl", Mode{0600}, Owner(agent_owner), Doc{"agent control; verbs: stop kill clear tools tool_load model backend name systemprompt"},
+              Rdwr(agent_ctl_file)),
+      D::Leaf("cfg", Mode{0444}, Doc{"the effective configuration, key=value"},
+              Read(alive([](Ctx& c) { return Text(c.agent->cfg_text()); }))),
+      D::Leaf("prompt", Mode{0200}, Doc{"submit a prompt; /verb and !cmd run at once"}, Write(prompt)),
+      D::Leaf("statewait", Mode{0444}, Doc{"the state when it changes; the current state every 5 s"},
+              BlockOnce(alive([](Ctx& c) { return Text(c.agent->state() + "\n"); }),
+                        [](Ctx& c) { return c.agent->state_signal(); }),
+              Vers([](const Ctx& c) { return static_cast<std::uint32_t>(c.agent->state_signal()->version()); })),
+      D::Leaf("stats", Mode{0444}, Doc{"usage, context and cost, key=value"},
+              Read(alive([](Ctx& c) { return Text(c.agent->stats_text()); }))),
+      D::Leaf("chat", Mode{0440}, Doc{"the rendered transcript: the last 64 KiB, then live, token by token"},
+              Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> {
+                if (auto st = gone(c); !st) return st.error();
+                return c.agent->transcript.chat();
+              }),
+              Vers(log_vers)),
+      D::Leaf("chat.raw", Mode{0440}, Doc{"JSONL: every finalized block, then live partial and finalized blocks"},
+              Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> {
+                if (auto st = gone(c); !st) return st.error();
+                return c.agent->transcript.chat_raw();
+              }),
+              Vers(log_vers)),
+      D::Leaf("log", Mode{0440}, Doc{"the last 64 KiB of the rendered transcript"},
+              Read(alive([](Ctx& c) { return Text(c.agent->transcript.log()); })), Vers(log_vers),
+              Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log().size(); })),
+      D::Leaf("log.raw", Mode{0440}, Doc{"JSONL of every finalized block"},
+              Read(alive([](Ctx& c) { return Text(c.agent->transcript.log_raw()); })), Vers(log_vers),
+              Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log_raw().size(); })),
+      D::Leaf("block", Mode{0660}, Doc{"write a block id, read that block as JSON"}, Rdwr(block)));
+
+  auto session_dir = D::Template(
+      "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
+      D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read(alive([](Ctx& c) { return Text(c.session->id + "\n"); }))),
+      D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
+              Read(alive([](Ctx& c) { return Text(session_name(*c.session) + "\n"); })), Write(rename_session)),
+      D::Leaf("ctl", Mode{0600}, Doc{"session control; verbs: kill save"}, Rdwr(session_ctl_file)),
+      D::Dir("agent", Mode{0555}, Doc{"the session's agents"},
+             D::Leaf("new", Mode{0666}, Doc{"create an agent: name= cwd= agent= backend= model=; reply: its id"},
+                     Rdwr(agent_new)),
+             D::Leaf("idx", Mode{0444}, Doc{"name id state profile backend model cwd parent, one agent per line"},
+                     Read(alive([](Ctx& c) { return Text(agent_idx(c)); }))),
+             std::move(agent_dir)));
+
   return D::Dir("/", Mode{0555}, Doc{"the olliesrv namespace"},
       D::Leaf("help", Mode{0444}, Doc{"this list: path, kind, mode and doc of every file"},
               Read([](Ctx& c) { return p9::Result<std::string>(c.srv->help()); })),
-      D::Leaf("ctl", Mode{0600}, Doc{"server control; verbs: kill"}, Rdwr(root_ctl)),
+      D::Leaf("ctl", Mode{0600}, Doc{"server control; verbs: invalidate kill"}, Rdwr(root_ctl)),
       D::Leaf("event", Mode{0666}, Doc{"events from open on, one per line; write topic patterns first to filter"},
-              StreamRdwr([](Ctx& c) { return p9::Result<std::shared_ptr<Cursor>>(c.srv->bus().subscribe()); })));
+              StreamRdwr([](Ctx& c) { return p9::Result<std::shared_ptr<Cursor>>(c.srv->bus().subscribe()); })),
+      D::Dir("session", Mode{0555}, Doc{"the sessions"},
+             D::Leaf("new", Mode{0600}, Doc{"create a session: cwd= (required) name= backend= model=; reply: its id"},
+                     Rdwr(session_new)),
+             D::Leaf("idx", Mode{0444}, Doc{"name id cwd remote backend model agents, one session per line"},
+                     Read([](Ctx& c) { return Text(session_idx(c)); })),
+             std::move(session_dir)));
 }
 
 }  // namespace ollie

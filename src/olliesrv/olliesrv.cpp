@@ -1,11 +1,15 @@
 #include "olliesrv.hpp"
 
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <spdlog/spdlog.h>
 
+#include "hub.hpp"
 #include "identity.hpp"
+#include "lifecycle.hpp"
+#include "session.hpp"
 #include "lib9p/dirs.hpp"
 #include "lib9p/iopool.hpp"
 #include "lib9p/server.hpp"
@@ -14,12 +18,27 @@
 
 namespace ollie {
 
+namespace {
+
+std::string executable_dir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<std::size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+}  // namespace
+
 struct Olliesrv::Impl {
   explicit Impl(Options o) : opt(std::move(o)), pool(opt.threads) {}
   Options opt;
+  Bus bus;
+  // Before the pool: coroutine frames the pool still holds at its end (turns, tool calls) own
+  // agents whose backends use the hub's HTTP engine, so the hub must outlive them.
+  std::unique_ptr<Hub> hub;
   p9::IoPool pool;
   std::atomic<bool> stopping = false;
-  Bus bus;
   Identity identity{p9::login_name(), !prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)};
   std::string help;
   std::unique_ptr<p9::Server> server;
@@ -35,11 +54,26 @@ Olliesrv::~Olliesrv() {
 }
 
 Bus& Olliesrv::bus() { return impl_->bus; }
+Hub& Olliesrv::hub() { return *impl_->hub; }
 const std::string& Olliesrv::hostowner() const { return impl_->identity.hostowner(); }
 const std::string& Olliesrv::help() const { return impl_->help; }
 
 p9::Status Olliesrv::start() {
   auto& m = *impl_;
+  std::vector<asio::any_io_executor> executors;
+  for (auto* io : m.pool.contexts()) executors.push_back(io->get_executor());
+  const auto env = p9::process_env();
+  m.hub = std::make_unique<Hub>(m.bus, p9::data_root(env), p9::config_root(env),
+                                m.opt.toolsrv.empty() ? executable_dir() + "/toolsrv" : m.opt.toolsrv, std::move(executors));
+  m.hub->retry_unit = m.opt.retry_unit;
+  m.hub->reload_conf();
+  for (const auto& text : m.opt.addresses)
+    if (text.rfind("unix!", 0) == 0 && m.hub->addr.empty()) m.hub->addr = text;
+  m.identity.agent_key = [hub = m.hub.get()](const std::string& uname) -> std::optional<Identity::AgentKey> {
+    for (const auto& s : hub->sessions())
+      if (auto a = s->find(uname); a && a->id == uname) return Identity::AgentKey{a->secret, "agent"};
+    return std::nullopt;
+  };
   auto tree = virtfs::build(declare());
   if (!tree) return tree.error();
   m.help = tree->help();
@@ -67,6 +101,9 @@ p9::Status Olliesrv::start() {
     spdlog::info("listening on {}", text);
   }
   m.pool.start();
+  // Restore after the listener is up (§7.7), so callback tools and feed consumers can connect.
+  const auto restored = restore(*m.hub);
+  if (restored) spdlog::info("restored {} sessions", restored);
   return {};
 }
 
@@ -74,6 +111,7 @@ void Olliesrv::shutdown() {
   auto& m = *impl_;
   if (m.stopping.exchange(true)) return;
   spdlog::info("shutting down");
+  if (m.hub) stop_all(*m.hub);  // interrupt every turn, save every session, stop every toolsrv
   if (m.server) m.server->stop();
   m.pool.release();
 }

@@ -2,6 +2,7 @@
 /// olliesrv: the 9P2000 server of sessions, agents and backends. This is the whole daemon
 /// minus argument parsing, so tests run it in-process on a socket of their own.
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,8 @@ struct Options {
   bool insecure_tcp = false;           ///< accept tcp! addresses (any peer may attach as the hostowner)
   unsigned threads = 0;                ///< io threads; 0 = one per core
   std::optional<std::size_t> max_connections;  ///< connections served at once; default lib9p's (half of RLIMIT_NOFILE)
+  std::string toolsrv;                 ///< the toolsrv executable; default: beside olliesrv's
+  std::chrono::milliseconds retry_unit{1000};  ///< one second of §8.2's retry waits (tests shorten it)
 };
 
 class Olliesrv {
@@ -35,6 +38,7 @@ class Olliesrv {
   void wait();
 
   Bus& bus();
+  struct Hub& hub();
   const std::string& hostowner() const;
   /// The namespace declaration's help text (root `help`).
   const std::string& help() const;

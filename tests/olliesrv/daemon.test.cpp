@@ -51,19 +51,19 @@ TEST_F(Daemon, HelpIsGeneratedFromTheDeclaration) {
   auto r = o9p({"read", "help"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("/\tdir\t0555\t"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("/ctl\tRdwr\t0600\tserver control; verbs: kill\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/ctl\tRdwr\t0600\tserver control; verbs: invalidate kill\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("/event\tStreamRdwr\t0666\t"), std::string::npos) << r.out;
 }
 
 TEST_F(Daemon, LsListsTheRoot) {
   auto r = o9p({"ls"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "ctl\nevent\nhelp\n");
+  EXPECT_EQ(r.out, "ctl\nevent\nhelp\nsession\n");
   auto l = o9p({"ls", "-l", "/"});
   ASSERT_EQ(l.status, 0) << l.err;
   std::string me = p9::login_name();
   EXPECT_NE(l.out.find("--rw------- M 0 " + me + " agent 0 "), std::string::npos) << l.out;
-  EXPECT_TRUE(l.out.ends_with(" help\n")) << l.out;
+  EXPECT_TRUE(l.out.ends_with(" session\n")) << l.out;
   auto f = o9p({"ls", "help"});
   EXPECT_EQ(f.out, "help\n");
 }
@@ -146,7 +146,7 @@ TEST(DaemonFlags, DefaultAddressIsTheNamespaceService) {
   EXPECT_EQ(s.st_mode & 0777, 0600u);
   auto r = run({built("bin/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "ctl\nevent\nhelp\n");
+  EXPECT_EQ(r.out, "ctl\nevent\nhelp\nsession\n");
   ::kill(srv.pid(), SIGINT);
   ASSERT_TRUE(srv.wait());
   EXPECT_EQ(srv.result().status, 0);

@@ -1,0 +1,237 @@
+#include "agent.hpp"
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <ctime>
+
+#include "hub.hpp"
+#include "ids.hpp"
+#include "session.hpp"
+#include "settings.hpp"
+#include "sysprompt.hpp"
+
+namespace ollie {
+
+namespace {
+
+std::string money(double usd) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", usd);
+  return b;
+}
+
+}  // namespace
+
+Agent::Agent(Hub& h, std::shared_ptr<Session> s, std::string agent_id, asio::any_io_executor e)
+    : hub(h), session(s), id(std::move(agent_id)), secret(new_secret()), ex(std::move(e)), transcript(s->id, id) {
+  created = std::time(nullptr);
+  // Every finalized block goes to <agent id>.blocks.jsonl as it is finalized (§7.7).
+  transcript.on_final = [&store = hub.store, sid = s->id, aid = id](const Block& b) {
+    if (auto st = store.append_block(sid, aid, b.json()); !st) spdlog::error("agent {}: block not saved: {}", aid, st.ename());
+  };
+}
+
+Agent::~Agent() = default;
+
+std::string Agent::state() const {
+  std::lock_guard lock(mu);
+  return state_;
+}
+
+bool Agent::running() const {
+  std::lock_guard lock(mu);
+  return running_;
+}
+
+void Agent::set_state(const std::string& s) {
+  {
+    std::lock_guard lock(mu);
+    if (state_ == s) return;
+    state_ = s;
+  }
+  state_signal_->notify();
+  hub.bus.publish("agent." + id + ".state", s);
+}
+
+std::string Agent::effective_cwd() const {
+  std::lock_guard lock(mu);
+  if (!cwd_override.empty()) return cwd_override;
+  auto s = session.lock();
+  return s ? s->cwd : "";
+}
+
+std::string Agent::stats_text() const {
+  std::lock_guard lock(mu);
+  const auto& t = stats.totals;
+  const std::int64_t len = stats.context_length > 0 ? stats.context_length : 128000;
+  std::string out;
+  out += "input=" + std::to_string(t.input) + "\n";
+  out += "output=" + std::to_string(t.output) + "\n";
+  out += "cachedInput=" + std::to_string(t.cached_input) + "\n";
+  out += "cacheCreation=" + std::to_string(t.cache_creation) + "\n";
+  out += "requests=" + std::to_string(t.requests) + "\n";
+  out += std::string("estimated=") + (t.estimated ? "true" : "false") + "\n";
+  out += "contextTokens=" + std::to_string(stats.context_tokens) + "\n";
+  out += "contextLength=" + std::to_string(len) + "\n";
+  out += "contextPercent=" + std::to_string(stats.context_tokens * 100 / len) + "\n";
+  out += "costLast=" + money(t.cost_last) + "\n";
+  out += "costSession=" + money(t.cost_session) + "\n";
+  return out;
+}
+
+std::string Agent::cfg_text() const {
+  std::lock_guard lock(mu);
+  return render_cfg({backend_name, model, profile.name, cwd_override, merge_params(profile.params, overrides)});
+}
+
+AgentRecord Agent::record() const {
+  std::lock_guard lock(mu);
+  AgentRecord r;
+  r.id = id;
+  r.name = name;
+  r.profile = profile.name;
+  r.created = created;
+  r.backend = backend_name;
+  r.model = model;
+  r.cwd = cwd_override;
+  r.params = overrides;
+  r.tools = tools;
+  r.plan = plan;
+  r.block_counter = transcript.counter();
+  r.usage = stats.totals;
+  r.messages = history;
+  return r;
+}
+
+p9::Status Agent::make_backend() {
+  std::string b, m;
+  {
+    std::lock_guard lock(mu);
+    b = backend_name;
+    m = model;
+  }
+  auto settings = backend::resolve_backend(b, hub.conf(), hub.env);
+  if (!settings) return p9::error(settings.error().message);
+  if (!m.empty()) settings->model = m;
+  auto made = backend::make_backend(std::move(*settings), hub.http);
+  if (!made) return p9::error(made.error().message);
+  std::shared_ptr<backend::Backend> be(std::move(*made));
+  std::lock_guard lock(mu);
+  if (model.empty()) model = be->model();
+  backend_ = std::move(be);
+  return {};
+}
+
+void Agent::resolve_prompts() {
+  auto s = session.lock();
+  PromptContext ctx{hub.config_root, hub.env, s ? s->id : "", id, effective_cwd()};
+  std::vector<std::string> prompt, user;
+  {
+    std::lock_guard lock(mu);
+    prompt = profile.prompt;
+    user = profile.user_prompts;
+  }
+  std::string system_file;
+  {
+    std::lock_guard lock(mu);
+    system_file = profile.system_prompt;
+  }
+  auto a = resolve_entries(prompt, ctx);
+  auto u = resolve_entries(user, ctx);
+  // systemPrompt is a path (~ and $VAR expanded, relative to the prompts dir), never a command.
+  ResolvedText sys;
+  if (!system_file.empty() && system_file[0] != '!') sys = resolve_entries({system_file}, ctx);
+  {
+    std::lock_guard lock(mu);
+    system_text = sys.text.empty() ? default_system_prompt() : sys.text;
+    agent_text = a.text;
+    user_prompts = u.text;
+    prompts_ready = true;
+    last_tools.clear();  // re-render at the next request
+  }
+  for (const auto& w : sys.warnings) note("info", w);
+  for (const auto& w : a.warnings) note("info", w);
+  for (const auto& w : u.warnings) note("info", w);
+}
+
+void Agent::note(const std::string& role, const std::string& text) { transcript.append(make_block(role, text)); }
+
+bool Agent::submit(Submission s) {
+  {
+    std::lock_guard lock(mu);
+    if (killed) return false;
+    if (queue_.size() >= MAX_QUEUE) return false;
+    queue_.push_back(std::move(s));
+    if (running_) return true;
+    running_ = true;
+  }
+  asio::post(ex, [self = shared_from_this()] { self->start_next(); });
+  return true;
+}
+
+// On ex: the next queued submission becomes the running turn, each with its own cancellation
+// signal, so that `stop` interrupts exactly the turn that runs when it arrives.
+void Agent::start_next() {
+  Submission s;
+  {
+    std::lock_guard lock(mu);
+    if (queue_.empty() || killed || hub.stopping) {
+      running_ = false;
+      cancel_.reset();
+      return;
+    }
+    s = std::move(queue_.front());
+    queue_.pop_front();
+    cancel_ = std::make_shared<asio::cancellation_signal>();
+  }
+  asio::co_spawn(ex, run(std::move(s)),
+                 asio::bind_cancellation_slot(cancel_->slot(), [self = shared_from_this()](std::exception_ptr e) {
+                   if (e) {
+                     try {
+                       std::rethrow_exception(e);
+                     } catch (const std::exception& x) {
+                       spdlog::error("agent {}: turn ended by {}", self->id, x.what());
+                     }
+                   }
+                   // Not from inside the handler: start_next replaces the signal this handler is bound to.
+                   asio::post(self->ex, [self] { self->start_next(); });
+                 }));
+}
+
+bool Agent::stop() {
+  {
+    std::lock_guard lock(mu);
+    if (!running_) return false;
+  }
+  asio::post(ex, [self = shared_from_this()] {
+    if (self->cancel_) self->cancel_->emit(asio::cancellation_type::terminal);
+  });
+  return true;
+}
+
+void Agent::clear() {
+  std::lock_guard lock(mu);
+  history.clear();
+  stats.context_tokens = 0;
+}
+
+void Agent::kill() {
+  {
+    std::lock_guard lock(mu);
+    killed = true;
+    queue_.clear();
+  }
+  stop();
+  transcript.close();
+  state_signal_->notify();
+}
+
+void Agent::save() {
+  if (auto s = session.lock()) s->save_soon();
+}
+
+}  // namespace ollie

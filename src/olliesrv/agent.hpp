@@ -1,0 +1,118 @@
+#pragma once
+/// An agent (spec §8): its identity, settings, model history, transcript, state and stats, and
+/// the engine that runs its turns. Every turn is a coroutine on the agent's executor (one I/O
+/// thread); 9P handlers on other threads read and change the agent under its mutex; `stop`
+/// cancels the turn's coroutine, which aborts the HTTP transfer and flushes running tool calls.
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "profile.hpp"
+#include "store.hpp"
+#include "toolhost.hpp"
+#include "transcript.hpp"
+#include "virtfs/signal.hpp"
+
+namespace ollie {
+
+class Session;
+struct Hub;
+
+/// A prompt on its way to a turn (§8.1.2): its text and origin (the `name` of its user block:
+/// "" for the hostowner, `peer:<name>`, `feed`, `proc`, `goal`, `inject`).
+struct Submission {
+  std::string text;
+  std::string origin;
+};
+
+/// The usage and context figures of `stats` (§2.8.2).
+struct Stats {
+  UsageRecord totals;
+  std::int64_t context_tokens = 0;
+  int context_length = 128000;
+};
+
+class Agent : public std::enable_shared_from_this<Agent> {
+ public:
+  static constexpr std::size_t MAX_QUEUE = 256;  ///< queued prompts (§8.1.2); more are refused
+
+  Agent(Hub& hub, std::shared_ptr<Session> session, std::string id, asio::any_io_executor ex);
+  ~Agent();
+
+  Hub& hub;
+  const std::weak_ptr<Session> session;
+  const std::string id;
+  const std::string secret;  ///< §1.5: fresh at creation and at restore, never persisted
+  const asio::any_io_executor ex;
+  Transcript transcript;
+
+  // ---- under mu ----
+  mutable std::mutex mu;
+  std::string name;
+  Profile profile;
+  std::string backend_name, model;
+  std::string cwd_override;
+  std::string overrides = "{}";          ///< cfg parameter overrides (JSON object text)
+  std::vector<std::string> tools;        ///< loaded tool names (persisted)
+  std::string plan;
+  std::int64_t created = 0;
+  std::vector<HistoryMessage> history;
+  Stats stats;
+  std::string system_prompt;             ///< as last rendered
+  std::string system_text;               ///< the System section: default or the profile's systemPrompt
+  std::string agent_text, user_prompts;  ///< resolved prompt entries
+  std::vector<ToolInfo> last_tools;      ///< the tool list the system prompt was rendered with
+  bool prompts_ready = false;            ///< prompt entries resolved (at creation; restore defers it)
+  bool killed = false;
+
+  // ---- reading ----
+  std::string state() const;
+  std::shared_ptr<virtfs::Signal> state_signal() const { return state_signal_; }
+  bool running() const;
+  std::string effective_cwd() const;  ///< override, else the session's cwd
+  std::string stats_text() const;
+  std::string cfg_text() const;
+  AgentRecord record() const;
+
+  // ---- doing ----
+  /// Builds the backend for backend_name/model; the error is the backend's (missing key...).
+  p9::Status make_backend();
+  /// Resolves the profile's prompt entries (blocking: off the I/O threads); warnings → info blocks.
+  void resolve_prompts();
+  /// Submits a prompt: starts a turn when idle, else queues it. False when the queue is full.
+  bool submit(Submission s);
+  /// Interrupts the running turn (§8.9). True when one was running.
+  bool stop();
+  /// Empties the history (`clear`).
+  void clear();
+  /// Kill: interrupt, readers EOF; the caller removes it from its session.
+  void kill();
+  /// The session is saved (persistence moment).
+  void save();
+
+  /// An `info`/`error` block appended from a verb (§3.4).
+  void note(const std::string& role, const std::string& text);
+
+ private:
+  friend class Turn;
+  void set_state(const std::string& s);
+  void start_next();
+  asio::awaitable<void> run(Submission s);
+
+  std::string state_ = "idle";
+  std::shared_ptr<virtfs::Signal> state_signal_ = std::make_shared<virtfs::Signal>();
+  std::deque<Submission> queue_;
+  bool running_ = false;
+  std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn
+  std::shared_ptr<backend::Backend> backend_;
+};
+
+}  // namespace ollie

@@ -1,0 +1,213 @@
+#include "dispatch.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+namespace ollie {
+
+using json = nlohmann::json;
+
+namespace {
+
+const ToolInfo* find_tool(const std::vector<ToolInfo>& tools, const std::string& name) {
+  for (const auto& t : tools)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+/// A flag's value as the model wrote it, for the error (`"x"` → x).
+std::string shown(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string normalized(std::string s) {
+  std::string out;
+  for (char c : s)
+    if (c != '-' && c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::set<std::string> words(const std::string& s) {
+  std::set<std::string> out;
+  std::string w;
+  for (char c : s + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      if (w.size() > 2) out.insert(w);
+      w.clear();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string clean_path(const std::string& path, const std::string& cwd) {
+  std::string joined = !path.empty() && path[0] == '/' ? path : cwd + "/" + path;
+  std::vector<std::string> parts;
+  std::size_t i = 0;
+  while (i <= joined.size()) {
+    auto j = joined.find('/', i);
+    if (j == std::string::npos) j = joined.size();
+    std::string part = joined.substr(i, j - i);
+    i = j + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(std::move(part));
+  }
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::vector<ToolInfo>& tools) {
+  Call c;
+  c.id = tc.id;
+  c.name = tc.name;
+  json args = json::parse(tc.arguments.empty() ? std::string("{}") : tc.arguments, nullptr, false);
+  c.args_ok = !args.is_discarded() && args.is_object();
+  c.block_args = args.is_discarded() ? tc.arguments : args.dump();
+  if (c.name.empty()) {
+    c.preset = "error: empty tool name";
+    return c;
+  }
+  const ToolInfo* t = find_tool(tools, c.name);
+  if (!t) {
+    c.unknown = true;  // the message needs the catalog: the turn fills it in
+  } else {
+    c.scope = t->scope;
+    c.tier = t->tier;
+    c.format = t->output_format;
+  }
+  if (!c.args_ok) {
+    c.preset = std::string("error: invalid arguments: ") + (args.is_discarded() ? "not JSON" : "not a JSON object");
+    return c;
+  }
+  if (c.unknown) return c;
+  // The dispatch flags of §6.8: removed from what the tool gets, kept in the call block.
+  if (auto it = args.find("timeout"); it != args.end()) {
+    if (!it->is_number_integer() || it->get<long long>() < 0 || it->get<long long>() > 86400 * 365) {
+      c.preset = "error: invalid timeout: " + shown(*it);
+      return c;
+    }
+    c.timeout = static_cast<int>(it->get<long long>());
+    args.erase(it);
+  }
+  for (const char* flag : {"background", "bypass"}) {
+    auto it = args.find(flag);
+    if (it == args.end()) continue;
+    if (!it->is_boolean()) {
+      c.preset = std::string("error: invalid ") + flag + ": " + shown(*it);
+      return c;
+    }
+    const bool on = it->get<bool>();
+    args.erase(it);
+    if (on) {
+      c.preset = std::string("error: ") + flag + " calls are not available in this version of olliesrv";
+      return c;
+    }
+  }
+  if (auto it = args.find("sandbox"); it != args.end()) {
+    if (!it->is_string()) {
+      c.preset = "error: invalid sandbox: " + shown(*it);
+      return c;
+    }
+    args.erase(it);  // accepted and ignored (§6.8)
+  }
+  if (auto it = args.find("path"); it != args.end() && it->is_string()) c.path = clean_path(it->get<std::string>(), cwd);
+  if (c.scope == "write" && c.path.empty()) c.scope = "global";
+  c.args = args.dump();
+  return c;
+}
+
+std::string unknown_tool(const std::string& name, const std::vector<ToolInfo>& catalog) {
+  std::string out = "error: unknown tool: " + name;
+  for (const auto& t : catalog)
+    if (t.name == name && t.error.empty()) return out + "; it exists but is not loaded: call tool_load with " + name + " first";
+  std::vector<std::string> near;
+  const auto n = normalized(name);
+  for (const auto& t : catalog)
+    if (t.error.empty() && normalized(t.name) == n && near.size() < 3) near.push_back(t.name);
+  if (near.size() < 3) {
+    const auto mine = words(name);
+    for (const auto& t : catalog) {
+      if (!t.error.empty() || std::find(near.begin(), near.end(), t.name) != near.end()) continue;
+      const auto theirs = words(t.name + " " + t.description);
+      if (std::any_of(mine.begin(), mine.end(), [&](const std::string& w) { return theirs.count(w) > 0; })) {
+        near.push_back(t.name);
+        if (near.size() == 3) break;
+      }
+    }
+  }
+  if (near.empty()) return out;
+  out += "; did you mean: ";
+  for (std::size_t i = 0; i < near.size(); i++) out += (i ? ", " : "") + near[i];
+  return out + "?";
+}
+
+std::vector<std::vector<Call>> split_batches(std::vector<Call> calls) {
+  std::vector<std::vector<Call>> out;
+  std::vector<Call> cur;
+  std::set<std::string> written;  // paths the current batch writes
+  auto close = [&] {
+    if (!cur.empty()) out.push_back(std::move(cur));
+    cur.clear();
+    written.clear();
+  };
+  for (auto& c : calls) {
+    const std::string scope = c.unknown || c.preset ? "read" : c.scope;
+    if (scope == "global") {
+      close();
+      cur.push_back(std::move(c));
+      close();
+      continue;
+    }
+    if (!c.path.empty() && written.count(c.path)) close();
+    if (scope == "write" && !c.path.empty()) written.insert(c.path);
+    cur.push_back(std::move(c));
+  }
+  close();
+  return out;
+}
+
+std::string with_dispatch_flags(const std::string& parameters) {
+  json p = json::parse(parameters, nullptr, false);
+  if (p.is_discarded() || !p.is_object()) p = json{{"type", "object"}, {"properties", json::object()}};
+  if (!p.contains("properties") || !p["properties"].is_object()) p["properties"] = json::object();
+  auto& props = p["properties"];
+  props["timeout"] = {{"type", "integer"}, {"minimum", 0}, {"description", "seconds; 0 = none"}};
+  props["background"] = {{"type", "boolean"}, {"description", "run in the background"}};
+  props["bypass"] = {{"type", "boolean"}, {"description", "ask to run outside the sandbox"}};
+  props["sandbox"] = {{"type", "string"}, {"description", "ignored"}};
+  return p.dump();
+}
+
+void drop_unanswered(std::vector<HistoryMessage>& history) {
+  std::set<std::string> answered, asked;
+  for (const auto& m : history) {
+    if (m.msg.role == backend::Role::tool) answered.insert(m.msg.tool_call_id);
+    if (m.msg.role == backend::Role::assistant)
+      for (const auto& c : m.msg.tool_calls) asked.insert(c.id);
+  }
+  std::vector<HistoryMessage> out;
+  for (auto& m : history) {
+    if (m.msg.role == backend::Role::tool && !asked.count(m.msg.tool_call_id)) continue;
+    if (m.msg.role == backend::Role::assistant) {
+      std::erase_if(m.msg.tool_calls, [&](const backend::ToolCall& c) { return !answered.count(c.id); });
+      if (m.msg.tool_calls.empty()) {
+        m.msg.reasoning_items.clear();
+        m.msg.reasoning_backend.clear();
+      }
+      if (m.msg.content.empty() && m.msg.tool_calls.empty()) continue;
+    }
+    out.push_back(std::move(m));
+  }
+  history = std::move(out);
+}
+
+}  // namespace ollie

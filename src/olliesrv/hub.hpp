@@ -1,0 +1,70 @@
+#pragma once
+/// What sessions and agents share (one per olliesrv): the event bus, the store, the HTTP engine
+/// of the backends, a pool for the few blocking calls (profile `!` entries, model metadata), the
+/// configuration, and the executors the engine runs on.
+
+#include <asio/any_io_executor.hpp>
+#include <asio/thread_pool.hpp>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/config.hpp"
+#include "backend/http.hpp"
+#include "event.hpp"
+#include "lib9p/dirs.hpp"
+#include "store.hpp"
+
+namespace ollie {
+
+class Session;
+
+struct Hub {
+  Hub(Bus& b, std::string data_root, std::string config_root, std::string toolsrv, std::vector<asio::any_io_executor> ex)
+      : bus(b), store(data_root + "/sessions"), config_root(std::move(config_root)), toolsrv(std::move(toolsrv)),
+        executors(std::move(ex)) {}
+
+  Bus& bus;
+  Store store;
+  backend::HttpEngine http;
+  asio::thread_pool blocking{2};  ///< blocking calls only, never 9P or the engine
+  std::string config_root;        ///< $XDG_CONFIG_HOME/ollie
+  std::string toolsrv;            ///< the toolsrv executable
+  std::string addr;               ///< OLLIE_ADDR for tools: olliesrv's first Unix address
+  p9::Env env = p9::process_env();
+  /// Seconds of the retry table (§8.2) are this long: shortened by tests only.
+  std::chrono::milliseconds retry_unit{1000};
+  std::atomic<bool> stopping{false};
+
+  /// backends.conf as last read (root `ctl invalidate` re-reads it).
+  backend::BackendsConf conf() const {
+    std::lock_guard lock(mu);
+    return conf_;
+  }
+  void reload_conf();
+
+  /// The executor of the next session or agent, round robin over the I/O threads.
+  asio::any_io_executor next_executor() { return executors[next_++ % executors.size()]; }
+
+  // ---- sessions by id, found by name or id ----
+  std::shared_ptr<Session> find(const std::string& name_or_id) const;
+  std::vector<std::shared_ptr<Session>> sessions() const;  ///< sorted by name
+  /// Adds a session unless its name is taken (the error is `session already exists: <n>`).
+  p9::Status add(std::shared_ptr<Session> s);
+  void remove(const std::string& id);
+  /// Renames under the registry's lock: `session already exists: <n>` on a clash.
+  p9::Status rename(const std::shared_ptr<Session>& s, const std::string& name);
+
+ private:
+  mutable std::mutex mu;
+  backend::BackendsConf conf_;
+  std::map<std::string, std::shared_ptr<Session>> by_id_, by_name_;
+  std::vector<asio::any_io_executor> executors;
+  std::atomic<std::size_t> next_{0};
+};
+
+}  // namespace ollie

@@ -1,0 +1,25 @@
+#pragma once
+/// Identifiers and secrets (spec §1.2, §1.5, §2.8.8): UUIDv4 ids from libuuid, names, block ids
+/// and agent/toolsrv secrets from libcrypto.
+
+#include <string>
+#include <string_view>
+
+namespace ollie {
+
+/// A fresh UUIDv4, lowercase canonical form.
+std::string new_uuid();
+/// True for the canonical form of a UUID (any version), either case.
+bool looks_like_uuid(std::string_view s);
+/// §1.2: `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`, not `new` or `idx`, not a UUID.
+bool valid_name(std::string_view name);
+/// The default name of an object: the first 8 hex digits of its id.
+inline std::string default_name(std::string_view id) { return std::string(id.substr(0, 8)); }
+/// 32 random bytes from libcrypto, hex-encoded (64 digits).
+std::string new_secret();
+/// §2.8.8: the first 4 bytes of sha256(session id + agent id + decimal counter), 8 hex digits.
+std::string block_id(std::string_view session_id, std::string_view agent_id, unsigned long long counter);
+/// Constant-time comparison of two secrets.
+bool same_secret(std::string_view a, std::string_view b);
+
+}  // namespace ollie

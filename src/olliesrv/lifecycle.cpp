@@ -1,0 +1,274 @@
+#include "lifecycle.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "hub.hpp"
+#include "ids.hpp"
+#include "request.hpp"
+#include "session.hpp"
+#include "settings.hpp"
+
+namespace ollie {
+
+namespace {
+
+std::string expand_home(const std::string& p, const p9::Env& env) {
+  if (p == "~" || p.rfind("~/", 0) == 0) return p9::home_dir(env) + p.substr(1);
+  return p;
+}
+
+/// §4.1's cwd rules, checked on this host (where the tools run for a local session).
+p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) {
+  if (given.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
+  std::string p = expand_home(given, env);
+  if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
+  struct stat st;
+  if (::stat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return p9::error("cwd: " + p + ": not a directory");
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+p9::Status check_backend_name(const std::string& b) {
+  const auto& names = backend::backend_names();
+  if (b.empty() || std::find(names.begin(), names.end(), b) != names.end()) return {};
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return p9::error("unknown backend: " + b + " (" + list + ")");
+}
+
+// Not inside the coroutines: GCC 12 rejects initializer lists of literals there.
+p9::Result<KeyValues> parse_session_request(const std::string& r) {
+  return parse_request(r, {"name", "cwd", "remote", "backend", "model"});
+}
+
+p9::Result<KeyValues> parse_agent_request(const std::string& r) {
+  return parse_request(r, {"name", "cwd", "agent", "backend", "model", "parent", "timeout", "prompt"}, true);
+}
+
+std::string session_name(const Session& s) {
+  std::lock_guard lock(s.mu);
+  return s.name;
+}
+
+std::string agent_path(const Session& s, const Agent& a) {
+  std::lock_guard lock(a.mu);
+  return "session/" + session_name(s) + "/agent/" + a.name;
+}
+
+}  // namespace
+
+asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string request) {
+  auto kv = parse_session_request(request);
+  if (!kv) co_return kv.error();
+  if (kv->get("cwd").empty()) co_return p9::error("cwd is required");
+  auto cwd = check_dir(kv->get("cwd"), hub.env);
+  if (!cwd) co_return cwd.error();
+  const std::string id = new_uuid();
+  std::string name = kv->get("name");
+  if (name.empty()) name = default_name(id);
+  if (!valid_name(name)) co_return p9::error("invalid name: " + name);
+  if (!kv->get("remote").empty()) co_return p9::error("remote: remote sessions are not available in this version");
+  if (auto st = check_backend_name(kv->get("backend")); !st) co_return st.error();
+  if (hub.find(name)) co_return p9::error("session already exists: " + name);
+
+  auto s = std::make_shared<Session>(hub, id, *cwd);
+  {
+    std::lock_guard lock(s->mu);
+    s->name = name;
+    s->backend = kv->get("backend");
+    s->model = kv->get("model");
+  }
+  s->host->set_env("OLLIE_SESSION_ID", id);
+  if (!hub.addr.empty()) s->host->set_env("OLLIE_ADDR", hub.addr);
+  // The session's toolsrv starts now: the cwd check is its first need (§4.1). If it cannot
+  // start, nothing is created.
+  if (auto st = co_await s->host->set_cwd(*cwd); !st) {
+    s->host->stop();
+    co_return st.error();
+  }
+  if (auto st = hub.add(s); !st) {
+    s->host->stop();
+    co_return st.error();
+  }
+  s->save_soon();
+  hub.bus.publish("session." + id + ".new", "session/" + name);
+  co_return id + "\n";
+}
+
+asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Session> s, virtfs::Principal who,
+                                                   std::string request) {
+  (void)who;
+  auto kv = parse_agent_request(request);
+  if (!kv) co_return kv.error();
+  if (kv->prompt) co_return p9::error("agent/new: sub-agents (prompt=) are not available in this version");
+  if (kv->has("timeout")) co_return p9::error("timeout requires prompt");
+  if (!kv->get("parent").empty()) co_return p9::error("agent/new: parent= is not available in this version");
+  const std::string id = new_uuid();
+  std::string name = kv->get("name");
+  if (name.empty()) name = default_name(id);
+  if (!valid_name(name)) co_return p9::error("invalid name: " + name);
+  if (s->find(name)) co_return p9::error("agent already exists: " + name);
+  std::string cwd_override;
+  if (!kv->get("cwd").empty()) {
+    auto d = check_dir(kv->get("cwd"), hub.env);
+    if (!d) co_return d.error();
+    if (*d != s->cwd) cwd_override = *d;
+  }
+  const std::string profile_name = kv->get("agent").empty() ? "default" : kv->get("agent");
+  auto profile = load_profile(hub.config_root, profile_name);
+  if (!profile) co_return profile.error();
+  if (auto st = check_backend_name(kv->get("backend")); !st) co_return st.error();
+  SettingsInput in;
+  in.backend = kv->get("backend");
+  in.model = kv->get("model");
+  in.profile = &*profile;
+  {
+    std::lock_guard lock(s->mu);
+    in.session_backend = s->backend;
+    in.session_model = s->model;
+  }
+  auto choice = resolve_backend_choice(in, hub.conf(), hub.env);
+  if (!choice) co_return choice.error();
+
+  auto a = std::make_shared<Agent>(hub, s, id, hub.next_executor());
+  {
+    std::lock_guard lock(a->mu);
+    a->name = name;
+    a->profile = *profile;
+    a->backend_name = choice->backend;
+    a->model = choice->model;
+    a->cwd_override = cwd_override;
+  }
+  if (auto st = a->make_backend(); !st) co_return st.error();
+  if (auto st = s->add(a); !st) co_return st.error();
+  if (!cwd_override.empty()) s->host->set_agent_cwd(id, cwd_override);
+  // autoLoad: one toolsrv load per name; a name that cannot be loaded is an info warning.
+  std::vector<std::string> loaded;
+  for (const auto& t : profile->auto_load) {
+    if (auto st = co_await s->host->load(id, std::vector<std::string>(1, t)); !st)
+      a->note("info", "autoLoad " + t + ": " + st.ename());
+    else loaded.push_back(t);
+  }
+  {
+    std::lock_guard lock(a->mu);
+    a->tools = loaded;
+  }
+  for (const auto& w : profile->warnings) a->note("info", w);
+  // A named lambda, not a temporary: GCC 12 destroys a temporary closure of a co_await
+  // expression twice (its captured shared_ptr then frees the agent early).
+  auto resolve = [a]() -> asio::awaitable<void> {
+    a->resolve_prompts();
+    co_return;
+  };
+  co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+  s->save_soon();
+  hub.bus.publish("agent." + id + ".new", "session/" + session_name(*s) + "/agent/" + name);
+  co_return id + "\n";
+}
+
+void kill_session(Hub& hub, const std::shared_ptr<Session>& s) {
+  const std::string name = session_name(*s);
+  s->kill();
+  hub.remove(s->id);
+  hub.bus.publish("session." + s->id + ".kill", "session/" + name);
+}
+
+asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a) {
+  const std::string path = agent_path(*s, *a);
+  a->kill();
+  s->remove(a->id);
+  if (auto st = hub.store.remove_agent(s->id, a->id); !st) spdlog::error("agent {}: remove: {}", a->id, st.ename());
+  s->save_soon();
+  hub.bus.publish("agent." + a->id + ".kill", path);
+  co_await s->host->forget(a->id);
+}
+
+std::size_t restore(Hub& hub) {
+  std::vector<std::string> skipped;
+  auto loaded = hub.store.load_all(&skipped);
+  for (const auto& why : skipped) spdlog::error("restore: session skipped: {}", why);
+  std::size_t n = 0;
+  for (auto& l : loaded) {
+    auto& r = l.record;
+    auto s = std::make_shared<Session>(hub, r.id, r.cwd);
+    {
+      std::lock_guard lock(s->mu);
+      s->name = r.name;
+      s->remote = r.remote;
+      s->backend = r.backend;
+      s->model = r.model;
+      s->env = r.env;
+      s->goal = r.goal;
+      s->bypass = r.bypass;
+      s->bypass_counter = r.bypass_counter;
+    }
+    s->host->set_env("OLLIE_SESSION_ID", r.id);
+    if (!hub.addr.empty()) s->host->set_env("OLLIE_ADDR", hub.addr);
+    for (const auto& [k, v] : r.env) s->host->set_env(k, v);
+    std::vector<std::shared_ptr<Agent>> agents;
+    for (auto& ar : r.agents) {
+      auto a = std::make_shared<Agent>(hub, s, ar.id, hub.next_executor());
+      auto profile = load_profile(hub.config_root, ar.profile.empty() ? "default" : ar.profile);
+      if (!profile) {
+        spdlog::warn("restore: agent {}: {}", ar.id, profile.ename());
+        profile = Profile{};
+        profile->name = ar.profile;
+      }
+      std::vector<Block> blocks;
+      for (const auto& line : l.blocks[ar.id])
+        if (auto b = Block::parse(line)) blocks.push_back(std::move(*b));
+      a->transcript.restore(std::move(blocks), ar.block_counter);
+      std::vector<std::string> want = profile->auto_load;
+      for (const auto& t : ar.tools)
+        if (std::find(want.begin(), want.end(), t) == want.end()) want.push_back(t);
+      {
+        std::lock_guard lock(a->mu);
+        a->name = ar.name;
+        a->profile = std::move(*profile);
+        a->backend_name = ar.backend;
+        a->model = ar.model;
+        a->cwd_override = ar.cwd;
+        a->overrides = ar.params.empty() ? "{}" : ar.params;
+        a->tools = want;
+        a->plan = ar.plan;
+        a->created = ar.created;
+        a->history = std::move(ar.messages);
+        a->stats.totals = ar.usage;
+      }
+      if (auto st = a->make_backend(); !st) spdlog::warn("restore: agent {}: {}", ar.id, st.ename());
+      s->host->want_tools(ar.id, want);
+      if (!ar.cwd.empty()) s->host->set_agent_cwd(ar.id, ar.cwd);
+      if (auto st = s->add(a); !st) {
+        spdlog::error("restore: session {}: agent {}: {}", r.id, ar.id, st.ename());
+        continue;
+      }
+      agents.push_back(a);
+    }
+    if (auto st = hub.add(s); !st) {
+      spdlog::error("restore: session {}: {}", r.id, st.ename());
+      continue;
+    }
+    n++;
+    hub.bus.publish("session." + r.id + ".new", "session/" + r.name);
+    for (const auto& a : agents) hub.bus.publish("agent." + a->id + ".new", agent_path(*s, *a));
+  }
+  return n;
+}
+
+void stop_all(Hub& hub) {
+  hub.stopping = true;
+  for (const auto& s : hub.sessions()) {
+    for (const auto& a : s->agents()) a->stop();
+  }
+  for (const auto& s : hub.sessions()) {
+    (void)s->save();
+    s->host->stop();
+  }
+}
+
+}  // namespace ollie

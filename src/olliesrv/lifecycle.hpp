@@ -1,0 +1,32 @@
+#pragma once
+/// Creating, killing and restoring sessions and agents (spec §4.1, §4.2 persistent mode, §3.2
+/// kill, §3.3 kill, §7.7 restore, §8.1.1).
+
+#include <asio/awaitable.hpp>
+#include <memory>
+#include <string>
+
+#include "lib9p/result.hpp"
+#include "virtfs/dsl.hpp"
+
+namespace ollie {
+
+struct Hub;
+class Session;
+class Agent;
+
+/// `session/new`: the reply is the id and a newline.
+asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string request);
+/// `agent/new` of a session.
+asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Session> s, virtfs::Principal who,
+                                                   std::string request);
+/// Session `ctl kill`.
+void kill_session(Hub& hub, const std::shared_ptr<Session>& s);
+/// Agent `ctl kill`.
+asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a);
+/// Every persisted session, without starting any toolsrv. Returns the number restored.
+std::size_t restore(Hub& hub);
+/// Shutdown: interrupt every turn, save every session, stop every toolsrv.
+void stop_all(Hub& hub);
+
+}  // namespace ollie

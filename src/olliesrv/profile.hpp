@@ -1,0 +1,64 @@
+#pragma once
+/// Agent profiles (spec §7.5) and prompt entries (§7.5.1).
+
+#include <chrono>
+#include <cstddef>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "lib9p/dirs.hpp"
+#include "lib9p/result.hpp"
+
+namespace ollie {
+
+struct Profile {
+  std::string name;
+  std::vector<std::string> prompt, user_prompts;  ///< entries (§7.5.1), unresolved
+  std::string system_prompt;                      ///< a path; "" = the embedded default
+  std::vector<std::string> auto_load;
+  std::string backend, model;
+  /// The generation parameters the profile sets, keyed by their cfg names (§2.8.3:
+  /// maxTokens ... verbosity), values validated (numbers, bools, `stop` an array of strings).
+  std::string params = "{}";  ///< JSON object text
+  std::vector<std::string> warnings;  ///< `agent profile <p>: unknown field <f>` per unknown field
+};
+
+/// `<config root>/agents/<name>.json`. A missing `default` is `{}`; another missing profile is
+/// `unknown agent profile: <p>`; bad JSON or a field of the wrong type is
+/// `agent profile <p>: <parse error>`. A name with `/` or starting with `.` is unknown.
+p9::Result<Profile> load_profile(const std::string& config_root, const std::string& name);
+/// The profile names (`agents/*.json` without `.json`), sorted (root `agents`, §2.1).
+std::vector<std::string> profile_names(const std::string& config_root);
+
+/// What prompt entries are resolved against.
+struct PromptContext {
+  std::string config_root;   ///< relative paths are taken under <config root>/prompts/
+  p9::Env env;               ///< olliesrv's environment for $VAR
+  std::string session_id, agent_id;  ///< also $OLLIE_SESSION_ID, $OLLIE_AGENT_ID
+  std::string cwd;           ///< where `!` commands run when it exists locally, else $HOME
+};
+
+struct ResolvedText {
+  std::string text;                   ///< the texts joined with one blank line
+  std::vector<std::string> warnings;  ///< e.g. `prompt entry not found: <entry>`
+};
+
+/// Resolves entries as §7.5.1 says. Blocks (a `!` entry runs up to 30 s, in its own process
+/// group, killed as a group on timeout): call it off the I/O threads.
+ResolvedText resolve_entries(const std::vector<std::string>& entries, const PromptContext& ctx);
+
+/// The System section (§7.6) for a profile's `systemPrompt`: the embedded default when it is "",
+/// else that file ($VAR and `~` expanded, relative to <config root>/prompts/, trailing newlines
+/// removed). A missing or unreadable file → a warning as for entries, and the default. Reads a
+/// file: call it off the I/O threads.
+ResolvedText resolve_system_prompt(const std::string& system_prompt, const PromptContext& ctx);
+
+namespace detail {
+/// resolve_entries with the `!` command timeout and stdout cap chosen (the public one uses 30 s
+/// and 256 KiB); for tests.
+ResolvedText resolve_entries(const std::vector<std::string>& entries, const PromptContext& ctx,
+                             std::chrono::milliseconds command_timeout, std::size_t output_cap);
+}  // namespace detail
+
+}  // namespace ollie

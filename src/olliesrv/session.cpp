@@ -1,0 +1,148 @@
+#include "session.hpp"
+
+#include <asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "hub.hpp"
+
+namespace ollie {
+
+Session::Session(Hub& h, std::string sid, std::string dir) : hub(h), id(std::move(sid)), cwd(std::move(dir)) {
+  host = ToolHost::make(hub.next_executor(), {id, cwd, hub.toolsrv, hub.config_root});
+}
+
+std::shared_ptr<Agent> Session::find(const std::string& key) const {
+  std::lock_guard lock(mu);
+  for (const auto& [aid, a] : agents_) {
+    std::lock_guard al(a->mu);
+    if (a->name == key) return a;
+  }
+  auto it = agents_.find(key);
+  return it == agents_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<Agent>> Session::agents() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Agent>>> v;
+  {
+    std::lock_guard lock(mu);
+    for (const auto& [aid, a] : agents_) {
+      std::lock_guard al(a->mu);
+      v.emplace_back(a->name, a);
+    }
+  }
+  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<std::shared_ptr<Agent>> out;
+  for (auto& [n, a] : v) out.push_back(std::move(a));
+  return out;
+}
+
+p9::Status Session::add(std::shared_ptr<Agent> a) {
+  std::lock_guard lock(mu);
+  if (killed) return p9::error("session killed");
+  std::string n;
+  {
+    std::lock_guard al(a->mu);
+    n = a->name;
+  }
+  for (const auto& [aid, other] : agents_) {
+    std::lock_guard al(other->mu);
+    if (other->name == n) return p9::error("agent already exists: " + n);
+  }
+  agents_[a->id] = std::move(a);
+  return {};
+}
+
+void Session::remove(const std::string& agent_id) {
+  std::lock_guard lock(mu);
+  agents_.erase(agent_id);
+}
+
+p9::Status Session::rename_agent(const std::shared_ptr<Agent>& a, const std::string& n) {
+  std::lock_guard lock(mu);
+  for (const auto& [aid, other] : agents_) {
+    if (other == a) continue;
+    std::lock_guard al(other->mu);
+    if (other->name == n) return p9::error("agent already exists: " + n);
+  }
+  std::lock_guard al(a->mu);
+  a->name = n;
+  return {};
+}
+
+SessionRecord Session::record() const {
+  SessionRecord r;
+  std::vector<std::shared_ptr<Agent>> list;
+  {
+    std::lock_guard lock(mu);
+    r.id = id;
+    r.name = name;
+    r.cwd = cwd;
+    r.remote = remote;
+    r.backend = backend;
+    r.model = model;
+    r.env = env;
+    r.goal = goal;
+    r.bypass = bypass;
+    r.bypass_counter = bypass_counter;
+    for (const auto& [aid, a] : agents_) list.push_back(a);
+  }
+  for (const auto& a : list) r.agents.push_back(a->record());
+  return r;
+}
+
+p9::Status Session::save() const {
+  std::lock_guard writing(save_mu_);
+  {
+    std::lock_guard lock(mu);
+    if (killed) return {};
+  }
+  auto st = hub.store.save(record());
+  if (!st) spdlog::error("session {}: save: {}", id, st.ename());
+  return st;
+}
+
+void Session::save_soon() {
+  {
+    std::lock_guard lock(mu);
+    if (save_pending_ || killed) return;
+    save_pending_ = true;
+  }
+  asio::post(hub.blocking, [self = shared_from_this()] {
+    {
+      std::lock_guard lock(self->mu);
+      self->save_pending_ = false;
+    }
+    (void)self->save();
+  });
+}
+
+void Session::kill() {
+  std::vector<std::shared_ptr<Agent>> list;
+  {
+    std::lock_guard lock(mu);
+    if (killed) return;
+    killed = true;
+    for (const auto& [aid, a] : agents_) list.push_back(a);
+  }
+  for (const auto& a : list) {
+    a->kill();
+    std::string n;
+    {
+      std::lock_guard al(a->mu);
+      n = a->name;
+    }
+    std::string sn;
+    {
+      std::lock_guard lock(mu);
+      sn = name;
+    }
+    hub.bus.publish("agent." + a->id + ".kill", "session/" + sn + "/agent/" + n);
+  }
+  host->stop();
+  std::lock_guard writing(save_mu_);
+  if (auto st = hub.store.remove_session(id); !st) spdlog::error("session {}: remove: {}", id, st.ename());
+}
+
+}  // namespace ollie

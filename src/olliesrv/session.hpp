@@ -1,0 +1,57 @@
+#pragma once
+/// A session (spec §2.5, §4.1): a directory of agents sharing a cwd, an environment and one
+/// toolsrv (its ToolHost).
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent.hpp"
+#include "toolhost.hpp"
+
+namespace ollie {
+
+struct Hub;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Hub& hub, std::string id, std::string cwd);
+
+  Hub& hub;
+  const std::string id;
+  const std::string cwd;
+  std::shared_ptr<ToolHost> host;
+
+  // ---- under mu ----
+  mutable std::mutex mu;
+  std::string name, remote, backend, model;
+  std::map<std::string, std::string> env;
+  std::string goal, bypass;
+  std::uint64_t bypass_counter = 0;
+  bool killed = false;
+
+  std::shared_ptr<Agent> find(const std::string& name_or_id) const;
+  std::vector<std::shared_ptr<Agent>> agents() const;  ///< sorted by name
+  p9::Status add(std::shared_ptr<Agent> a);
+  void remove(const std::string& agent_id);
+  p9::Status rename_agent(const std::shared_ptr<Agent>& a, const std::string& name);
+
+  SessionRecord record() const;
+  /// Writes session.json now (errors logged and returned); blocking: `ctl save` and shutdown.
+  p9::Status save() const;
+  /// Writes session.json soon, on the hub's blocking pool (the persistence moments of §7.7 happen
+  /// on I/O threads, which never block): requests made while one is pending join it, and each
+  /// write takes the state of its own moment, so the last change is always saved.
+  void save_soon();
+  /// Kills every agent and the toolsrv, deletes the persisted data (§3.2).
+  void kill();
+
+ private:
+  std::map<std::string, std::shared_ptr<Agent>> agents_;  // by id
+  bool save_pending_ = false;                              // under mu
+  mutable std::mutex save_mu_;  // one write at a time; kill waits for it, so no save revives the directory
+};
+
+}  // namespace ollie

@@ -1,0 +1,670 @@
+#include "store.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_set>
+
+namespace ollie {
+
+// Every function here does blocking file I/O: call it off the I/O threads.
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using backend::Role;
+
+constexpr auto replace = nlohmann::json::error_handler_t::replace;
+
+/// A file descriptor closed on scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  explicit operator bool() const { return fd >= 0; }
+};
+
+p9::Error sys_error(const std::string& what) { return p9::error(what + ": " + std::strerror(errno)); }
+
+/// Ids become file names: refuse anything that is not one plain component.
+bool plain_component(std::string_view s) {
+  return !s.empty() && s.size() <= 255 && s != "." && s != ".." && s.find('/') == std::string_view::npos &&
+         s.find('\0') == std::string_view::npos;
+}
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::system: return "system";
+    case Role::user: return "user";
+    case Role::assistant: return "assistant";
+    case Role::tool: return "tool";
+  }
+  return "user";
+}
+
+/// Parses JSON text kept as text in the records; nullopt when it is not JSON.
+std::optional<ojson> parse_text(std::string_view text) {
+  auto j = ojson::parse(text, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+ojson message_json(const HistoryMessage& h) {
+  const auto& m = h.msg;
+  ojson j = ojson::object();
+  j["role"] = role_name(m.role);
+  if (m.role == Role::tool) {
+    j["tool_call_id"] = m.tool_call_id;
+    if (!h.tool_name.empty()) j["name"] = h.tool_name;
+  }
+  j["content"] = m.content;
+  if (!m.tool_calls.empty()) {
+    ojson calls = ojson::array();
+    for (const auto& c : m.tool_calls) {
+      ojson cj = ojson::object();
+      cj["id"] = c.id;
+      cj["name"] = c.name;
+      auto args = parse_text(c.arguments);
+      if (args && args->is_object())
+        cj["arguments"] = std::move(*args);
+      else
+        cj["arguments"] = c.arguments;
+      calls.push_back(std::move(cj));
+    }
+    j["tool_calls"] = std::move(calls);
+  }
+  if (!m.reasoning_items.empty()) {
+    ojson items = ojson::array();
+    for (const auto& it : m.reasoning_items) {
+      auto v = parse_text(it);
+      if (v)
+        items.push_back(std::move(*v));
+      else
+        items.push_back(it);
+    }
+    j["reasoning"] = std::move(items);
+  }
+  if (!m.reasoning_backend.empty()) j["reasoningBackend"] = m.reasoning_backend;
+  if (m.role == Role::tool) {
+    if (!h.tier.empty()) j["tier"] = h.tier;
+    if (h.collapsed) j["collapsed"] = true;
+  }
+  return j;
+}
+
+ojson messages_json(const std::vector<HistoryMessage>& ms) {
+  ojson a = ojson::array();
+  for (const auto& m : ms) a.push_back(message_json(m));
+  return a;
+}
+
+ojson agent_json(const AgentRecord& a) {
+  ojson j = ojson::object();
+  j["id"] = a.id;
+  j["name"] = a.name;
+  j["profile"] = a.profile;
+  j["created"] = a.created;
+  j["backend"] = a.backend;
+  j["model"] = a.model;
+  j["cwd"] = a.cwd;
+  auto params = parse_text(a.params.empty() ? "{}" : a.params);
+  if (!params || !params->is_object()) {
+    spdlog::warn("agent {}: params are not a JSON object, saved as {{}}", a.id);
+    params = ojson::object();
+  }
+  j["params"] = std::move(*params);
+  j["tools"] = a.tools;
+  j["peers"] = a.peers;
+  j["plan"] = a.plan;
+  j["blockCounter"] = a.block_counter;
+  j["feed"] = a.feed;
+  const auto& u = a.usage;
+  j["usage"] = ojson{{"input", u.input},
+                     {"output", u.output},
+                     {"cachedInput", u.cached_input},
+                     {"cacheCreation", u.cache_creation},
+                     {"requests", u.requests},
+                     {"estimated", u.estimated},
+                     {"costLast", u.cost_last},
+                     {"costSession", u.cost_session}};
+  j["messages"] = messages_json(a.messages);
+  return j;
+}
+
+// --- parsing: every error names the field ---
+
+struct Parser {
+  std::string err;
+
+  bool fail(const std::string& path, const char* what) {
+    if (err.empty()) err = path + ": " + what;
+    return false;
+  }
+  const ojson* get(const ojson& o, const char* key) {
+    auto it = o.find(key);
+    return it == o.end() || it->is_null() ? nullptr : &*it;
+  }
+  bool str(const ojson& o, const char* key, const std::string& path, std::string& into) {
+    auto* v = get(o, key);
+    if (!v) return true;
+    if (!v->is_string()) return fail(path + key, "expected a string");
+    into = v->get<std::string>();
+    return true;
+  }
+  bool boolean(const ojson& o, const char* key, const std::string& path, bool& into) {
+    auto* v = get(o, key);
+    if (!v) return true;
+    if (!v->is_boolean()) return fail(path + key, "expected a boolean");
+    into = v->get<bool>();
+    return true;
+  }
+  bool i64(const ojson& o, const char* key, const std::string& path, std::int64_t& into) {
+    auto* v = get(o, key);
+    if (!v) return true;
+    if (v->is_number_unsigned()) {
+      if (v->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) return fail(path + key, "out of range");
+      into = v->get<std::int64_t>();
+    } else if (v->is_number_integer()) {
+      into = v->get<std::int64_t>();
+    } else {
+      return fail(path + key, "expected an integer");
+    }
+    return true;
+  }
+  bool u64(const ojson& o, const char* key, const std::string& path, std::uint64_t& into) {
+    auto* v = get(o, key);
+    if (!v) return true;
+    if (v->is_number_unsigned())
+      into = v->get<std::uint64_t>();
+    else if (v->is_number_integer())
+      return fail(path + key, "expected a non-negative integer");
+    else
+      return fail(path + key, "expected an integer");
+    return true;
+  }
+  bool num(const ojson& o, const char* key, const std::string& path, double& into) {
+    auto* v = get(o, key);
+    if (!v) return true;
+    if (!v->is_number()) return fail(path + key, "expected a number");
+    into = v->get<double>();
+    return true;
+  }
+  bool strings(const ojson& o, const char* key, const std::string& path, std::vector<std::string>& into) {
+    auto* v = get(o, key);
+    if (!v) return true;
+    if (!v->is_array()) return fail(path + key, "expected an array");
+    into.clear();
+    into.reserve(v->size());
+    for (std::size_t i = 0; i < v->size(); i++) {
+      if (!(*v)[i].is_string()) return fail(path + key + "[" + std::to_string(i) + "]", "expected a string");
+      into.push_back((*v)[i].get<std::string>());
+    }
+    return true;
+  }
+  const ojson* object(const ojson& o, const char* key, const std::string& path) {
+    auto* v = get(o, key);
+    if (v && !v->is_object()) {
+      fail(path + key, "expected an object");
+      return nullptr;
+    }
+    return v;
+  }
+  const ojson* array(const ojson& o, const char* key, const std::string& path) {
+    auto* v = get(o, key);
+    if (v && !v->is_array()) {
+      fail(path + key, "expected an array");
+      return nullptr;
+    }
+    return v;
+  }
+
+  bool message(const ojson& j, const std::string& p, HistoryMessage& h) {
+    if (!j.is_object()) return fail(p.substr(0, p.size() - 1), "expected an object");
+    auto& m = h.msg;
+    auto* role = get(j, "role");
+    if (!role) return fail(p + "role", "missing");
+    if (!role->is_string()) return fail(p + "role", "expected a string");
+    const auto& r = role->get_ref<const std::string&>();
+    if (r == "user")
+      m.role = Role::user;
+    else if (r == "assistant")
+      m.role = Role::assistant;
+    else if (r == "tool")
+      m.role = Role::tool;
+    else if (r == "system")
+      m.role = Role::system;
+    else
+      return fail(p + "role", "unknown role");
+    if (!str(j, "content", p, m.content) || !str(j, "tool_call_id", p, m.tool_call_id) ||
+        !str(j, "name", p, h.tool_name) || !str(j, "tier", p, h.tier) || !boolean(j, "collapsed", p, h.collapsed) ||
+        !str(j, "reasoningBackend", p, m.reasoning_backend))
+      return false;
+    if (!h.tier.empty() && h.tier != "hot" && h.tier != "warm" && h.tier != "cold")
+      return fail(p + "tier", "expected hot, warm or cold");
+    auto* calls = array(j, "tool_calls", p);
+    if (!err.empty()) return false;
+    if (calls) {
+      for (std::size_t i = 0; i < calls->size(); i++) {
+        const auto& c = (*calls)[i];
+        std::string cp = p + "tool_calls[" + std::to_string(i) + "].";
+        if (!c.is_object()) return fail(cp.substr(0, cp.size() - 1), "expected an object");
+        backend::ToolCall call;
+        if (!str(c, "id", cp, call.id) || !str(c, "name", cp, call.name)) return false;
+        if (auto* a = get(c, "arguments")) {
+          if (a->is_string())
+            call.arguments = a->get<std::string>();
+          else if (a->is_object())
+            call.arguments = a->dump(-1, ' ', false, replace);
+          else
+            return fail(cp + "arguments", "expected an object or a string");
+        } else {
+          call.arguments = "{}";
+        }
+        m.tool_calls.push_back(std::move(call));
+      }
+    }
+    auto* items = array(j, "reasoning", p);
+    if (!err.empty()) return false;
+    if (items)
+      for (const auto& it : *items)
+        m.reasoning_items.push_back(it.dump(-1, ' ', false, replace));  // each item is JSON text
+    return true;
+  }
+
+  bool agent(const ojson& j, const std::string& p, AgentRecord& a) {
+    if (!j.is_object()) return fail(p.substr(0, p.size() - 1), "expected an object");
+    auto* id = get(j, "id");
+    if (!id) return fail(p + "id", "missing");
+    if (!str(j, "id", p, a.id) || !str(j, "name", p, a.name) || !str(j, "profile", p, a.profile) ||
+        !i64(j, "created", p, a.created) || !str(j, "backend", p, a.backend) || !str(j, "model", p, a.model) ||
+        !str(j, "cwd", p, a.cwd) || !strings(j, "tools", p, a.tools) || !strings(j, "peers", p, a.peers) ||
+        !str(j, "plan", p, a.plan) || !u64(j, "blockCounter", p, a.block_counter) || !str(j, "feed", p, a.feed))
+      return false;
+    if (a.id.empty()) return fail(p + "id", "empty");
+    auto* params = object(j, "params", p);
+    if (!err.empty()) return false;
+    a.params = params ? params->dump(-1, ' ', false, replace) : "{}";
+    auto* u = object(j, "usage", p);
+    if (!err.empty()) return false;
+    if (u) {
+      std::string up = p + "usage.";
+      auto& r = a.usage;
+      if (!i64(*u, "input", up, r.input) || !i64(*u, "output", up, r.output) ||
+          !i64(*u, "cachedInput", up, r.cached_input) || !i64(*u, "cacheCreation", up, r.cache_creation) ||
+          !i64(*u, "requests", up, r.requests) || !boolean(*u, "estimated", up, r.estimated) ||
+          !num(*u, "costLast", up, r.cost_last) || !num(*u, "costSession", up, r.cost_session))
+        return false;
+    }
+    auto* ms = array(j, "messages", p);
+    if (!err.empty()) return false;
+    if (ms) {
+      a.messages.resize(ms->size());
+      for (std::size_t i = 0; i < ms->size(); i++)
+        if (!message((*ms)[i], p + "messages[" + std::to_string(i) + "].", a.messages[i])) return false;
+    }
+    return true;
+  }
+
+  bool session(const ojson& j, SessionRecord& s) {
+    if (!j.is_object()) return fail("session", "expected an object");
+    const std::string p;
+    auto* id = get(j, "id");
+    if (!id) return fail("id", "missing");
+    if (!str(j, "id", p, s.id) || !str(j, "name", p, s.name) || !str(j, "cwd", p, s.cwd) ||
+        !str(j, "remote", p, s.remote) || !str(j, "backend", p, s.backend) || !str(j, "model", p, s.model) ||
+        !str(j, "goal", p, s.goal) || !str(j, "bypass", p, s.bypass) ||
+        !u64(j, "bypassCounter", p, s.bypass_counter))
+      return false;
+    if (s.id.empty()) return fail("id", "empty");
+    auto* env = object(j, "env", p);
+    if (!err.empty()) return false;
+    if (env)
+      for (auto it = env->begin(); it != env->end(); ++it) {
+        if (!it.value().is_string()) return fail("env." + it.key(), "expected a string");
+        s.env[it.key()] = it.value().get<std::string>();
+      }
+    auto* agents = array(j, "agents", p);
+    if (!err.empty()) return false;
+    if (agents) {
+      s.agents.resize(agents->size());
+      std::set<std::string> ids;
+      for (std::size_t i = 0; i < agents->size(); i++) {
+        std::string ap = "agents[" + std::to_string(i) + "].";
+        if (!agent((*agents)[i], ap, s.agents[i])) return false;
+        if (!ids.insert(s.agents[i].id).second) return fail(ap + "id", "duplicate");
+      }
+    }
+    return true;
+  }
+};
+
+/// §7.7 restore: a call without a result is removed from its assistant message (and a message
+/// left with neither text nor calls with it); a result whose call is not before it is removed.
+void clean_history(std::vector<HistoryMessage>& ms) {
+  std::unordered_set<std::string> open, answered;
+  std::vector<bool> keep(ms.size(), true);
+  for (std::size_t i = 0; i < ms.size(); i++) {
+    auto& m = ms[i].msg;
+    if (m.role == Role::assistant) {
+      for (const auto& c : m.tool_calls) open.insert(c.id);
+    } else if (m.role == Role::tool) {
+      if (open.erase(m.tool_call_id))
+        answered.insert(m.tool_call_id);
+      else
+        keep[i] = false;
+    }
+  }
+  for (std::size_t i = 0; i < ms.size(); i++) {
+    auto& m = ms[i].msg;
+    if (m.role != Role::assistant || m.tool_calls.empty()) continue;
+    std::erase_if(m.tool_calls, [&](const backend::ToolCall& c) { return !answered.count(c.id); });
+    if (m.tool_calls.empty() && m.content.empty()) keep[i] = false;
+  }
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < ms.size(); i++)
+    if (keep[i]) {
+      if (out != i) ms[out] = std::move(ms[i]);
+      out++;
+    }
+  ms.resize(out);
+}
+
+/// The whole content of an open file.
+bool read_all(int fd, std::string& out) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  out.resize(got);
+  // Nothing writes these files while they are read (session.json is only ever replaced, and
+  // restore runs before any agent appends): the size fstat gave is the whole file.
+  return true;
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+/// mkdir -p: every directory it creates is 0700 whatever the umask.
+p9::Status make_dirs(const std::string& path) {
+  if (path.empty()) return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return {};
+    return p9::error(path + ": not a directory");
+  }
+  auto slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0)
+    if (auto st2 = make_dirs(path.substr(0, slash)); !st2) return st2;
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return sys_error(path);
+  if (::chmod(path.c_str(), 0700) != 0) return sys_error(path);
+  return {};
+}
+
+/// The blocks of one agent: whole lines, without an incomplete last line; `cut` is set to the
+/// length the file must be cut to (done by the caller once the whole session loaded).
+p9::Status load_blocks(int dirfd, const std::string& agent_id, std::vector<std::string>& lines,
+                       std::optional<off_t>& cut) {
+  std::string name = agent_id + ".blocks.jsonl";
+  Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) {
+    if (errno == ENOENT) return {};
+    return sys_error(name);
+  }
+  std::string data;
+  if (!read_all(fd.fd, data)) return sys_error(name);
+  std::size_t keep = data.size();
+  if (!data.empty() && data.back() != '\n') {
+    keep = data.rfind('\n');
+    keep = keep == std::string::npos ? 0 : keep + 1;
+  } else if (!data.empty()) {
+    std::size_t start = data.rfind('\n', data.size() - 2);
+    start = start == std::string::npos ? 0 : start + 1;
+    std::string_view last(data.data() + start, data.size() - 1 - start);
+    if (!nlohmann::json::accept(last)) keep = start;
+  }
+  if (keep < data.size()) {
+    cut = static_cast<off_t>(keep);
+    data.resize(keep);
+  }
+  std::size_t pos = 0;
+  while (pos < data.size()) {
+    auto nl = data.find('\n', pos);
+    if (nl > pos) lines.emplace_back(data, pos, nl - pos);
+    pos = nl + 1;
+  }
+  return {};
+}
+
+std::atomic<std::uint64_t> temp_counter{0};
+
+}  // namespace
+
+std::string to_json(const SessionRecord& s) {
+  ojson j = ojson::object();
+  j["id"] = s.id;
+  j["name"] = s.name;
+  j["cwd"] = s.cwd;
+  j["remote"] = s.remote;
+  j["backend"] = s.backend;
+  j["model"] = s.model;
+  ojson env = ojson::object();
+  for (const auto& [k, v] : s.env) env[k] = v;
+  j["env"] = std::move(env);
+  j["goal"] = s.goal;
+  j["bypass"] = s.bypass;
+  j["bypassCounter"] = s.bypass_counter;
+  ojson agents = ojson::array();
+  for (const auto& a : s.agents) agents.push_back(agent_json(a));
+  j["agents"] = std::move(agents);
+  return j.dump(1, ' ', false, replace) + "\n";
+}
+
+p9::Result<SessionRecord> parse_session(std::string_view text) {
+  auto j = ojson::parse(text, nullptr, false);
+  if (j.is_discarded()) return p9::error("session.json: invalid json");
+  SessionRecord s;
+  Parser p;
+  if (!p.session(j, s)) return p9::error("session.json: " + p.err);
+  return s;
+}
+
+Store::Store(std::string root) : root_(std::move(root)) {
+  while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
+}
+
+p9::Status Store::save(const SessionRecord& s) {
+  if (!plain_component(s.id)) return p9::error("invalid session id: " + s.id.substr(0, 64));
+  std::string dir = root_ + "/" + s.id;
+  if (auto st = make_dirs(dir); !st) return st;
+  std::string text = to_json(s);
+  std::string tmp = dir + "/.session.json.tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(temp_counter.fetch_add(1));
+  std::string final_path = dir + "/session.json";
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) return sys_error(tmp);
+    bool ok = ::fchmod(fd.fd, 0600) == 0 && write_all(fd.fd, text) && ::fsync(fd.fd) == 0;
+    if (!ok) {
+      auto e = sys_error(tmp);
+      ::unlink(tmp.c_str());
+      return e;
+    }
+  }
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    auto e = sys_error(final_path);
+    ::unlink(tmp.c_str());
+    return e;
+  }
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d || ::fsync(d.fd) != 0) return sys_error(dir);
+  return {};
+}
+
+p9::Status Store::append_block(const std::string& session_id, const std::string& agent_id, std::string_view line) {
+  if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
+  if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
+  if (line.find('\n') != std::string_view::npos) return p9::error("block line contains a newline");
+  std::string dir = root_ + "/" + session_id;
+  if (auto st = make_dirs(dir); !st) return st;
+  std::string path = dir + "/" + agent_id + ".blocks.jsonl";
+  Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return sys_error(path);
+  if (::fchmod(fd.fd, 0600) != 0) return sys_error(path);
+  std::string buf;
+  buf.reserve(line.size() + 1);
+  buf.append(line).push_back('\n');
+  if (!write_all(fd.fd, buf)) return sys_error(path);
+  return {};
+}
+
+p9::Status Store::append_compaction(const std::string& session_id, const std::string& agent_id,
+                                    const std::vector<HistoryMessage>& messages) {
+  if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
+  if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
+  std::string dir = root_ + "/" + session_id;
+  if (auto st = make_dirs(dir); !st) return st;
+  ojson j = ojson::object();
+  j["time"] = static_cast<std::int64_t>(std::time(nullptr));
+  j["messages"] = messages_json(messages);
+  std::string buf = j.dump(-1, ' ', false, replace) + "\n";
+  std::string path = dir + "/" + agent_id + ".compaction.jsonl";
+  Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return sys_error(path);
+  if (::fchmod(fd.fd, 0600) != 0 || !write_all(fd.fd, buf)) return sys_error(path);
+  return {};
+}
+
+p9::Status Store::remove_session(const std::string& session_id) {
+  if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
+  std::error_code ec;
+  std::filesystem::remove_all(root_ + "/" + session_id, ec);
+  if (ec) return p9::error(session_id + ": " + ec.message());
+  return {};
+}
+
+p9::Status Store::remove_agent(const std::string& session_id, const std::string& agent_id) {
+  if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
+  if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
+  for (const char* suffix : {".blocks.jsonl", ".compaction.jsonl"}) {
+    std::string path = root_ + "/" + session_id + "/" + agent_id + suffix;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error(path);
+  }
+  return {};
+}
+
+std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) const {
+  std::vector<LoadedSession> out;
+  Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root) {
+    if (errno != ENOENT) spdlog::error("{}: {}", root_, std::strerror(errno));
+    return out;
+  }
+  std::vector<std::string> names;
+  {
+    DIR* d = ::fdopendir(::dup(root.fd));
+    if (!d) {
+      spdlog::error("{}: {}", root_, std::strerror(errno));
+      return out;
+    }
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+      names.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  auto skip = [&](const std::string& name, const std::string& reason) {
+    spdlog::warn("session {}: not restored: {}", name, reason);
+    if (skipped) skipped->push_back(name + ": " + reason);
+  };
+  std::string text;
+  for (const auto& name : names) {
+    Fd dir(::openat(root.fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    if (!dir) {
+      if (errno != ENOTDIR) skip(name, std::strerror(errno));
+      continue;
+    }
+    {
+      Fd f(::openat(dir.fd, "session.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (!f) {
+        skip(name, std::string("session.json: ") + std::strerror(errno));
+        continue;
+      }
+      if (!read_all(f.fd, text)) {
+        skip(name, std::string("session.json: ") + std::strerror(errno));
+        continue;
+      }
+    }
+    auto rec = parse_session(text);
+    if (!rec) {
+      skip(name, rec.ename());
+      continue;
+    }
+    if (rec->id != name) {
+      skip(name, "session.json: id differs from the directory name");
+      continue;
+    }
+    LoadedSession ls;
+    ls.record = std::move(*rec);
+    bool ok = true;
+    std::vector<std::pair<std::string, off_t>> cuts;
+    for (auto& a : ls.record.agents) {
+      if (!plain_component(a.id)) {
+        skip(name, "invalid agent id: " + a.id.substr(0, 64));
+        ok = false;
+        break;
+      }
+      std::optional<off_t> cut;
+      if (auto st = load_blocks(dir.fd, a.id, ls.blocks[a.id], cut); !st) {
+        skip(name, st.ename());
+        ok = false;
+        break;
+      }
+      if (cut) cuts.emplace_back(a.id + ".blocks.jsonl", *cut);
+    }
+    if (!ok) continue;
+    // Only a session that loads has its files changed: the torn last lines go.
+    for (const auto& [file, len] : cuts) {
+      spdlog::warn("session {}: {}: cutting off an incomplete last line", name, file);
+      Fd w(::openat(dir.fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (!w || ::ftruncate(w.fd, len) != 0)
+        spdlog::error("session {}: {}: cannot cut: {}", name, file, std::strerror(errno));
+    }
+    for (auto& a : ls.record.agents) clean_history(a.messages);
+    out.push_back(std::move(ls));
+  }
+  return out;
+}
+
+}  // namespace ollie

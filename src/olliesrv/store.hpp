@@ -1,0 +1,97 @@
+#pragma once
+/// Session persistence (spec §7.7): `$XDG_DATA_HOME/ollie/sessions/<session id>/` holds
+/// `session.json` (replaced atomically: temp file, fsync, rename), `<agent id>.blocks.jsonl`
+/// (append-only, one finalized block per line) and `<agent id>.compaction.jsonl`. Directories
+/// 0700, files 0600. Plain records in, plain records out: the engine's objects convert.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/types.hpp"
+#include "lib9p/result.hpp"
+
+namespace ollie {
+
+/// One message of an agent's model history as §7.7 stores it.
+struct HistoryMessage {
+  backend::Message msg;
+  std::string tool_name;   ///< tool results: the tool's name
+  std::string tier;        ///< tool results: hot | warm | cold ("" = hot)
+  bool collapsed = false;  ///< a cold result already replaced by its one-line summary (§8.4)
+};
+
+/// The usage totals of §2.8.2 that persist.
+struct UsageRecord {
+  std::int64_t input = 0, output = 0, cached_input = 0, cache_creation = 0, requests = 0;
+  bool estimated = false;
+  double cost_last = 0, cost_session = 0;
+};
+
+struct AgentRecord {
+  std::string id, name, profile;
+  std::int64_t created = 0;  ///< Unix seconds
+  std::string backend, model;
+  std::string cwd;           ///< the override only ("" = inherit)
+  std::string params;        ///< JSON object text of the cfg overrides ("{}" when none)
+  std::vector<std::string> tools, peers;
+  std::string plan;
+  std::uint64_t block_counter = 0;
+  std::string feed;
+  UsageRecord usage;
+  std::vector<HistoryMessage> messages;
+};
+
+struct SessionRecord {
+  std::string id, name, cwd, remote, backend, model;
+  std::map<std::string, std::string> env;
+  std::string goal, bypass;
+  std::uint64_t bypass_counter = 0;
+  std::vector<AgentRecord> agents;
+};
+
+/// The JSON text of session.json (§7.7's field names; tool call arguments stored as the JSON
+/// object they parse to, else as the string they are).
+std::string to_json(const SessionRecord& s);
+/// Parses session.json. Errors say what is wrong.
+p9::Result<SessionRecord> parse_session(std::string_view text);
+
+/// What restore finds for one session.
+struct LoadedSession {
+  SessionRecord record;
+  /// Per agent id: the lines of its blocks.jsonl (an incomplete last line already cut off,
+  /// in the file too), oldest first.
+  std::map<std::string, std::vector<std::string>> blocks;
+};
+
+/// Every member does blocking file I/O (fsync included): call it off the I/O threads.
+/// Stateless apart from the root, so safe to use from several threads at once.
+class Store {
+ public:
+  /// root: the `sessions/` directory (created 0700 when needed).
+  explicit Store(std::string root);
+  const std::string& root() const { return root_; }
+
+  /// Writes session.json atomically (temp, fsync, rename; the directory created 0700).
+  p9::Status save(const SessionRecord& s);
+  /// Appends one line (a block's JSON, without newline) to `<agent>.blocks.jsonl`, 0600.
+  p9::Status append_block(const std::string& session_id, const std::string& agent_id, std::string_view line);
+  /// Appends `{"time":<unix>,"messages":[…]}` to `<agent>.compaction.jsonl` (§7.7).
+  p9::Status append_compaction(const std::string& session_id, const std::string& agent_id,
+                               const std::vector<HistoryMessage>& messages);
+  /// Deletes the session's directory (session kill, §3.2).
+  p9::Status remove_session(const std::string& session_id);
+  /// Deletes an agent's files (agent kill, §3.3).
+  p9::Status remove_agent(const std::string& session_id, const std::string& agent_id);
+
+  /// Every session directory (§7.7 restore): histories cleaned of calls without results (and
+  /// of assistant messages left with neither text nor calls). A session that fails to load is
+  /// skipped, logged, its files left untouched, and named in `skipped` ("<dir>: <reason>").
+  std::vector<LoadedSession> load_all(std::vector<std::string>* skipped = nullptr) const;
+
+ private:
+  std::string root_;
+};
+
+}  // namespace ollie

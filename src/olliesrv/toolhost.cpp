@@ -1,0 +1,964 @@
+// One session's toolsrv, seen from olliesrv (spec §6.1-§6.6, §8.3.4).
+//
+// Threads: every public function may be called from any thread; the State is guarded by one
+// mutex never held across a co_await. The client, the child's watchers and the detached
+// coroutines (start, pushes) run on the executor given to make(). toolsrv is forked from the
+// thread that runs the start: olliesrv's pool threads live until it exits, which is what
+// PR_SET_PDEATHSIG needs (the signal follows the forking thread).
+//
+// Nothing here blocks an I/O thread: the child is reaped through a pidfd watched by Asio;
+// the only blocking wait is in ~Instance, reached only when the executor is torn down while a
+// child still runs (it is SIGKILLed first, so the wait is short).
+#include "olliesrv/toolhost.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+
+#include "backend/config.hpp"
+#include "lib9p/async_client.hpp"
+#include "lib9p/dirs.hpp"
+#include "lib9p/errors.hpp"
+#include "lib9p/handoff.hpp"
+#include "olliesrv/ids.hpp"
+#include "olliesrv/result.hpp"
+
+extern char** environ;
+
+namespace ollie {
+
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+/// How long a fresh toolsrv may take to accept its first connection.
+constexpr auto start_limit = 20s;
+/// How long a stopped toolsrv (SIGTERM) gets before SIGKILL.
+constexpr auto term_grace = 5s;
+/// Largest tools/info reply kept (toolsrv's own are far smaller).
+constexpr std::size_t max_listing = 16u << 20;
+/// Longest line of toolsrv's stderr kept (logged, and the reason of a failed start).
+constexpr std::size_t max_err_line = 1024;
+
+/// §6.1 and §7.4: the backend secrets toolsrv never gets.
+const char* const secret_vars[] = {
+    "OLLIE_OPENAI_KEY",   "OPENAI_API_KEY",    "OLLIE_OPENROUTER_KEY", "OPENROUTER_API_KEY", "OLLIE_ANTHROPIC_KEY",
+    "ANTHROPIC_API_KEY",  "OLLIE_GEMINI_KEY",  "GEMINI_API_KEY",       "GOOGLE_API_KEY",     "OLLIE_COPILOT_TOKEN",
+    "GH_TOKEN",           "GITHUB_TOKEN",      "OLLIE_KIRO_TOKEN",
+};
+
+bool valid_env_name(const std::string& k) {
+  if (k.empty() || k.size() > 256) return false;
+  if (!(std::isalpha(static_cast<unsigned char>(k[0])) || k[0] == '_')) return false;
+  return std::all_of(k.begin(), k.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+/// Tool names (§7.2.2) and agent ids: what may go into a header line or a ctl token unquoted.
+bool valid_word(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+bool valid_secret(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+/// A ctl token (§1.3): always quoted, a quote doubled.
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+std::string wait_text(const siginfo_t& si) {
+  if (si.si_code == CLD_EXITED) return "exit status " + std::to_string(si.si_status);
+  return "killed by signal " + std::to_string(si.si_status);
+}
+
+/// fd moved to a number >= 10, close-on-exec, so that the child's dup2 onto 0-3 cannot clobber it.
+int high_fd(int fd) {
+  if (fd < 0) return fd;
+  int h = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  ::close(fd);
+  return h;
+}
+
+}  // namespace
+
+// ---- one toolsrv process and its connection ---------------------------------------------------
+
+struct Instance {
+  pid_t pid = -1;
+  int pidfd = -1;  ///< owned; valid until destruction, so a signal never reaches a reused pid
+  std::string sock;
+  std::shared_ptr<p9::AsyncClient> client;
+  std::shared_ptr<p9::AsyncFid> root;  ///< only its const members are used, from any coroutine
+
+  std::mutex mu;
+  bool reaped = false, dead = false, err_eof = false;
+  std::string exit_text, dead_why, last_err;
+
+  ~Instance() {
+    if (pidfd < 0) return;
+    if (!reaped) {  // only when the executor went away with the child alive
+      ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+      siginfo_t si{};
+      ::waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED);
+    }
+    ::close(pidfd);
+  }
+
+  void signal(int sig) {
+    std::lock_guard lk(mu);
+    if (!reaped && pidfd >= 0) ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0);
+  }
+
+  /// Reaps the child if it has exited (never waits). True when it is gone.
+  bool try_reap() {
+    std::lock_guard lk(mu);
+    if (reaped) return true;
+    siginfo_t si{};
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), pidfd, &si, WEXITED | WNOHANG) != 0) {
+      if (errno == ECHILD) reaped = true, exit_text = "gone";
+      return reaped;
+    }
+    if (si.si_pid == 0) return false;
+    reaped = true;
+    exit_text = wait_text(si);
+    return true;
+  }
+
+  bool usable() {
+    std::lock_guard lk(mu);
+    return !dead && !reaped;
+  }
+
+  /// Marks the instance lost (first reason wins), kills the process and hangs up.
+  void lose(const std::string& why, int sig = SIGKILL) {
+    std::shared_ptr<p9::AsyncClient> c;
+    {
+      std::lock_guard lk(mu);
+      if (!dead) dead = true, dead_why = why;
+      c = client;
+    }
+    signal(sig);
+    if (c) c->close();
+  }
+
+  std::string reason(const std::string& fallback) {
+    std::lock_guard lk(mu);
+    if (reaped && !exit_text.empty()) return "toolsrv " + exit_text;
+    return fallback;
+  }
+};
+
+// ---- the session's wishes and the current instance --------------------------------------------
+
+using StartResult = p9::Result<std::shared_ptr<Instance>>;
+
+struct ToolHost::State : std::enable_shared_from_this<State> {
+  asio::any_io_executor ex;
+  Config cfg;
+
+  std::mutex mu;
+  std::map<std::string, std::string> env;                   // session variables
+  std::map<std::string, std::string> agent_cwd;             // agent → dir
+  std::map<std::string, std::set<std::string>> agent_tools;  // agent → wanted tools
+  std::map<std::string, int> tool_timeout;                  // from the last listing
+  std::vector<std::pair<std::string, std::string>> sandbox_ok;  // approved overrides
+  std::uint64_t version = 0;                                // bumped by every wish change
+  std::uint64_t stops = 0;                                  // bumped by stop()
+  std::shared_ptr<Instance> inst;
+  bool starting = false;
+  std::vector<std::shared_ptr<p9::Handoff<StartResult>>> waiters;
+  std::deque<std::pair<std::shared_ptr<Instance>, std::string>> pushes;
+  bool pushing = false;
+  std::vector<std::shared_ptr<p9::Handoff<bool>>> drained;  // needs waiting for the pushes
+
+  std::shared_ptr<Instance> current() {
+    std::lock_guard lk(mu);
+    return inst && inst->usable() ? inst : nullptr;
+  }
+
+  // ---- needs -----------------------------------------------------------------------------------
+
+  /// The running instance, starting one (or joining the start in progress) when there is none.
+  asio::awaitable<StartResult> need() {
+    std::shared_ptr<p9::Handoff<StartResult>> h;
+    for (;;) {  // a running instance; wishes pushed to it before are sent first (in order)
+      std::shared_ptr<p9::Handoff<bool>> d;
+      std::shared_ptr<Instance> i;
+      {
+        std::lock_guard lk(mu);
+        if (!inst || !inst->usable()) break;
+        i = inst;
+        if (pushing) drained.push_back(d = std::make_shared<p9::Handoff<bool>>());
+      }
+      if (!d) co_return i;
+      (void)co_await d->get();
+    }
+    bool first = false;
+    {
+      std::lock_guard lk(mu);
+      h = std::make_shared<p9::Handoff<StartResult>>();
+      waiters.push_back(h);
+      if (!starting) first = starting = true;
+    }
+    // Not under mu: co_spawn may run the start inline, and the start takes mu.
+    if (first) asio::co_spawn(ex, start(shared_from_this()), asio::detached);
+    co_return co_await h->get();
+  }
+
+  /// An error of a request on inst: a lost connection marks it dead (the reason is returned in
+  /// `lost`); anything else is toolsrv's answer.
+  bool lost(const std::shared_ptr<Instance>& i, const std::string& ename, std::string& why) {
+    bool gone = starts_with(ename, p9::err::hung_up);
+    if (!gone) {
+      std::lock_guard lk(i->mu);
+      gone = i->dead;
+    }
+    if (!gone) return false;
+    i->try_reap();
+    {
+      std::lock_guard lk(i->mu);
+      why = i->dead ? i->dead_why : ename;
+    }
+    why = i->reason(why);
+    i->lose(why);
+    return true;
+  }
+
+  // ---- start -----------------------------------------------------------------------------------
+
+  static asio::awaitable<void> start(std::shared_ptr<State> s) {
+    std::uint64_t stops_before;
+    {
+      std::lock_guard lk(s->mu);
+      stops_before = s->stops;
+    }
+    StartResult r = p9::error("start failed");
+    try {
+      r = co_await s->launch();
+    } catch (const std::exception& x) {
+      r = p9::error(std::string("start failed: ") + x.what());
+    }
+    std::vector<std::shared_ptr<p9::Handoff<StartResult>>> ws;
+    {
+      std::lock_guard lk(s->mu);
+      if (r && s->stops != stops_before) {
+        (*r)->lose("stopped", SIGTERM);
+        r = p9::error("tool server stopped");
+      }
+      if (r) s->inst = *r;
+      s->starting = false;
+      ws.swap(s->waiters);
+    }
+    if (!r) spdlog::warn("session {}: toolsrv: {}", s->cfg.session_id, r.ename());
+    for (auto& w : ws) w->set(r);
+  }
+
+  /// Kills a previous instance and waits (bounded) until it is reaped: its socket path is ours.
+  asio::awaitable<void> bury(std::shared_ptr<Instance> old) {
+    if (!old) co_return;
+    old->lose("replaced");
+    asio::steady_timer t(ex);
+    for (auto end = std::chrono::steady_clock::now() + term_grace; !old->try_reap() && std::chrono::steady_clock::now() < end;) {
+      t.expires_after(10ms);
+      co_await t.async_wait(tuple_awaitable);
+    }
+  }
+
+  /// olliesrv's environment minus the backend secrets (§6.1), plus OLLIE_SESSION_ID.
+  std::vector<std::string> child_env() {
+    std::set<std::string> drop(std::begin(secret_vars), std::end(secret_vars));
+    drop.insert("OLLIE_SESSION_ID");
+    // backends.conf is a small file read once per start.
+    auto conf = backend::load_backends_conf(backend::backends_conf_path(p9::process_env()));
+    if (conf) {
+      for (const auto& [name, sec] : conf->sections)
+        if (!sec.key_env.empty()) drop.insert(sec.key_env);
+    } else {
+      spdlog::warn("session {}: backends.conf: {}", cfg.session_id, conf.error().message);
+    }
+    std::vector<std::string> out;
+    for (char** e = environ; e && *e; e++) {
+      std::string_view kv(*e);
+      auto eq = kv.find('=');
+      if (eq == std::string_view::npos) continue;
+      if (drop.count(std::string(kv.substr(0, eq)))) continue;
+      out.emplace_back(kv);
+    }
+    out.push_back("OLLIE_SESSION_ID=" + cfg.session_id);
+    return out;
+  }
+
+  asio::awaitable<StartResult> launch() {
+    std::shared_ptr<Instance> old;
+    Config c;
+    {
+      std::lock_guard lk(mu);
+      old = std::move(inst);
+      c = cfg;
+    }
+    co_await bury(std::move(old));
+
+    // What must hold before anything is forked.
+    if (!valid_word(c.session_id) || c.session_id.front() == '.')
+      co_return p9::error("invalid session id: " + c.session_id.substr(0, 64));
+    if (c.cwd.empty() || c.cwd.front() != '/') co_return p9::error("cwd must be absolute: " + c.cwd);
+    struct stat st{};
+    if (::stat(c.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) co_return p9::error("cwd: " + c.cwd + ": not a directory");
+    if (::access(c.toolsrv.c_str(), X_OK) != 0) co_return p9::error(c.toolsrv + ": " + std::strerror(errno));
+    const std::string dir = p9::runtime_root() + "/toolsrv";
+    if (auto d = p9::ensure_runtime_dir(dir); !d) co_return d.error();
+    const std::string sock = dir + "/" + c.session_id + ".sock";
+    if (sock.size() >= 100) co_return p9::error(sock + ": socket path too long");
+
+    auto i = std::make_shared<Instance>();
+    i->sock = sock;
+    const std::string secret = new_secret();
+    if (auto st2 = spawn(i, c, secret); !st2) co_return st2.error();
+    watch(i);
+
+    // Dial until it listens; fail fast once it has exited.
+    std::shared_ptr<p9::AsyncClient> client;
+    std::string last = "not listening";
+    asio::steady_timer t(ex);
+    const auto end = std::chrono::steady_clock::now() + start_limit;
+    for (;;) {
+      if (i->try_reap()) {
+        for (int n = 0; n < 100; n++) {  // its last words come through the stderr pipe
+          {
+            std::lock_guard lk(i->mu);
+            if (i->err_eof) break;
+          }
+          t.expires_after(10ms);
+          co_await t.async_wait(tuple_awaitable);
+        }
+        std::lock_guard lk(i->mu);
+        co_return p9::error("toolsrv " + i->exit_text + (i->last_err.empty() ? "" : ": " + i->last_err));
+      }
+      auto d = co_await p9::AsyncClient::dial(ex, "unix!" + sock);
+      if (d) {
+        client = *d;
+        break;
+      }
+      last = d.ename();
+      if (std::chrono::steady_clock::now() > end) {
+        i->lose("start timed out");
+        co_return p9::error("toolsrv did not listen: " + last);
+      }
+      t.expires_after(10ms);
+      co_await t.async_wait(tuple_awaitable);
+    }
+    {
+      std::lock_guard lk(i->mu);
+      i->client = client;
+    }
+    auto root = co_await client->attach_with_secret("olliesrv", secret);
+    if (!root) {
+      i->lose("attach failed");
+      co_return p9::error("attach: " + root.ename());
+    }
+    i->root = std::make_shared<p9::AsyncFid>(std::move(*root));
+
+    // Sync what the session wants (§6.1), again if it changed meanwhile.
+    if (auto s1 = co_await ctl(*i, "cwd " + quote(c.cwd)); !s1) {
+      i->lose("sync failed");
+      co_return s1.error();
+    }
+    for (int round = 0;; round++) {
+      std::uint64_t v;
+      std::map<std::string, std::string> e, ac;
+      std::map<std::string, std::set<std::string>> at;
+      std::string ok;
+      {
+        std::lock_guard lk(mu);
+        v = version;
+        e = env;
+        ac = agent_cwd;
+        at = agent_tools;
+        ok = sandbox_ok_line();
+      }
+      if (auto st4 = co_await ctl(*i, ok); !st4) spdlog::warn("session {}: sandboxok: {}", c.session_id, st4.ename());
+      if (auto st3 = co_await sync(*i, e, ac, at); !st3) {
+        i->lose("sync failed");
+        co_return st3.error();
+      }
+      std::lock_guard lk(mu);
+      if (version == v || round >= 4) break;
+    }
+    spdlog::info("session {}: toolsrv {} started", c.session_id, i->pid);
+    co_return i;
+  }
+
+  /// Forks and execs toolsrv with the secret on descriptor 3.
+  p9::Status spawn(const std::shared_ptr<Instance>& ip, const Config& c, const std::string& secret) {
+    Instance& i = *ip;
+    // Everything the child needs is made before the fork: after it, only async-signal-safe calls.
+    std::vector<std::string> args{c.toolsrv, "-a", "unix!" + i.sock, "-cwd", c.cwd};
+    if (!c.config_root.empty()) args.insert(args.end(), {"-config", c.config_root});
+    std::vector<std::string> envs = child_env();
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    int sp[2], ep[2];
+    if (::pipe2(sp, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
+    if (::pipe2(ep, O_CLOEXEC) != 0) {
+      ::close(sp[0]), ::close(sp[1]);
+      return p9::error(std::string("pipe: ") + std::strerror(errno));
+    }
+    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    const int s_r = high_fd(sp[0]), e_w = high_fd(ep[1]), nul = high_fd(devnull);
+    const int s_w = sp[1], e_r = ep[0];
+    const auto close_all = [&] {
+      for (int fd : {s_r, s_w, e_r, e_w, nul})
+        if (fd >= 0) ::close(fd);
+    };
+    if (s_r < 0 || e_w < 0 || nul < 0) {
+      close_all();
+      return p9::error("cannot make descriptors for toolsrv");
+    }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      close_all();
+      return p9::error(std::string("fork: ") + std::strerror(errno));
+    }
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(1);
+      ::setpgid(0, 0);  // a terminal's ^C goes to olliesrv, which stops toolsrv itself
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      struct sigaction dfl{};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+      if (::dup2(nul, 0) < 0 || ::dup2(nul, 1) < 0 || ::dup2(e_w, 2) < 0 || ::dup2(s_r, 3) < 0) ::_exit(126);
+      ::close_range(4, ~0U, 0);
+      ::execve(argv[0], argv.data(), envp.data());
+      static const char msg[] = "exec failed\n";
+      (void)!::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    ::close(s_r);
+    ::close(e_w);
+    ::close(nul);
+    i.pid = pid;
+    i.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // sys/pidfd.h of glibc 2.36 lacks extern "C"
+    // 65 bytes into an empty pipe never block; EOF follows at once.
+    const std::string line = secret + "\n";
+    const bool sent = ::write(s_w, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    ::close(s_w);
+    if (i.pidfd < 0) {
+      const std::string why = std::strerror(errno);
+      ::kill(pid, SIGKILL);
+      // No pidfd (kernel < 5.3): the SIGKILLed child is reaped at once.
+      ::waitpid(pid, nullptr, 0);
+      i.reaped = true;
+      ::close(e_r);
+      return p9::error("pidfd_open: " + why);
+    }
+    read_stderr(ip, e_r);
+    if (!sent) return p9::error("cannot hand the secret to toolsrv");
+    return {};
+  }
+
+  /// Reaps the child as soon as it exits and hangs up its connection.
+  void watch(const std::shared_ptr<Instance>& i) {
+    int fd = ::fcntl(i->pidfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return;  // it is still reaped when the connection drops (try_reap)
+    auto d = std::make_shared<asio::posix::stream_descriptor>(ex, fd);
+    std::weak_ptr<State> ws = weak_from_this();
+    d->async_wait(asio::posix::descriptor_base::wait_read, [i, d, ws](std::error_code ec) {
+      if (ec) return;
+      i->try_reap();
+      std::string why = i->reason("toolsrv exited");
+      i->lose(why);
+      if (auto s = ws.lock()) spdlog::info("session {}: toolsrv {} {}", s->cfg.session_id, i->pid, why);
+    });
+  }
+
+  /// Logs toolsrv's stderr line by line and keeps the last line (a failed start's reason).
+  void read_stderr(const std::shared_ptr<Instance>& i, int fd) {
+    auto d = std::make_shared<asio::posix::stream_descriptor>(ex, fd);
+    asio::co_spawn(ex, pump_stderr(d, cfg.session_id, i), asio::detached);
+  }
+
+  static asio::awaitable<void> pump_stderr(std::shared_ptr<asio::posix::stream_descriptor> d, std::string sid,
+                                           std::weak_ptr<Instance> wi) {
+    std::string buf(4096, '\0'), line;
+    bool too_long = false;
+    for (;;) {
+      auto [ec, n] = co_await d->async_read_some(asio::buffer(buf), tuple_awaitable);
+      if (ec) break;
+      for (std::size_t k = 0; k < n; k++) {
+        char ch = buf[k];
+        if (ch != '\n') {
+          if (line.size() < max_err_line) line += ch;
+          else too_long = true;
+          continue;
+        }
+        std::string shown = valid_utf8(line);
+        spdlog::warn("toolsrv {}: {}{}", sid, shown, too_long ? " […]" : "");
+        if (auto i = wi.lock()) {
+          std::lock_guard lk(i->mu);
+          i->last_err = shown;
+        }
+        line.clear();
+        too_long = false;
+      }
+    }
+    if (auto i = wi.lock()) {
+      std::lock_guard lk(i->mu);
+      if (!line.empty()) i->last_err = valid_utf8(line);
+      i->err_eof = true;
+    }
+  }
+
+  // ---- requests ----------------------------------------------------------------------------------
+
+  /// One ctl command (a Write file: its error comes with the clunk).
+  static asio::awaitable<p9::Status> ctl(Instance& i, std::string line) {
+    auto f = co_await i.root->walk("ctl");
+    if (!f) co_return f.error();
+    if (auto st = co_await f->open(p9::OWRITE); !st) co_return st;
+    if (auto w = co_await f->write(line + "\n"); !w) co_return w.error();
+    co_return co_await f->clunk();
+  }
+
+  /// env, agentcwd and every agent's tools; a tool that no longer loads is dropped (logged).
+  asio::awaitable<p9::Status> sync(Instance& i, const std::map<std::string, std::string>& e,
+                                   const std::map<std::string, std::string>& ac,
+                                   const std::map<std::string, std::set<std::string>>& at) {
+    for (const auto& [k, v] : e) {
+      auto st = co_await ctl(i, "env " + k + "=" + v);
+      if (!st) {
+        if (starts_with(st.ename(), p9::err::hung_up)) co_return st;
+        spdlog::warn("session {}: env {}: {}", cfg.session_id, k, st.ename());
+      }
+    }
+    for (const auto& [a, d] : ac) {
+      auto st = co_await ctl(i, "agentcwd " + a + " " + quote(d));
+      if (!st) {
+        if (starts_with(st.ename(), p9::err::hung_up)) co_return st;
+        spdlog::warn("session {}: agent {}: agentcwd {}: {}", cfg.session_id, a, d, st.ename());
+      }
+    }
+    for (const auto& [a, ts] : at) {
+      std::set<std::string> left = ts;
+      while (!left.empty()) {
+        std::string line = "load " + a;
+        for (const auto& t : left) line += " " + t;
+        auto st = co_await ctl(i, line);
+        if (st) break;
+        if (starts_with(st.ename(), p9::err::hung_up)) co_return st;
+        // The error names the tool (`unknown tool: t`, `invalid tool: t: …`): drop it, load the rest.
+        std::string bad;
+        for (const auto& t : left) {
+          const auto at_name = st.ename().find(": " + t);
+          if (at_name != std::string::npos) {
+            const auto after = at_name + 2 + t.size();
+            if (after == st.ename().size() || st.ename()[after] == ':') {
+              bad = t;
+              break;
+            }
+          }
+        }
+        if (bad.empty()) bad = *left.begin();
+        spdlog::warn("session {}: agent {}: tool {} dropped: {}", cfg.session_id, a, bad, st.ename());
+        left.erase(bad);
+        std::lock_guard lk(mu);
+        if (auto it = agent_tools.find(a); it != agent_tools.end()) it->second.erase(bad);
+      }
+    }
+    co_return p9::Status{};
+  }
+
+  /// Sends a ctl line to the running instance, in order with the others (never starts one).
+  void push(std::string line) {
+    bool first = false;
+    {
+      std::lock_guard lk(mu);
+      if (!inst || !inst->usable()) return;  // the next start syncs it
+      pushes.emplace_back(inst, std::move(line));
+      if (!pushing) first = pushing = true;
+    }
+    // Not under mu: co_spawn may run the drain inline, and the drain takes mu.
+    if (first) asio::co_spawn(ex, drain(shared_from_this()), asio::detached);
+  }
+
+  static asio::awaitable<void> drain(std::shared_ptr<State> s) {
+    for (;;) {
+      std::pair<std::shared_ptr<Instance>, std::string> p;
+      {
+        std::lock_guard lk(s->mu);
+        if (s->pushes.empty()) {
+          s->pushing = false;
+          for (auto& d : s->drained) d->set(true);
+          s->drained.clear();
+          co_return;
+        }
+        p = std::move(s->pushes.front());
+        s->pushes.pop_front();
+      }
+      if (!p.first->usable()) continue;
+      auto st = co_await ctl(*p.first, p.second);
+      if (!st) {
+        std::string why;
+        if (!s->lost(p.first, st.ename(), why))
+          spdlog::warn("session {}: ctl {}: {}", s->cfg.session_id, p.second.substr(0, p.second.find(' ')), st.ename());
+      }
+    }
+  }
+
+  /// A need that sends one ctl command; the error of a lost connection reads `tool server lost: …`.
+  asio::awaitable<p9::Status> need_ctl(std::string line) {
+    auto i = co_await need();
+    if (!i) co_return i.error();
+    auto st = co_await ctl(**i, std::move(line));
+    if (!st) {
+      std::string why;
+      if (lost(*i, st.ename(), why)) co_return p9::error("tool server lost: " + why);
+    }
+    co_return st;
+  }
+
+  /// One Rdwr exchange as a need.
+  asio::awaitable<p9::Result<std::string>> need_rdwr(std::string path, std::string request) {
+    auto i = co_await need();
+    if (!i) co_return i.error();
+    auto r = co_await (*i)->root->call(std::move(path), std::move(request));
+    if (!r) {
+      std::string why;
+      if (lost(*i, r.ename(), why)) co_return p9::error("tool server lost: " + why);
+      co_return r.error();
+    }
+    if (r->size() > max_listing) co_return p9::error("reply too large");
+    co_return r;
+  }
+
+  void changed() { version++; }
+
+  std::string sandbox_ok_line() const {
+    std::string line = "sandboxok";
+    for (const auto& [hash, dir] : sandbox_ok) line += " " + quote(hash) + " " + quote(dir);
+    return line;
+  }
+};
+
+// ---- listings -----------------------------------------------------------------------------------
+
+namespace {
+
+p9::Result<std::vector<ToolInfo>> parse_tools(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) return p9::error("bad tools reply: not a JSON array");
+  std::vector<ToolInfo> out;
+  const auto str = [](const nlohmann::json& o, const char* k, std::string& into) {
+    auto it = o.find(k);
+    if (it == o.end() || it->is_null()) return true;
+    if (!it->is_string()) return false;
+    into = it->get<std::string>();
+    return true;
+  };
+  for (const auto& e : j) {
+    if (!e.is_object()) return p9::error("bad tools reply: an entry is not an object");
+    ToolInfo t;
+    if (!e.contains("name") || !str(e, "name", t.name) || t.name.empty()) return p9::error("bad tools reply: entry without a name");
+    if (!str(e, "description", t.description) || !str(e, "prompt", t.prompt) || !str(e, "scope", t.scope) ||
+        !str(e, "tier", t.tier) || !str(e, "outputFormat", t.output_format) || !str(e, "error", t.error))
+      return p9::error("bad tools reply: " + t.name + ": a field is not a string");
+    if (auto p = e.find("parameters"); p != e.end() && !p->is_null()) {
+      if (!p->is_object()) return p9::error("bad tools reply: " + t.name + ": parameters is not an object");
+      t.parameters = p->dump();
+    }
+    if (auto to = e.find("timeout"); to != e.end() && !to->is_null()) {
+      if (!to->is_number_integer() || to->get<long long>() < 0 || to->get<long long>() > 1'000'000'000)
+        return p9::error("bad tools reply: " + t.name + ": bad timeout");
+      t.timeout = static_cast<int>(to->get<long long>());
+    }
+    out.push_back(std::move(t));
+  }
+  std::sort(out.begin(), out.end(), [](const ToolInfo& a, const ToolInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace
+
+// ---- ToolHost -------------------------------------------------------------------------------------
+
+std::shared_ptr<ToolHost> ToolHost::make(asio::any_io_executor ex, Config cfg) {
+  auto s = std::make_shared<State>();
+  s->ex = std::move(ex);
+  s->cfg = std::move(cfg);
+  return std::shared_ptr<ToolHost>(new ToolHost(std::move(s)));
+}
+
+ToolHost::~ToolHost() { stop(); }
+
+void ToolHost::set_env(const std::string& key, const std::string& value) {
+  if (!valid_env_name(key) || value.find('\n') != std::string::npos || value.size() > 65536) {
+    spdlog::warn("session {}: env {}: invalid variable, not sent", s_->cfg.session_id, key.substr(0, 64));
+    return;
+  }
+  {
+    std::lock_guard lk(s_->mu);
+    if (value.empty()) s_->env.erase(key);
+    else s_->env[key] = value;
+    s_->changed();
+  }
+  s_->push("env " + key + "=" + value);
+}
+
+void ToolHost::set_agent_cwd(const std::string& agent, const std::string& dir) {
+  if (!valid_word(agent) || dir.find('\n') != std::string::npos) {
+    spdlog::warn("session {}: agentcwd: invalid agent or directory, not sent", s_->cfg.session_id);
+    return;
+  }
+  {
+    std::lock_guard lk(s_->mu);
+    if (dir.empty()) s_->agent_cwd.erase(agent);
+    else s_->agent_cwd[agent] = dir;
+    s_->changed();
+  }
+  s_->push("agentcwd " + agent + " " + (dir.empty() ? std::string("-") : quote(dir)));
+}
+
+void ToolHost::want_tools(const std::string& agent, std::vector<std::string> tools) {
+  if (!valid_word(agent)) return;
+  std::set<std::string> t;
+  for (auto& n : tools)
+    if (valid_word(n)) t.insert(std::move(n));
+  std::lock_guard lk(s_->mu);
+  if (t.empty()) s_->agent_tools.erase(agent);
+  else s_->agent_tools[agent] = std::move(t);
+  s_->changed();
+}
+
+void ToolHost::set_sandbox_ok(std::vector<std::pair<std::string, std::string>> pairs) {
+  std::string line;
+  {
+    std::lock_guard lk(s_->mu);
+    s_->sandbox_ok.clear();
+    for (auto& [hash, dir] : pairs) {
+      if (hash.find('\n') != std::string::npos || dir.find('\n') != std::string::npos) continue;
+      s_->sandbox_ok.emplace_back(std::move(hash), std::move(dir));
+    }
+    s_->changed();
+    line = s_->sandbox_ok_line();
+  }
+  s_->push(line);
+}
+
+asio::awaitable<p9::Status> ToolHost::ensure() {
+  auto s = s_;
+  auto i = co_await s->need();
+  if (!i) co_return i.error();
+  co_return p9::Status{};
+}
+
+asio::awaitable<p9::Status> ToolHost::set_cwd(std::string dir) {
+  auto s = s_;
+  if (dir.find('\n') != std::string::npos) co_return p9::error("cwd: invalid directory");
+  auto st = co_await s->need_ctl("cwd " + quote(dir));
+  if (st) {
+    std::lock_guard lk(s->mu);
+    s->cfg.cwd = dir;
+    s->changed();
+  }
+  co_return st;
+}
+
+asio::awaitable<p9::Status> ToolHost::check_agent_cwd(std::string agent, std::string dir) {
+  auto s = s_;
+  if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  if (dir.find('\n') != std::string::npos) co_return p9::error("cwd: invalid directory");
+  auto st = co_await s->need_ctl("agentcwd " + agent + " " + quote(dir));
+  if (st) {
+    std::lock_guard lk(s->mu);
+    s->agent_cwd[agent] = dir;
+    s->changed();
+  }
+  co_return st;
+}
+
+asio::awaitable<p9::Status> ToolHost::load(std::string agent, std::vector<std::string> tools) {
+  auto s = s_;
+  if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  if (tools.empty()) co_return p9::Status{};
+  std::string line = "load " + agent;
+  for (const auto& t : tools) {
+    if (!valid_word(t)) co_return p9::error("unknown tool: " + t.substr(0, 64));
+    line += " " + t;
+  }
+  auto st = co_await s->need_ctl(line);
+  if (st) {
+    std::lock_guard lk(s->mu);
+    s->agent_tools[agent].insert(tools.begin(), tools.end());
+    s->changed();
+  }
+  co_return st;
+}
+
+asio::awaitable<p9::Status> ToolHost::unload(std::string agent, std::vector<std::string> tools) {
+  auto s = s_;
+  if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  std::string line = "unload " + agent;
+  std::vector<std::string> ok;
+  for (const auto& t : tools)
+    if (valid_word(t)) line += " " + t, ok.push_back(t);
+  if (ok.empty()) co_return p9::Status{};
+  auto st = co_await s->need_ctl(line);
+  if (st) {
+    std::lock_guard lk(s->mu);
+    if (auto it = s->agent_tools.find(agent); it != s->agent_tools.end()) {
+      for (const auto& t : ok) it->second.erase(t);
+      if (it->second.empty()) s->agent_tools.erase(it);
+    }
+    s->changed();
+  }
+  co_return st;
+}
+
+asio::awaitable<void> ToolHost::forget(std::string agent) {
+  auto s = s_;
+  if (!valid_word(agent)) co_return;
+  {
+    std::lock_guard lk(s->mu);
+    s->agent_tools.erase(agent);
+    s->agent_cwd.erase(agent);
+    s->changed();
+  }
+  s->push("forget " + agent);
+  co_return;
+}
+
+asio::awaitable<p9::Result<std::vector<ToolInfo>>> ToolHost::tools(std::string agent) {
+  auto s = s_;
+  if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  auto r = co_await s->need_rdwr("tools", agent);
+  if (!r) co_return r.error();
+  auto t = parse_tools(*r);
+  if (t) {
+    std::lock_guard lk(s->mu);
+    for (const auto& e : *t) s->tool_timeout[e.name] = e.timeout;
+  }
+  co_return t;
+}
+
+asio::awaitable<p9::Result<std::vector<ToolInfo>>> ToolHost::catalog() {
+  auto s = s_;
+  auto r = co_await s->need_rdwr("tools", "*");
+  if (!r) co_return r.error();
+  co_return parse_tools(*r);
+}
+
+asio::awaitable<p9::Result<std::map<std::string, std::string>>> ToolHost::info(std::string agent) {
+  auto s = s_;
+  if (!agent.empty() && !valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  auto r = co_await s->need_rdwr("info", agent);
+  if (!r) co_return r.error();
+  std::map<std::string, std::string> kv;
+  std::size_t at = 0;
+  while (at < r->size()) {
+    auto nl = r->find('\n', at);
+    if (nl == std::string::npos) nl = r->size();
+    std::string line = r->substr(at, nl - at);
+    at = nl + 1;
+    auto eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  co_return kv;
+}
+
+asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
+  auto s = s_;
+  if (!valid_word(req.tool)) co_return ToolOutcome{"error: unknown tool: " + valid_utf8(req.tool.substr(0, 64)), true};
+  if (!valid_word(req.agent)) co_return ToolOutcome{"error: no such agent: " + valid_utf8(req.agent.substr(0, 64)), true};
+  if (!req.auth.empty() && !valid_secret(req.auth)) co_return ToolOutcome{"error: invalid auth", true};
+  if (req.timeout && *req.timeout < 0) co_return ToolOutcome{"error: invalid timeout: " + std::to_string(*req.timeout), true};
+
+  auto i = co_await s->need();
+  if (!i) co_return ToolOutcome{"error: tool server unavailable: " + i.ename(), true};
+
+  int timeout = 30;
+  if (req.timeout) {
+    timeout = *req.timeout;
+  } else {
+    std::lock_guard lk(s->mu);
+    if (auto it = s->tool_timeout.find(req.tool); it != s->tool_timeout.end()) timeout = it->second;
+  }
+  std::string request = "tool=" + req.tool + "\nagent=" + req.agent + "\n";
+  if (req.timeout) request += "timeout=" + std::to_string(*req.timeout) + "\n";
+  if (!req.auth.empty()) request += "auth=" + req.auth + "\n";
+  request += "\n" + (req.args.empty() ? std::string("{}") : req.args);
+
+  // Cancellation of this coroutine flushes the request (toolsrv kills the process group) and
+  // throws operation_aborted out of the co_await.
+  auto r = co_await (*i)->root->call("proc/new", std::move(request));
+  if (!r) {
+    std::string why;
+    if (s->lost(*i, r.ename(), why)) co_return ToolOutcome{"error: tool server lost: " + why, true};
+    co_return ToolOutcome{"error: " + valid_utf8(r.ename()), true};
+  }
+  auto p = parse_proc_reply(*r);
+  if (!p) co_return ToolOutcome{"error: " + p.ename(), true};
+  auto c = convert_reply(*p, timeout);
+  co_return ToolOutcome{std::move(c.text), c.error};
+}
+
+bool ToolHost::running() const { return s_->current() != nullptr; }
+
+void ToolHost::stop() {
+  std::shared_ptr<Instance> i;
+  {
+    std::lock_guard lk(s_->mu);
+    s_->stops++;
+    i = s_->inst;
+  }
+  if (!i || !i->usable()) return;
+  i->lose("stopped", SIGTERM);
+  // SIGTERM lets toolsrv kill its process groups and remove its socket; SIGKILL if it lingers.
+  auto t = std::make_shared<asio::steady_timer>(s_->ex, term_grace);
+  t->async_wait([i, t](std::error_code ec) {
+    if (!ec && !i->try_reap()) i->signal(SIGKILL);
+  });
+}
+
+}  // namespace ollie

@@ -1,0 +1,105 @@
+#pragma once
+/// olliesrv's client of one session's toolsrv (spec §6.1): started at the session's first need,
+/// never before (a restored or idle session holds no toolsrv process); a fresh 32-byte secret
+/// on descriptor 3 at every start; attached through Tauth; synced at every start with what the
+/// session wants (cwd, env, every agent's agentcwd and loaded tools); every call a co_await
+/// whose cancellation flushes it (killing the tool's process group). When toolsrv dies the calls
+/// in flight end `error: tool server lost: <reason>` and the next need starts a new one, after
+/// killing any leftover; a start that fails is `tool server unavailable: <reason>` and is
+/// tried again at the next need.
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib9p/result.hpp"
+
+namespace ollie {
+
+/// One entry of toolsrv's `tools` reply (§6.4).
+struct ToolInfo {
+  std::string name, description, prompt;
+  std::string parameters = R"({"type":"object","properties":{}})";  ///< JSON Schema text
+  std::string scope = "global", tier = "hot", output_format;
+  int timeout = 30;
+  std::string error;  ///< catalog only: why the tool is invalid ("" = valid)
+};
+
+/// One tool call as the engine makes it (§6.5.1); dispatch flags already removed from args.
+struct ToolCallRequest {
+  std::string tool, agent, auth;
+  std::string args;                ///< the JSON object text
+  std::optional<int> timeout;      ///< seconds; nullopt = the tool's default
+};
+
+/// A call's result as the model reads it (§8.3.4): `text` already converted, prefixed and cut.
+struct ToolOutcome {
+  std::string text;
+  bool error = false;
+};
+
+class ToolHost : public std::enable_shared_from_this<ToolHost> {
+ public:
+  struct Config {
+    std::string session_id;
+    std::string cwd;          ///< the session cwd
+    std::string toolsrv;      ///< the toolsrv executable (bin/toolsrv beside olliesrv)
+    std::string config_root;  ///< toolsrv's -config ("" = its default)
+  };
+  /// `ex`: where the client and its waits run (a strand of olliesrv's pool).
+  static std::shared_ptr<ToolHost> make(asio::any_io_executor ex, Config cfg);
+  ~ToolHost();
+
+  // ---- what the session wants; pushed at once when toolsrv runs, else at its next start ----
+  /// Session variables (`env K=V`; empty value unsets). Never starts toolsrv.
+  void set_env(const std::string& key, const std::string& value);
+  /// An agent's cwd override ("" clears it). Never starts toolsrv.
+  void set_agent_cwd(const std::string& agent, const std::string& dir);
+  /// The tools an agent should have loaded at the next start (restore). Never starts toolsrv.
+  void want_tools(const std::string& agent, std::vector<std::string> tools);
+  /// The approved project sandbox overrides (`ctl sandboxok`, §7.3.3): (sha256, absolute dir)
+  /// pairs, replacing the previous set. Never starts toolsrv.
+  void set_sandbox_ok(std::vector<std::pair<std::string, std::string>> pairs);
+
+  // ---- needs: each starts toolsrv when it is not running ----
+  /// Starts (and syncs) toolsrv unless it runs. The error is the reason.
+  asio::awaitable<p9::Status> ensure();
+  /// `ctl cwd <dir>` (session/new's check and later changes): toolsrv's error on a bad dir.
+  asio::awaitable<p9::Status> set_cwd(std::string dir);
+  /// `ctl agentcwd` checked now (ctl cwd of an agent): toolsrv's error on a bad dir.
+  asio::awaitable<p9::Status> check_agent_cwd(std::string agent, std::string dir);
+  /// `ctl load <agent> <tools...>`: all or nothing; remembered for later starts on success.
+  asio::awaitable<p9::Status> load(std::string agent, std::vector<std::string> tools);
+  /// `ctl unload`.
+  asio::awaitable<p9::Status> unload(std::string agent, std::vector<std::string> tools);
+  /// `ctl forget <agent>` (agent killed); forgets it for later starts too. Never starts toolsrv.
+  asio::awaitable<void> forget(std::string agent);
+  /// The agent's loaded tools (`tools <agent>`), sorted by name.
+  asio::awaitable<p9::Result<std::vector<ToolInfo>>> tools(std::string agent);
+  /// The catalog (`tools *`), invalid tools included.
+  asio::awaitable<p9::Result<std::vector<ToolInfo>>> catalog();
+  /// `info` (agent "" = session scope): key → value.
+  asio::awaitable<p9::Result<std::map<std::string, std::string>>> info(std::string agent);
+  /// Runs one call through proc/new and converts the reply (§8.3.4). Never throws for a tool
+  /// failure or a lost toolsrv (those are results); throws operation_aborted when the awaiting
+  /// coroutine is cancelled, after flushing the request.
+  asio::awaitable<ToolOutcome> call(ToolCallRequest req);
+
+  /// Whether a toolsrv process runs now.
+  bool running() const;
+  /// Kills toolsrv (session kill, shutdown); a later need would start a new one.
+  void stop();
+
+  struct State;
+
+ private:
+  explicit ToolHost(std::shared_ptr<State> s) : s_(std::move(s)) {}
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace ollie

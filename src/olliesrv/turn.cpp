@@ -1,0 +1,575 @@
+// One turn of an agent (spec §8.1.3): the request loop, streaming with the retry table of §8.2,
+// the stop reasons, tool dispatch by scope (§8.3.1) and the interrupt of §8.9.
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "agent.hpp"
+#include "backend/cost.hpp"
+#include "dispatch.hpp"
+#include "hub.hpp"
+#include "session.hpp"
+#include "settings.hpp"
+#include "sysprompt.hpp"
+#include "verbs.hpp"
+
+namespace ollie {
+
+using json = nlohmann::json;
+
+namespace {
+
+/// A turn that cannot go on: the text of its `error` block.
+struct TurnFailed {
+  std::string message;
+};
+
+bool aborted(const std::system_error& e) { return e.code() == asio::error::operation_aborted; }
+
+/// What one LLM response brought (§8.1.3 step 5).
+struct Response {
+  std::string text, reasoning;
+  std::vector<backend::ToolCall> calls;
+  backend::Usage usage;
+  backend::StopReason stop = backend::StopReason::end;
+  std::string stop_raw;
+  std::vector<std::string> reasoning_items;
+};
+
+/// Shared between the backend's thread (the sink) and the turn.
+struct Pending {
+  std::mutex mu;
+  bool finished = false;
+  std::optional<backend::Error> error;
+  Response r;
+  std::shared_ptr<virtfs::Signal> signal = std::make_shared<virtfs::Signal>();
+};
+
+/// The retry decision of §8.2 for a failed attempt; nullopt = fail the turn with `why`.
+struct Retry {
+  int seconds;
+  std::string reason;
+};
+
+std::optional<Retry> retry_for(const backend::Error& e, int attempt, std::string& why) {
+  using C = backend::ErrorClass;
+  const int n = attempt + 1;  // the retry about to be made, 1..3
+  switch (e.cls) {
+    case C::rate_limit:
+      if (e.retry_after_s && *e.retry_after_s > 120) {
+        why = "rate limited: retry after " + std::to_string(*e.retry_after_s) + "s exceeds 120s; not retried";
+        return std::nullopt;
+      }
+      if (n > 3) break;
+      return Retry{e.retry_after_s ? *e.retry_after_s : 5 << (n - 1), "rate limited"};
+    case C::transient:
+      if (n > 3) break;
+      return Retry{5 << (n - 1), e.http_status >= 500 ? "server error: " + e.message : e.message};
+    case C::stream_drop:
+      if (n > 3) {
+        why = "stream dropped (no more retries)";
+        return std::nullopt;
+      }
+      return Retry{2 << (n - 1), "stream dropped"};
+    case C::context_overflow:
+      why = "context overflow";
+      return std::nullopt;
+    default:
+      break;
+  }
+  why = e.message;
+  return std::nullopt;
+}
+
+double table_cost(const std::string& model, const backend::Usage& u) {
+  backend::Usage table = u;
+  table.cost.reset();
+  return backend::cost_of(model, table);
+}
+
+bool same_tools(const std::vector<ToolInfo>& a, const std::vector<ToolInfo>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); i++)
+    if (a[i].name != b[i].name || a[i].prompt != b[i].prompt || a[i].description != b[i].description ||
+        a[i].parameters != b[i].parameters)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+/// The state of one running turn.
+class Turn {
+ public:
+  Turn(std::shared_ptr<Agent> a, std::shared_ptr<Session> s) : a_(std::move(a)), s_(std::move(s)) {}
+
+  asio::awaitable<void> run(Submission sub);
+
+ private:
+  asio::awaitable<std::vector<ToolInfo>> tool_list();
+  asio::awaitable<void> render_prompt(const std::vector<ToolInfo>& tools);
+  backend::ChatRequest build(const std::vector<ToolInfo>& tools);
+  asio::awaitable<Response> stream(const backend::ChatRequest& req);
+  asio::awaitable<Response> attempt(const backend::ChatRequest& req);
+  void account(const Response& r);
+  asio::awaitable<void> dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools);
+  asio::awaitable<void> run_batch(std::vector<Call>& batch);
+  void deliver(const Call& c);
+  void interrupted();
+
+  std::shared_ptr<Agent> a_;
+  std::shared_ptr<Session> s_;
+  std::shared_ptr<Pending> current_;  ///< the response streaming now
+  bool unavailable_noted_ = false;
+  double provider_cost_ = 0, table_cost_ = 0;
+  bool any_provider_cost_ = false;
+};
+
+asio::awaitable<void> Agent::run(Submission sub) {
+  auto s = session.lock();
+  if (!s) co_return;
+  Turn t(shared_from_this(), std::move(s));
+  co_await t.run(std::move(sub));
+}
+
+asio::awaitable<void> Turn::run(Submission sub) {
+  Agent& a = *a_;
+  a.set_state("thinking");
+  bool ready;
+  {
+    std::lock_guard lock(a.mu);
+    ready = a.prompts_ready;
+  }
+  if (!ready) {  // a restored agent resolves its prompt entries at its first turn (they may run commands)
+    auto self = a_;
+    auto resolve = [self]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
+      self->resolve_prompts();
+      co_return;
+    };
+    co_await asio::co_spawn(a.hub.blocking, resolve, asio::use_awaitable);
+  }
+  {
+    std::unique_lock lock(a.mu);
+    const bool fresh = a.history.empty();
+    const std::string up = a.user_prompts;
+    if (fresh && !up.empty()) {
+      HistoryMessage m;
+      m.msg.role = backend::Role::user;
+      m.msg.content = up;
+      a.history.push_back(std::move(m));
+    }
+    HistoryMessage m;
+    m.msg.role = backend::Role::user;
+    m.msg.content = sub.text;
+    a.history.push_back(std::move(m));
+    lock.unlock();
+    if (fresh && !up.empty()) a.transcript.append(make_block("context", up, "userPrompts"));
+  }
+  a.transcript.append(make_block("user", sub.text, sub.origin));
+
+  std::string failure;
+  bool interrupt = false;
+  try {
+    for (;;) {
+      auto tools = co_await tool_list();
+      co_await render_prompt(tools);
+      auto req = build(tools);
+      Response r = co_await stream(req);
+      account(r);
+      // The assistant message: text, calls and the opaque reasoning items (§8.16).
+      std::vector<Call> calls;
+      {
+        std::lock_guard lock(a.mu);
+        HistoryMessage m;
+        m.msg.role = backend::Role::assistant;
+        m.msg.content = r.text;
+        m.msg.tool_calls = r.calls;
+        m.msg.reasoning = r.reasoning;
+        if (!r.calls.empty()) {
+          m.msg.reasoning_items = r.reasoning_items;
+          m.msg.reasoning_backend = a.backend_name;
+        }
+        if (!m.msg.content.empty() || !m.msg.tool_calls.empty()) a.history.push_back(std::move(m));
+      }
+      if (r.calls.empty()) {
+        if (r.stop == backend::StopReason::filtered) failure = "stopped: " + r.stop_raw;
+        break;
+      }
+      std::optional<int> max_tokens;
+      {
+        std::lock_guard lock(a.mu);
+        max_tokens = to_generation_params(merge_params(a.profile.params, a.overrides)).max_tokens;
+      }
+      const std::string cwd = a.effective_cwd();
+      std::optional<std::vector<ToolInfo>> catalog;
+      for (auto& tc : r.calls) {
+        Call c = make_call(tc, cwd, tools);
+        if (c.unknown && !c.preset) {
+          if (!catalog) {
+            auto cat = co_await s_->host->catalog();
+            catalog = cat ? std::move(*cat) : std::vector<ToolInfo>{};
+          }
+          c.preset = unknown_tool(c.name, *catalog);
+        }
+        if (r.stop == backend::StopReason::filtered) {
+          c.preset = "error: stopped: " + r.stop_raw;
+        } else if (r.stop == backend::StopReason::length && !c.args_ok) {
+          c.preset = "error: arguments cut off at the output token limit (maxTokens=" +
+                     (max_tokens ? std::to_string(*max_tokens) : std::string("unset")) + ")";
+        }
+        calls.push_back(std::move(c));
+      }
+      co_await dispatch(std::move(calls), tools);
+      s_->save_soon();
+      if (r.stop == backend::StopReason::filtered) {
+        failure = "stopped: " + r.stop_raw;
+        break;
+      }
+      a.set_state("thinking");
+    }
+  } catch (const TurnFailed& f) {
+    failure = f.message;
+  } catch (const std::system_error& e) {
+    if (!aborted(e)) throw;
+    interrupt = true;
+  }
+  if (interrupt && current_) {
+    // §8.9: an interrupted stream's partial text is kept as the assistant message, without calls.
+    std::string text;
+    {
+      std::lock_guard lock(current_->mu);
+      text = current_->r.text;
+    }
+    if (!text.empty()) {
+      HistoryMessage m;
+      m.msg.role = backend::Role::assistant;
+      m.msg.content = std::move(text);
+      std::lock_guard lock(a.mu);
+      a.history.push_back(std::move(m));
+    }
+  }
+  current_.reset();
+  a.transcript.finish_stream();
+  if (interrupt) interrupted();
+  if (!failure.empty()) a.transcript.append(make_block("error", failure));
+  {
+    std::lock_guard lock(a.mu);
+    auto& t = a.stats.totals;
+    t.cost_last = any_provider_cost_ ? provider_cost_ : table_cost_;
+    t.cost_session += t.cost_last;
+  }
+  a.set_state("idle");
+  s_->save_soon();
+}
+
+// §8.9: the partial text of an interrupted stream is kept as the assistant message without calls;
+// calls without results go, with their entries in the assistant message; an assistant message
+// left with neither text nor calls goes.
+void Turn::interrupted() {
+  Agent& a = *a_;
+  {
+    std::lock_guard lock(a.mu);
+    drop_unanswered(a.history);
+  }
+  a.transcript.append(make_block("info", "interrupted"));
+}
+
+asio::awaitable<std::vector<ToolInfo>> Turn::tool_list() {
+  Agent& a = *a_;
+  auto r = co_await s_->host->tools(a.id);
+  std::lock_guard lock(a.mu);
+  if (!r) {
+    if (!unavailable_noted_) {
+      unavailable_noted_ = true;
+      a.transcript.append(make_block("error", "tool server unavailable: " + r.ename()));
+    }
+    co_return a.last_tools;
+  }
+  co_return std::move(*r);
+}
+
+namespace {
+
+// §7.6: re-rendered when the tool list differs from the one last used (or never rendered).
+asio::awaitable<void> render_for(const std::shared_ptr<Agent>& ap, const std::shared_ptr<Session>& s,
+                                 const std::vector<ToolInfo>& tools) {
+  Agent& a = *ap;
+  {
+    std::lock_guard lock(a.mu);
+    if (!a.system_prompt.empty() && same_tools(tools, a.last_tools)) co_return;
+  }
+  SystemPromptParts p;
+  p.platform = "linux/amd64";
+  if (auto info = co_await s->host->info(a.id)) {
+    auto get = [&](const char* k) { auto it = info->find(k); return it == info->end() ? std::string() : it->second; };
+    p.platform = get("os") + "/" + get("arch");
+    p.git = get("git") == "true";
+  }
+  p.cwd = a.effective_cwd();
+  {
+    std::lock_guard lock(s->mu);
+    p.session_name = s->name;
+  }
+  p.session_id = s->id;
+  std::lock_guard lock(a.mu);
+  p.system = a.system_text;
+  p.agent_name = a.name;
+  p.agent_id = a.id;
+  p.agent = a.agent_text;
+  p.tools = tools;
+  a.system_prompt = render_system_prompt(p);
+  a.last_tools = tools;
+}
+
+}  // namespace
+
+asio::awaitable<void> Turn::render_prompt(const std::vector<ToolInfo>& tools) { co_await render_for(a_, s_, tools); }
+
+asio::awaitable<std::string> system_prompt(std::shared_ptr<Agent> a, std::shared_ptr<Session> s) {
+  std::vector<ToolInfo> tools;
+  if (auto r = co_await s->host->tools(a->id)) tools = std::move(*r);
+  else {
+    std::lock_guard lock(a->mu);
+    tools = a->last_tools;
+  }
+  co_await render_for(a, s, tools);
+  std::lock_guard lock(a->mu);
+  co_return a->system_prompt;
+}
+
+backend::ChatRequest Turn::build(const std::vector<ToolInfo>& tools) {
+  Agent& a = *a_;
+  backend::ChatRequest req;
+  std::lock_guard lock(a.mu);
+  req.system = a.system_prompt;
+  req.model = a.model;
+  req.params = to_generation_params(merge_params(a.profile.params, a.overrides));
+  std::size_t bytes = req.system.size();
+  for (const auto& m : a.history) {
+    req.messages.push_back(m.msg);
+    bytes += m.msg.content.size();
+    for (const auto& c : m.msg.tool_calls) bytes += c.name.size() + c.arguments.size();
+  }
+  for (const auto& t : tools) req.tools.push_back({t.name, t.description, with_dispatch_flags(t.parameters)});
+  a.stats.context_tokens = static_cast<std::int64_t>(bytes / 4);
+  return req;
+}
+
+asio::awaitable<Response> Turn::stream(const backend::ChatRequest& req) {
+  Agent& a = *a_;
+  for (int attempt = 0;; attempt++) {
+    std::optional<backend::Error> failed;
+    try {
+      co_return co_await this->attempt(req);
+    } catch (const backend::Error& e) {
+      failed = e;  // handled below: no co_await inside a handler
+    }
+    std::string why;
+    auto retry = retry_for(*failed, attempt, why);
+    if (!retry) throw TurnFailed{why};
+    a.set_state("retrying");
+    a.transcript.append(make_block("retry", "retrying in " + std::to_string(retry->seconds) + "s (attempt " +
+                                                std::to_string(attempt + 1) + "/3): " + retry->reason));
+    asio::steady_timer t(co_await asio::this_coro::executor, a.hub.retry_unit * retry->seconds);
+    co_await t.async_wait(asio::use_awaitable);
+    a.set_state("thinking");
+  }
+}
+
+// One LLM request: deltas reach the transcript from the backend's thread as they arrive; the
+// turn waits for the terminal event. Destroying the Stream (cancellation) aborts the transfer.
+asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
+  Agent& a = *a_;
+  std::shared_ptr<backend::Backend> be;
+  {
+    std::lock_guard lock(a.mu);
+    be = a.backend_;
+  }
+  if (!be) throw TurnFailed{"no backend: " + a.backend_name};
+  if (a.stats.context_length <= 0 || a.stats.context_length == 128000) {
+    // The context length is the provider's (cached per model); asking may block: not here.
+    const std::string model = req.model;
+    auto ask = [be, model]() -> asio::awaitable<int> {  // named: see lifecycle.cpp
+      auto r = be->context_length(model);
+      co_return r && *r > 0 ? *r : 128000;
+    };
+    int len = co_await asio::co_spawn(a.hub.blocking, ask, asio::use_awaitable);
+    std::lock_guard lock(a.mu);
+    a.stats.context_length = len;
+  }
+  auto p = std::make_shared<Pending>();
+  current_ = p;
+  auto self = a_;
+  auto sink = [p, self](backend::StreamEvent ev) {
+    using K = backend::StreamEvent::Kind;
+    switch (ev.kind) {
+      case K::content:
+        self->transcript.stream("assistant", ev.text);
+        {
+          std::lock_guard lock(p->mu);
+          p->r.text += ev.text;
+        }
+        return;
+      case K::reasoning:
+        self->transcript.stream("reasoning", ev.text);
+        {
+          std::lock_guard lock(p->mu);
+          p->r.reasoning += ev.text;
+        }
+        return;
+      case K::tool_call: {
+        std::lock_guard lock(p->mu);
+        p->r.calls.push_back(std::move(ev.call));
+        return;
+      }
+      case K::done: {
+        std::lock_guard lock(p->mu);
+        p->r.usage = ev.usage;
+        p->r.stop = ev.stop;
+        p->r.stop_raw = ev.stop_raw;
+        p->r.reasoning_items = std::move(ev.reasoning_items);
+        p->finished = true;
+        break;
+      }
+      case K::error: {
+        std::lock_guard lock(p->mu);
+        p->error = std::move(ev.error);
+        p->finished = true;
+        break;
+      }
+    }
+    p->signal->notify();
+  };
+  auto st = be->stream(req, sink);
+  if (!st) throw TurnFailed{st.error().message};
+  backend::Stream transfer = std::move(*st);
+  for (;;) {
+    const auto seen = p->signal->version();
+    {
+      std::lock_guard lock(p->mu);
+      if (p->finished) break;
+    }
+    co_await p->signal->wait(seen);
+  }
+  transfer.cancel();
+  // The blocks streamed so far are final, whether the response succeeded or not (§8.2: after a
+  // drop the retried response gets new blocks).
+  a.transcript.finish_stream();
+  current_.reset();
+  std::lock_guard lock(p->mu);
+  if (p->error) {
+    // Whatever a failed attempt streamed is not part of the history; tokens it cost still count.
+    throw *p->error;
+  }
+  co_return std::move(p->r);
+}
+
+void Turn::account(const Response& r) {
+  Agent& a = *a_;
+  std::lock_guard lock(a.mu);
+  auto& t = a.stats.totals;
+  t.input += r.usage.input;
+  t.output += r.usage.output;
+  t.cached_input += r.usage.cached_input;
+  t.cache_creation += r.usage.cache_creation;
+  t.requests += r.usage.requests > 0 ? r.usage.requests : 1;
+  t.estimated = t.estimated || r.usage.estimated;
+  if (r.usage.cost) {
+    any_provider_cost_ = true;
+    provider_cost_ += *r.usage.cost;
+  }
+  table_cost_ += table_cost(a.model, r.usage);
+}
+
+// §8.3.1: batches in order; the calls of a batch concurrently; results in call order.
+asio::awaitable<void> Turn::dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools) {
+  (void)tools;
+  for (auto& batch : split_batches(std::move(calls))) {
+    for (const auto& c : batch) a_->transcript.append(make_block("call", c.block_args, c.name));
+    std::vector<std::string> names;
+    for (const auto& c : batch)
+      if (std::find(names.begin(), names.end(), c.name) == names.end()) names.push_back(c.name);
+    std::string state = "calling: ";
+    for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
+    a_->set_state(state);
+    co_await run_batch(batch);
+  }
+}
+
+void Turn::deliver(const Call& c) {
+  Agent& a = *a_;
+  {
+    std::lock_guard lock(a.mu);
+    HistoryMessage m;
+    m.msg.role = backend::Role::tool;
+    m.msg.tool_call_id = c.id;
+    m.msg.content = c.result->text;
+    m.tool_name = c.name;
+    m.tier = c.tier;
+    a.history.push_back(std::move(m));
+  }
+  a.transcript.append(make_block("tool", c.result->text, c.name, c.format));
+}
+
+namespace {
+
+/// The calls of a batch running at once; each child coroutine reports here.
+struct Join {
+  std::size_t left = 0;
+  std::shared_ptr<virtfs::Signal> signal = std::make_shared<virtfs::Signal>();
+  std::vector<std::shared_ptr<asio::cancellation_signal>> cancels;
+};
+
+}  // namespace
+
+asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
+  Agent& a = *a_;
+  auto ex = co_await asio::this_coro::executor;
+  auto join = std::make_shared<Join>();
+  auto outcomes = std::make_shared<std::vector<std::optional<ToolOutcome>>>(batch.size());
+  for (std::size_t i = 0; i < batch.size(); i++) {
+    if (batch[i].preset) {
+      (*outcomes)[i] = ToolOutcome{*batch[i].preset, true};
+      continue;
+    }
+    join->left++;
+    auto cancel = std::make_shared<asio::cancellation_signal>();
+    join->cancels.push_back(cancel);
+    ToolCallRequest req{batch[i].name, a.id, a.secret, batch[i].args, batch[i].timeout};
+    auto host = s_->host;
+    asio::co_spawn(
+        ex,
+        [host, req, outcomes, i]() -> asio::awaitable<void> { (*outcomes)[i] = co_await host->call(req); },
+        asio::bind_cancellation_slot(cancel->slot(), [join](std::exception_ptr) {
+          join->left--;
+          join->signal->notify();
+        }));
+  }
+  std::size_t delivered = 0;
+  try {
+    for (;;) {
+      const auto seen = join->signal->version();
+      while (delivered < batch.size() && (*outcomes)[delivered]) {
+        batch[delivered].result = *(*outcomes)[delivered];
+        deliver(batch[delivered]);
+        delivered++;
+      }
+      if (delivered == batch.size()) break;
+      co_await join->signal->wait(seen);
+    }
+  } catch (const std::system_error& e) {
+    // Interrupted: every running call is flushed (its process group killed by toolsrv).
+    for (auto& c : join->cancels) c->emit(asio::cancellation_type::terminal);
+    throw;
+  }
+}
+
+}  // namespace ollie

@@ -1,0 +1,606 @@
+// engine-bench: the five engine figures of issue 8, against the real bin/olliesrv (its real
+// toolsrv, the shipped tools, profiles and prompts) in a private HOME, with the fake provider
+// in-process as an openai backend (tests/olliesrv/world.hpp). Each figure comes with a baseline
+// measured in the same run, interleaved where it applies. Figures only, no assertions.
+//
+//   rounds   engine overhead per tool round (a meta-only `true` tool) vs fork+exec of /bin/true
+//   readers  1,000 readers of one agent's chat: latency from the provider's stamp to each Rread
+//   memory   olliesrv's RSS with 0 and with 1,000 restored idle sessions
+//   restore  10,000 persisted sessions listed in session/idx vs the same start with none
+//   tokens   bytes of a default agent's first request, and added per tool round
+//
+//   engine-bench [rounds|readers|memory|restore|tokens]...   (none: all five)
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "lib9p/async_client.hpp"
+#include "olliesrv/ids.hpp"
+#include "olliesrv/store.hpp"
+#include "olliesrv/world.hpp"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+/// The last bytes of the world's olliesrv log, for failures.
+std::string log_tail(const convo::World& w) {
+  const std::string t = w.log_text();
+  return t.substr(t.size() > 1500 ? t.size() - 1500 : 0);
+}
+
+/// Prints the olliesrv log tail when a benchmark leaves by an exception.
+struct LogOnThrow {
+  const convo::World& w;
+  int n = std::uncaught_exceptions();
+  ~LogOnThrow() {
+    if (std::uncaught_exceptions() > n) std::printf("olliesrv log tail:\n%s\n", log_tail(w).c_str());
+  }
+};
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double pct(std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  auto i = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1));
+  return sorted[i];
+}
+
+/// fork+exec (or posix_spawn, a vfork whose cost does not grow with this process's memory) of
+/// argv, waited for; the baseline of a tool round.
+void spawn_wait(const std::vector<std::string>& args, bool use_fork) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (use_fork) {
+    pid = ::fork();
+    if (pid == 0) {
+      ::execve(argv[0], argv.data(), environ);
+      ::_exit(127);
+    }
+  } else if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+    return;
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+}
+
+std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+/// The chat requests the fake provider received, in order.
+std::vector<std::string> chat_bodies(convo::World& w) {
+  std::vector<std::string> out;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(r.body);
+  return out;
+}
+
+/// olliesrv's pid in world w (its command line names w's socket).
+pid_t server_pid(const convo::World& w) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string n = e.path().filename();
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = convo::read_file(e.path().string() + "/cmdline");
+    for (auto& ch : cmd)
+      if (ch == '\0') ch = ' ';
+    if (cmd.find("bin/olliesrv ") != std::string::npos && cmd.find(w.sock) != std::string::npos) return std::stoi(n);
+  }
+  return -1;
+}
+
+/// A field of /proc/<pid>/status in KiB (VmRSS, VmHWM, RssAnon).
+long status_kib(pid_t pid, const std::string& field) {
+  const std::string st = convo::read_file("/proc/" + std::to_string(pid) + "/status");
+  auto p = st.find(field + ":");
+  if (p == std::string::npos) return -1;
+  return std::strtol(st.c_str() + p + field.size() + 1, nullptr, 10);
+}
+
+/// CPU time (user + system) of a process so far, ms, children waited for included.
+double cpu_ms(pid_t pid) {
+  const std::string st = convo::read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto p = st.rfind(')');
+  if (p == std::string::npos) return 0;
+  std::vector<std::string> f;
+  std::size_t i = p + 2;
+  while (i < st.size()) {
+    auto j = st.find(' ', i);
+    if (j == std::string::npos) j = st.size();
+    f.push_back(st.substr(i, j - i));
+    i = j + 1;
+  }
+  // fields after the comm: state is f[0]; utime f[11], stime f[12], cutime f[13], cstime f[14]
+  if (f.size() < 15) return 0;
+  const double tick = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return (std::stod(f[11]) + std::stod(f[12]) + std::stod(f[13]) + std::stod(f[14])) * tick;
+}
+
+/// Replaces the world's tools/ link by a directory linking every built tool, plus `true`.
+void add_true_tool(convo::World& w) {
+  const std::string dir = w.config + "/tools";
+  const std::string built = testing_support::built("tools");
+  fs::remove(dir);
+  fs::create_directory(dir);
+  for (const auto& e : fs::directory_iterator(built)) fs::create_symlink(e.path(), dir + "/" + e.path().filename().string());
+  // Distinct arguments per call keep the per-turn read cache (§8.3.3) from answering a round.
+  convo::write_file(dir + "/true.meta",
+                    R"({"description":"does nothing","cmd":"true","scope":"read",)"
+                    R"("args":{"type":"object","properties":{"i":{"type":"integer"}}}})"
+                    "\n");
+}
+
+// ---- 1. engine overhead per tool round ----
+
+void bench_rounds() {
+  const int rounds = 200, reps = 5;
+  std::printf("\n== 1. engine overhead per tool round ==\n");
+  std::printf("a turn of %d rounds, each one call of a meta-only `true` tool (sh -c true under toolsrv),\n"
+              "fake provider answering at once, history cleared between turns; interleaved with %d posix_spawns\n"
+              "of /bin/true and of /bin/sh -c true (and fork+execs of /bin/true)\n",
+              rounds, rounds);
+  convo::World w;
+  LogOnThrow keep_log{w};
+  add_true_tool(w);
+  auto s = w.session("bench");
+  auto a = w.agent(s, "main");
+  if (auto st = w.rdwr(a + "/ctl", "tool_load true"); !st) {
+    std::printf("ctl tool_load true failed: %s\n", st.ename().c_str());
+    return;
+  }
+  auto chat = w.open(a + "/chat");
+  std::vector<double> per_round, per_true, per_sh, per_fork, per_save, srv_cpu, tsrv_cpu;
+  // §7.7 saves session.json after every tool round: the same save (temp, fsync, rename) of a
+  // session in mid-turn (100 rounds of history), in the same data directory, as a baseline.
+  ollie::Store store(w.data + "/bench-store");
+  ollie::SessionRecord mid_turn;
+  mid_turn.id = ollie::new_uuid();
+  mid_turn.name = "mid";
+  mid_turn.cwd = w.project;
+  {
+    ollie::AgentRecord ar;
+    ar.id = ollie::new_uuid();
+    ar.name = "main";
+    ar.profile = "default";
+    ar.params = "{}";
+    for (int i = 0; i < 100; i++) {
+      ollie::HistoryMessage call, res;
+      call.msg.role = ollie::backend::Role::assistant;
+      call.msg.tool_calls.push_back({"c_" + std::to_string(i), "true", "{\"i\":" + std::to_string(i) + "}"});
+      res.msg.role = ollie::backend::Role::tool;
+      res.msg.tool_call_id = "c_" + std::to_string(i);
+      res.tool_name = "true";
+      ar.messages.push_back(call);
+      ar.messages.push_back(res);
+    }
+    mid_turn.agents.push_back(std::move(ar));
+  }
+  std::size_t got_turns = 0;
+  for (int rep = -1; rep < reps; rep++) {  // rep -1: warm-up (starts the toolsrv)
+    const std::string done = "done-" + std::to_string(rep + 1) + "-ok";
+    for (int i = 0; i < rounds; i++)
+      w.fake.push({{"tool_calls", json::array({{{"id", "c" + std::to_string(rep + 1) + "_" + std::to_string(i)},
+                                                {"name", "true"},
+                                                {"arguments", {{"i", i}}}}})}});
+    w.fake.push({{"text", done}});
+    const pid_t srv = server_pid(w);
+    const auto ts = w.toolsrvs();
+    const pid_t tsrv = ts.empty() ? -1 : ts.front();
+    const double c0 = cpu_ms(srv), t0cpu = tsrv > 0 ? cpu_ms(tsrv) : 0;
+    const auto t0 = Clock::now();
+    if (auto st = w.write(a + "/prompt", "go " + std::to_string(rep + 1) + "\n"); !st) {
+      std::printf("prompt: %s\n", st.ename().c_str());
+      return;
+    }
+    auto text = convo::World::read_until(chat, done, "", std::chrono::seconds(120));
+    const double ms = ms_since(t0);
+    if (text.find(done) == std::string::npos) {
+      std::printf("turn %d did not finish within 120 s (state %s); log tail:\n%s\n", rep + 1, w.read_state(a).c_str(),
+                  w.log_text().substr(w.log_text().size() > 2000 ? w.log_text().size() - 2000 : 0).c_str());
+      return;
+    }
+    const double c1 = cpu_ms(srv), t1cpu = tsrv > 0 ? cpu_ms(tsrv) : 0;
+    convo::eventually([&] { return w.read_state(a) == "idle"; });
+    if (rep < 0) continue;
+    got_turns++;
+    srv_cpu.push_back((c1 - c0) / rounds);
+    tsrv_cpu.push_back((t1cpu - t0cpu) / rounds);
+    per_round.push_back(ms / rounds);
+    // A fresh history for the next turn, so every turn's requests are the same size.
+    std::string clear_err;
+    if (!convo::eventually([&] {
+          auto st = w.rdwr(a + "/ctl", "clear");
+          if (!st) clear_err = st.ename();
+          return static_cast<bool>(st);
+        }))
+      std::printf("ctl clear: %s\n", clear_err.c_str());
+    else if (!clear_err.empty())
+      std::printf("(agent/idx said idle but ctl clear answered `%s` first)\n", clear_err.c_str());
+    auto t1 = Clock::now();
+    for (int i = 0; i < rounds; i++) spawn_wait({"/bin/true"}, false);
+    per_true.push_back(ms_since(t1) / rounds);
+    t1 = Clock::now();
+    for (int i = 0; i < rounds; i++) spawn_wait({"/bin/sh", "-c", "true"}, false);
+    per_sh.push_back(ms_since(t1) / rounds);
+    t1 = Clock::now();
+    for (int i = 0; i < rounds; i++) spawn_wait({"/bin/true"}, true);
+    per_fork.push_back(ms_since(t1) / rounds);
+    t1 = Clock::now();
+    for (int i = 0; i < rounds; i++) store.save(mid_turn);
+    per_save.push_back(ms_since(t1) / rounds);
+  }
+  // Did every round run the tool? Count the tool blocks of the last turn.
+  std::size_t tool_blocks = 0;
+  if (auto raw = w.read(a + "/log.raw"))
+    for (std::size_t pos = 0; (pos = raw->find("\"role\":\"tool\"", pos)) != std::string::npos; pos++) tool_blocks++;
+  const double r = median(per_round), t = median(per_true), sh = median(per_sh);
+  std::printf("turns: %zu of %d rounds (tool blocks in log.raw: %zu, expected %d)\n", got_turns, rounds, tool_blocks,
+              (reps + 1) * rounds);
+  std::printf("per round (median of %d turns): %.3f ms = %.0f rounds/s\n", reps, r, 1000 / r);
+  std::printf("spawn+wait /bin/true:          %.3f ms   -> overhead beyond it: %.3f ms per round\n", t, r - t);
+  std::printf("spawn+wait /bin/sh -c true:    %.3f ms   -> overhead beyond it: %.3f ms per round\n", sh, r - sh);
+  std::printf("CPU per round (user+sys, clock ticks): olliesrv %.3f ms, toolsrv with its children %.3f ms\n",
+              median(srv_cpu), median(tsrv_cpu));
+  std::printf("session.json save (temp, fsync, rename) of a mid-turn session: %.3f ms (%zu bytes)\n", median(per_save),
+              ollie::to_json(mid_turn).size());
+  std::printf("(fork+exec /bin/true from this bench: %.3f ms; its VmRSS %ld KiB, the fake provider keeps every request)\n",
+              median(per_fork), status_kib(::getpid(), "VmRSS"));
+  std::printf("turn-by-turn ms/round:");
+  for (double x : per_round) std::printf(" %.3f", x);
+  std::printf("\n");
+}
+
+// ---- 2. 1,000 readers of one agent's chat ----
+
+struct Reader {
+  std::string text;
+  std::size_t stamps = 0;  // complete stamps seen
+  bool eof = false;
+};
+
+void bench_readers(int readers, int delay_ms) {
+  const int conns = std::min(4, readers), events = 100;
+  std::printf("\n== 2. %d readers of one agent's chat, %d stamped deltas%s ==\n", readers, events,
+              delay_ms ? (" " + std::to_string(delay_ms) + " ms apart").c_str() : " sent back to back");
+  convo::World w;
+  LogOnThrow keep_log{w};
+  auto s = w.session("bench");
+  auto a = w.agent(s, "main");
+  const std::string marker = "stamps please";
+  const std::size_t width = std::to_string(Clock::now().time_since_epoch().count()).size();
+
+  asio::io_context io;
+  std::vector<Reader> rs(readers);
+  std::vector<double> lat;  // ms, one per (reader, stamp)
+  lat.reserve(static_cast<std::size_t>(readers) * events);
+  int opened = 0, finished = 0, errors = 0, eofs_seen = 0;
+  std::string first_error;
+  std::vector<std::shared_ptr<p9::AsyncClient>> clients(conns);
+  asio::steady_timer ready(io), deadline(io);
+  ready.expires_at(Clock::time_point::max());
+  deadline.expires_after(std::chrono::seconds(60));
+
+  auto reader = [&](int i) -> asio::awaitable<void> {
+    auto c = clients[static_cast<std::size_t>(i % conns)];
+    auto root = co_await c->attach(convo::World::login());
+    if (!root) {
+      errors++;
+      if (first_error.empty()) first_error = "attach: " + root.ename();
+      co_return;
+    }
+    auto f = co_await root->walk(a + "/chat");
+    if (!f) {
+      errors++;
+      if (first_error.empty()) first_error = "walk chat: " + f.ename();
+      co_return;
+    }
+    if (auto st = co_await f->open(p9::OREAD); !st) {
+      errors++;
+      if (first_error.empty()) first_error = "open chat: " + st.ename();
+      co_return;
+    }
+    if (++opened == readers) ready.cancel();
+    auto& r = rs[static_cast<std::size_t>(i)];
+    while (r.stamps < static_cast<std::size_t>(events)) {
+      auto d = co_await f->read(8192);
+      const auto now = Clock::now().time_since_epoch().count();
+      if (!d) {
+        errors++;
+        if (first_error.empty()) first_error = "read: " + d.ename();
+        co_return;
+      }
+      if (d->empty()) {
+        r.eof = true;
+        eofs_seen++;
+        co_return;
+      }
+      r.text += *d;
+      auto start = r.text.find(marker);
+      if (start == std::string::npos) continue;
+      start = r.text.find("\n\n", start);
+      if (start == std::string::npos) continue;
+      start += 2;
+      std::size_t end = start;
+      while (end < r.text.size() && r.text[end] >= '0' && r.text[end] <= '9') end++;
+      const std::size_t complete = (end - start) / width;
+      for (std::size_t k = r.stamps; k < complete; k++) {
+        const long long stamp = std::stoll(r.text.substr(start + k * width, width));
+        lat.push_back(static_cast<double>(now - stamp) / 1e6);
+      }
+      r.stamps = complete;
+    }
+    finished++;
+    co_await f->clunk();
+  };
+
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (int k = 0; k < conns; k++) {
+          auto c = co_await p9::AsyncClient::dial(io.get_executor(), "unix!" + w.sock);
+          if (!c) {
+            std::printf("dial: %s\n", c.ename().c_str());
+            co_return;
+          }
+          clients[static_cast<std::size_t>(k)] = *c;
+        }
+        for (int i = 0; i < readers; i++) asio::co_spawn(io, reader(i), asio::detached);
+        co_return;
+      },
+      asio::detached);
+  // Run until every reader has its fid open, then start the turn from another thread.
+  std::thread turn;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::error_code ec;
+        co_await ready.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        turn = std::thread([&] {
+          json resp = {{"stamp", true}, {"events", events}};
+          if (delay_ms) resp["delay_ms"] = delay_ms;
+          w.fake.push(resp);
+          if (auto st = w.write(a + "/prompt", marker); !st) std::printf("prompt: %s\n", st.ename().c_str());
+        });
+      },
+      asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        while (finished + errors + eofs_seen < readers && Clock::now() < deadline.expiry()) {
+          asio::steady_timer t(io, std::chrono::milliseconds(20));
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        for (auto& c : clients)
+          if (c) c->close();
+      },
+      asio::detached);
+  io.run();
+  if (turn.joinable()) turn.join();
+  std::size_t bytes_ok = 0, eofs = 0;
+  for (auto& r : rs) {
+    if (r.stamps == static_cast<std::size_t>(events)) bytes_ok++;
+    if (r.eof) eofs++;
+  }
+  std::sort(lat.begin(), lat.end());
+  std::printf("fids opened: %d of %d on %d connections; readers with every stamp: %zu; errors: %d%s%s; EOFs: %zu\n", opened,
+              readers, conns, bytes_ok, errors, first_error.empty() ? "" : " first: ", first_error.c_str(), eofs);
+  std::printf("latency stamp -> Rread over %zu samples: p50 %.3f ms, p99 %.3f ms, max %.3f ms\n", lat.size(),
+              pct(lat, 0.50), pct(lat, 0.99), lat.empty() ? 0 : lat.back());
+}
+
+// ---- 3 and 4: persisted sessions ----
+
+/// Writes n persisted sessions of one idle default agent each (a short exchange: two messages,
+/// two blocks) into the world's sessions directory, with store.hpp's to_json.
+/// Returns the name of the session restore adds last (it loads the directories sorted by id).
+std::string write_sessions(const convo::World& w, const std::string& sessions_dir, int n) {
+  std::string last_id, last_name;
+  for (int i = 0; i < n; i++) {
+    ollie::SessionRecord s;
+    s.id = ollie::new_uuid();
+    s.name = "s" + std::to_string(i);
+    s.cwd = w.project;
+    s.bypass = "mode ask\n";
+    ollie::AgentRecord ar;
+    ar.id = ollie::new_uuid();
+    ar.name = "main";
+    ar.profile = "default";
+    ar.created = 1764590000;
+    ar.params = "{}";
+    ar.block_counter = 2;
+    ollie::HistoryMessage u, asst;
+    u.msg.role = ollie::backend::Role::user;
+    u.msg.content = "hello";
+    asst.msg.role = ollie::backend::Role::assistant;
+    asst.msg.content = "Hello, how can I help?";
+    ar.messages = {u, asst};
+    const std::string dir = sessions_dir + "/" + s.id;
+    const std::string blocks = json({{"role", "user"}, {"id", ollie::block_id(s.id, ar.id, 1)}, {"content", "hello"}}).dump() +
+                               "\n" +
+                               json({{"role", "assistant"}, {"id", ollie::block_id(s.id, ar.id, 2)}, {"content", asst.msg.content}})
+                                   .dump() +
+                               "\n";
+    const std::string agent_id = ar.id;
+    s.agents.push_back(std::move(ar));
+    fs::create_directories(dir);
+    fs::permissions(dir, fs::perms::owner_all);
+    convo::write_file(dir + "/session.json", ollie::to_json(s));
+    convo::write_file(dir + "/" + agent_id + ".blocks.jsonl", blocks);
+    if (s.id > last_id) {
+      last_id = s.id;
+      last_name = s.name;
+    }
+  }
+  return last_name;
+}
+
+/// Restarts the world's olliesrv; ms from the start until session/idx has `want` lines.
+/// With `last`, polls a walk to session/<last> (cheap: names are indexed) rather than idx, so the
+/// polling costs the restoring server little; idx is read once at the end.
+double restart_until_listed(convo::World& w, std::size_t want, std::size_t* listed, const std::string& last = "") {
+  w.stop_server(SIGKILL);
+  const auto t0 = Clock::now();
+  w.start();
+  std::size_t n = 0;
+  convo::eventually(
+      [&] {
+        if (!last.empty() && !w.read("session/" + last + "/name")) return false;
+        auto idx = w.read("session/idx");
+        n = idx ? lines(*idx) : 0;
+        return idx && n >= want;
+      },
+      std::chrono::seconds(120));
+  const double ms = ms_since(t0);
+  if (listed) *listed = n;
+  return ms;
+}
+
+void bench_memory() {
+  const int n = 1000;
+  std::printf("\n== 3. memory: olliesrv RSS with 0 and %d idle sessions ==\n", n);
+  std::printf("the %d sessions are persisted ones (session.json via store.hpp's to_json, one default agent with a\n"
+              "two-message history and two blocks each) restored at start: no toolsrv per session\n",
+              n);
+  convo::World w;
+  LogOnThrow keep_log{w};
+  const std::string sessions = w.data + "/sessions";
+  std::size_t listed = 0;
+  restart_until_listed(w, 0, &listed);
+  // Touch every file once, so the baseline pays what the loaded server pays for a first read.
+  (void)w.read("session/idx");
+  const pid_t p0 = server_pid(w);
+  const long rss0 = status_kib(p0, "VmRSS"), anon0 = status_kib(p0, "RssAnon");
+  write_sessions(w, sessions, n);
+  restart_until_listed(w, n, &listed);
+  const pid_t p1 = server_pid(w);
+  const long rss1 = status_kib(p1, "VmRSS"), anon1 = status_kib(p1, "RssAnon"), hwm1 = status_kib(p1, "VmHWM");
+  std::printf("sessions listed: %zu; toolsrv processes: %zu\n", listed, w.toolsrvs().size());
+  std::printf("VmRSS   0 sessions: %ld KiB, %d sessions: %ld KiB  -> %.1f KiB per session\n", rss0, n, rss1,
+              static_cast<double>(rss1 - rss0) / n);
+  std::printf("RssAnon 0 sessions: %ld KiB, %d sessions: %ld KiB  -> %.1f KiB per session (VmHWM %ld KiB)\n", anon0, n,
+              anon1, static_cast<double>(anon1 - anon0) / n, hwm1);
+}
+
+void bench_restore() {
+  const int n = 10000, reps = 3;
+  std::printf("\n== 4. restore: %d persisted sessions ==\n", n);
+  convo::World w;
+  LogOnThrow keep_log{w};
+  const std::string sessions = w.data + "/sessions", aside = w.data + "/sessions.aside";
+  auto t0 = Clock::now();
+  const std::string last = write_sessions(w, aside, n);
+  std::printf("wrote %d sessions in %.0f ms; time from olliesrv's fork to session/idx listing them all:\n", n, ms_since(t0));
+  std::vector<double> none, full;
+  std::size_t listed = 0, tools = 0;
+  for (int rep = 0; rep < reps; rep++) {
+    none.push_back(restart_until_listed(w, 0, nullptr));
+    w.stop_server(SIGKILL);
+    fs::rename(aside, sessions);
+    full.push_back(restart_until_listed(w, n, &listed, last));
+    tools = w.toolsrvs().size();
+    w.stop_server(SIGKILL);
+    fs::rename(sessions, aside);
+  }
+  std::printf("none (baseline): ");
+  for (double x : none) std::printf("%.0f ", x);
+  std::printf("ms; %d sessions: ", n);
+  for (double x : full) std::printf("%.0f ", x);
+  std::printf("ms\nmedian: none %.0f ms, %d sessions %.0f ms -> restore %.0f ms; listed %zu; toolsrv processes after: %zu\n",
+              median(none), n, median(full), median(full) - median(none), listed, tools);
+  w.start();
+}
+
+// ---- 5. tokens ----
+
+void bench_tokens() {
+  std::printf("\n== 5. request bytes of a new default agent ==\n");
+  convo::World w;
+  LogOnThrow keep_log{w};
+  auto s = w.session("bench");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "call_1"}, {"name", "shell"}, {"arguments", {{"cmd", "true"}}}}})}});
+  w.fake.push({{"tool_calls", json::array({{{"id", "call_2"}, {"name", "shell"}, {"arguments", {{"cmd", "true"}}}}})}});
+  w.fake.push({{"text", "done"}});
+  auto chat = w.open(a + "/chat");
+  if (auto st = w.write(a + "/prompt", "hi"); !st) {
+    std::printf("prompt: %s; olliesrv log tail:\n%s\n", st.ename().c_str(), log_tail(w).c_str());
+    return;
+  }
+  convo::World::read_until(chat, "done");
+  convo::eventually([&] { return w.read_state(a) == "idle"; });
+  auto bodies = chat_bodies(w);
+  if (bodies.size() < 3) {
+    std::printf("only %zu requests reached the provider\n", bodies.size());
+    return;
+  }
+  auto first = json::parse(bodies[0]);
+  std::size_t sys = 0, user = 0;
+  for (auto& m : first["messages"]) {
+    if (m["role"] == "system" && m["content"].is_string()) sys += m["content"].get<std::string>().size();
+    if (m["role"] == "user" && m["content"].is_string()) user += m["content"].get<std::string>().size();
+  }
+  const std::string tools = first.contains("tools") ? first["tools"].dump() : "";
+  std::printf("first request: %zu bytes (system prompt %zu, tool schemas %zu as sent in %zu tools, user text %zu, "
+              "rest %zu of JSON framing and parameters)\n",
+              bodies[0].size(), sys, tools.size(), first.contains("tools") ? first["tools"].size() : 0, user,
+              bodies[0].size() - sys - tools.size() - user);
+  std::printf("per tool round (one shell call `true`, empty output): +%zd bytes (2nd - 1st), +%zd bytes (3rd - 2nd)\n",
+              static_cast<std::ptrdiff_t>(bodies[1].size()) - static_cast<std::ptrdiff_t>(bodies[0].size()),
+              static_cast<std::ptrdiff_t>(bodies[2].size()) - static_cast<std::ptrdiff_t>(bodies[1].size()));
+  std::printf("for scale: Claude Code's first request 49-76 KB, Codex's 38-56 KB; a quarter is 12-19 KB / 9.5-14 KB\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // ./dev.sh bench runs the benchmarks without an environment: default to this build.
+  ::setenv("OLLIE_BUILD_DIR", OLLIE_BENCH_BUILD_DIR, 0);
+  ::setenv("OLLIE_SOURCE_DIR", OLLIE_BENCH_SOURCE_DIR, 0);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::vector<std::string> want(argv + 1, argv + argc);
+  if (want.empty()) want = {"tokens", "rounds", "readers", "memory", "restore"};
+  std::printf("engine-bench: bin/olliesrv of %s\n", std::getenv("OLLIE_BUILD_DIR"));
+  for (const auto& b : want) {
+    try {
+      if (b == "rounds") bench_rounds();
+      else if (b == "readers") {
+        bench_readers(1, 10);  // baseline: the same stream to one reader
+        bench_readers(1000, 10);
+        bench_readers(1, 0);
+        bench_readers(1000, 0);
+      } else if (b == "memory") bench_memory();
+      else if (b == "restore") bench_restore();
+      else if (b == "tokens") bench_tokens();
+      else std::printf("unknown benchmark: %s (rounds, readers, memory, restore, tokens)\n", b.c_str());
+    } catch (const std::exception& e) {
+      std::printf("%s: failed: %s\n", b.c_str(), e.what());
+    }
+    std::fflush(stdout);
+  }
+}

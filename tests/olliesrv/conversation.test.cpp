@@ -1,0 +1,448 @@
+// The first real conversation, end to end (issue 8): the real olliesrv, its real toolsrv running
+// the shipped tools under Landlock, the fake provider over real HTTP, read through chat,
+// chat.raw, log, log.raw and block.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<json> blocks_of(const std::string& jsonl) {
+  std::vector<json> out;
+  std::size_t pos = 0;
+  while (pos < jsonl.size()) {
+    auto nl = jsonl.find('\n', pos);
+    if (nl == std::string::npos) break;
+    out.push_back(json::parse(jsonl.substr(pos, nl - pos)));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> roles(const std::vector<json>& blocks) {
+  std::vector<std::string> out;
+  for (const auto& b : blocks) out.push_back(b["role"]);
+  return out;
+}
+
+/// The body of the n-th chat request the fake provider received.
+json request_body(World& w, std::size_t n) {
+  std::vector<fakeprovider::Recorded> chats;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) chats.push_back(r);
+  if (n >= chats.size()) return json();
+  return json::parse(chats[n].body);
+}
+
+std::size_t chat_requests(World& w) {
+  std::size_t n = 0;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) n++;
+  return n;
+}
+
+}  // namespace
+
+TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto chat = w.open(a + "/chat");
+  auto raw = w.open(a + "/chat.raw");
+  w.fake.push({{"text", "Hello there, how can I help?"}, {"usage", {{"input", 120}, {"output", 9}}}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi\n"));
+  auto text = World::read_until(chat, "how can I help?");
+  EXPECT_NE(text.find("user: hi\n\nHello there, how can I help?"), std::string::npos) << text;
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto log = w.read(a + "/log");
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->find("user: hi\n\nHello there, how can I help?\n\n"), std::string::npos) << *log;
+  auto lr = w.read(a + "/log.raw");
+  ASSERT_TRUE(lr);
+  auto blocks = blocks_of(*lr);
+  ASSERT_GE(blocks.size(), 2u) << *lr;
+  EXPECT_EQ(roles(blocks).back(), "assistant");
+  EXPECT_EQ(blocks.back()["content"], "Hello there, how can I help?");
+  EXPECT_EQ(blocks.back()["id"].get<std::string>().size(), 8u);
+  // chat.raw replays the same finalized blocks.
+  auto rawtext = World::read_until(raw, "how can I help?\"}");
+  EXPECT_NE(rawtext.find("\"role\":\"user\""), std::string::npos) << rawtext;
+  // block reads a block by its id.
+  auto one = w.rdwr(a + "/block", blocks.back()["id"].get<std::string>());
+  ASSERT_TRUE(one) << one.ename();
+  EXPECT_EQ(json::parse(*one), blocks.back());
+  auto missing = w.rdwr(a + "/block", "00000000");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.ename(), "block not found: 00000000");
+  EXPECT_EQ(w.rdwr(a + "/block", "xyz").ename(), "invalid block id: xyz");
+  auto stats = w.read(a + "/stats");
+  ASSERT_TRUE(stats);
+  EXPECT_NE(stats->find("input=120\noutput=9\n"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("requests=1\n"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("contextLength=65536\n"), std::string::npos) << *stats;
+  // The request carried the system prompt and the tools of the default profile.
+  auto body = request_body(w, 0);
+  ASSERT_TRUE(body.is_object());
+  EXPECT_EQ(body["messages"][0]["role"], "system");
+  EXPECT_NE(body["messages"][0]["content"].get<std::string>().find("# Environment"), std::string::npos);
+  bool has_read = false;
+  for (auto& t : body["tools"]) has_read = has_read || t["function"]["name"] == "file_read";
+  EXPECT_TRUE(has_read) << body["tools"].dump();
+}
+
+TEST(Conversation, AToolRoundRunsTheShippedToolUnderToolsrv) {
+  World w;
+  write_file(w.project + "/notes.txt", "alpha\nbeta\n");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "Let me look."},
+               {"tool_calls", json::array({{{"id", "call_1"}, {"name", "file_read"}, {"arguments", {{"path", "notes.txt"}}}}})}});
+  w.fake.push({{"text", "It says alpha and beta."}});
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "what is in notes.txt?"));
+  auto text = World::read_until(chat, "alpha and beta.");
+  EXPECT_NE(text.find("→ file_read {\"path\":\"notes.txt\"}"), std::string::npos) << text;
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto blocks = blocks_of(*w.read(a + "/log.raw"));
+  auto r = roles(blocks);
+  std::vector<std::string> tail(r.end() - 5, r.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"user", "assistant", "call", "tool", "assistant"}));
+  const auto& tool = blocks[blocks.size() - 2];
+  EXPECT_EQ(tool["name"], "file_read");
+  EXPECT_NE(tool["content"].get<std::string>().find("alpha"), std::string::npos) << tool.dump();
+  // The second request carried the result as a tool message for call_1.
+  auto body = request_body(w, 1);
+  bool found = false;
+  for (auto& m : body["messages"])
+    if (m["role"] == "tool" && m["tool_call_id"] == "call_1") found = m["content"].get<std::string>().find("beta") != std::string::npos;
+  EXPECT_TRUE(found) << body.dump();
+}
+
+TEST(Conversation, UnknownToolsAndBadArgumentsBecomeErrorResults) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main", "agent=observer");
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", "ls"}}}},
+                                            {{"id", "c2"}, {"name", "file_read"}, {"arguments", "not json"}},
+                                            {{"id", "c3"}, {"name", "file_read"}, {"arguments", {{"path", "x"}, {"timeout", "x"}}}}})}});
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::vector<std::string> results;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "tool") results.push_back(b["content"]);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0], "error: unknown tool: shell; it exists but is not loaded: call tool_load with shell first");
+  EXPECT_EQ(results[1], "error: invalid arguments: not JSON");
+  EXPECT_EQ(results[2], "error: invalid timeout: x");
+}
+
+TEST(Conversation, RetriesFollowTheTableWithRetryBlocks) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"fault", "rate_limit"}});
+  w.fake.push({{"fault", "server_error"}});
+  w.fake.push({{"fault", "drop"}, {"text", "partial text that drops"}, {"drop_after", 2}});
+  w.fake.push({{"text", "finally"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 4; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::vector<std::string> retries;
+  std::string last;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw"))) {
+    if (b["role"] == "retry") retries.push_back(b["content"]);
+    if (b["role"] == "assistant") last = b["content"];
+  }
+  ASSERT_EQ(retries.size(), 3u);
+  EXPECT_EQ(retries[0], "retrying in 5s (attempt 1/3): rate limited");
+  EXPECT_EQ(retries[1].rfind("retrying in 10s (attempt 2/3): server error: ", 0), 0u) << retries[1];
+  EXPECT_EQ(retries[2], "retrying in 8s (attempt 3/3): stream dropped");
+  EXPECT_EQ(last, "finally");
+}
+
+TEST(Conversation, AnAuthenticationFailureIsNotRetried) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"fault", "auth"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::this_thread::sleep_for(50ms);  // a retry (5 ms units) would have been sent by now
+  EXPECT_EQ(chat_requests(w), 1u);
+  auto blocks = blocks_of(*w.read(a + "/log.raw"));
+  EXPECT_EQ(blocks.back()["role"], "error");
+}
+
+TEST(Conversation, StopEndsAStreamingTurnAndTheHistoryStaysValid) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", std::string(2000, 'x')}, {"delay_ms", 20}, {"chunk", 4}});
+  w.fake.push({{"text", "next answer"}});
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "write a lot"));
+  World::read_until(chat, "xxxx");
+  auto r = w.rdwr(a + "/ctl", "stop");
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(*r, "stopped\n");
+  ASSERT_TRUE(w.wait_state(a, "idle", 2s));
+  auto blocks = blocks_of(*w.read(a + "/log.raw"));
+  EXPECT_EQ(blocks.back()["role"], "info");
+  EXPECT_EQ(blocks.back()["content"], "interrupted");
+  ASSERT_TRUE(eventually([&] {
+    for (auto& q : w.fake.requests())
+      if (q.client_closed) return true;
+    return false;
+  }));
+  // The next prompt works: the interrupted text is in the history as an assistant message.
+  ASSERT_TRUE(w.write(a + "/prompt", "again"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  auto body = request_body(w, 1);
+  auto& msgs = body["messages"];
+  EXPECT_EQ(msgs[msgs.size() - 2]["role"], "assistant");
+  EXPECT_EQ(msgs.back()["content"], "again");
+  auto idle = w.rdwr(a + "/ctl", "stop");
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(*idle, "idle\n");
+}
+
+TEST(Conversation, StopKillsARunningToolAndDropsTheUnansweredCall) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"},
+                                             {"arguments", {{"cmd", "echo started; sleep 30"}}}}})}});
+  w.fake.push({{"text", "fine"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "sleep"));
+  ASSERT_TRUE(w.wait_state(a, "calling: shell"));
+  ASSERT_TRUE(eventually([&] { return testing_support::run({"pgrep", "-f", "sleep 30"}).status == 0; }));
+  ASSERT_TRUE(w.rdwr(a + "/ctl", "stop"));
+  ASSERT_TRUE(w.wait_state(a, "idle", 2s));
+  EXPECT_TRUE(eventually([&] { return testing_support::run({"pgrep", "-f", "echo started; sleep 30"}).status != 0; }, 5s));
+  ASSERT_TRUE(w.write(a + "/prompt", "and now?"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  auto body = request_body(w, 1);
+  for (auto& m : body["messages"]) {
+    EXPECT_NE(m["role"], "tool") << body.dump();
+    EXPECT_FALSE(m.contains("tool_calls")) << body.dump();
+  }
+}
+
+TEST(Conversation, PromptsWrittenDuringATurnQueueAndRunInOrder) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "first answer"}, {"delay_ms", 20}});
+  w.fake.push({{"text", "second answer"}});
+  w.fake.push({{"text", "third answer"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "one"));
+  ASSERT_TRUE(w.write(a + "/prompt", "two"));
+  ASSERT_TRUE(w.write(a + "/prompt", "three"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::vector<std::string> seq;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "user" || b["role"] == "assistant") seq.push_back(b["content"]);
+  EXPECT_EQ(seq, (std::vector<std::string>{"one", "first answer", "two", "second answer", "three", "third answer"}));
+}
+
+TEST(Conversation, APromptWrittenIn4KiBPiecesIsOnePrompt) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "got it"}});
+  std::string big;
+  for (int i = 0; i < 3000; i++) big += "line " + std::to_string(i) + "\n";
+  auto r = testing_support::run({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "write", a + "/prompt"}, big,
+                                w.env());
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  auto body = request_body(w, 0);
+  EXPECT_EQ(body["messages"].back()["content"].get<std::string>().size(), big.size() - 1);  // trailing newline trimmed
+}
+
+TEST(Conversation, SessionAndAgentErrorsAreTheSpecsStrings) {
+  World w;
+  EXPECT_EQ(w.rdwr("session/new", "name=x").ename(), "cwd is required");
+  EXPECT_EQ(w.rdwr("session/new", "cwd=relative").ename(), "cwd must be absolute: relative");
+  EXPECT_EQ(w.rdwr("session/new", "cwd=/nonexistent/dir").ename(), "cwd: /nonexistent/dir: not a directory");
+  EXPECT_EQ(w.rdwr("session/new", "cwd=" + w.project + " name=new").ename(), "invalid name: new");
+  EXPECT_EQ(w.rdwr("session/new", "cwd=" + w.project + " bogus=1").ename(), "unknown key: bogus");
+  auto s = w.session("work");
+  EXPECT_EQ(w.rdwr("session/new", "cwd=" + w.project + " name=work").ename(), "session already exists: work");
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "agent=nosuch").ename(), "unknown agent profile: nosuch");
+  w.agent(s, "main");
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "name=main").ename(), "agent already exists: main");
+  EXPECT_EQ(w.rdwr(s + "/agent/main/ctl", "bogus").ename(), "unknown command: bogus");
+  // Reached by id as well as by name.
+  auto id = w.read(s + "/id");
+  ASSERT_TRUE(id);
+  std::string sid = id->substr(0, id->size() - 1);
+  EXPECT_TRUE(w.read("session/" + sid + "/agent/main/stats"));
+  auto idx = w.read("session/idx");
+  EXPECT_NE(idx->find("work\t" + sid + "\t" + w.project + "\t-\t-\t-\t1\n"), std::string::npos) << *idx;
+}
+
+TEST(Conversation, AKilledAgentAnswersItsOpenFidsAsTheSpecSays) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto chat = w.open(a + "/chat");
+  auto stats_fid = w.open(a + "/stats");
+  auto r = w.rdwr(a + "/ctl", "kill");
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(*r, "killed\n");
+  // The chat stream ends; other reads say the agent is gone.
+  auto rest = World::read_until(chat, "\x01");
+  (void)rest;
+  auto again = stats_fid.read(100);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.ename(), "agent killed");
+  EXPECT_FALSE(w.read(a + "/stats"));
+}
+
+TEST(Conversation, ToolsrvStartsAtTheFirstNeedAndEachSessionHasItsOwn) {
+  World w;
+  EXPECT_TRUE(w.toolsrvs().empty());
+  auto s1 = w.session("one");
+  auto s2 = w.session("two");
+  EXPECT_EQ(w.toolsrvs().size(), 2u);
+  auto a1 = w.agent(s1, "main");
+  auto a2 = w.agent(s2, "main");
+  w.fake.push({{"text", "a"}});
+  w.fake.push({{"text", "b"}});
+  ASSERT_TRUE(w.write(a1 + "/prompt", "x"));
+  ASSERT_TRUE(w.write(a2 + "/prompt", "y"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a1, "idle"));
+  ASSERT_TRUE(w.wait_state(a2, "idle"));
+}
+
+TEST(Conversation, ALostToolsrvFailsTheCallInFlightAndTheNextCallStartsANewOne) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", "sleep 30"}}}}})}});
+  w.fake.push({{"tool_calls", json::array({{{"id", "c2"}, {"name", "shell"}, {"arguments", {{"cmd", "echo back"}}}}})}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(w.wait_state(a, "calling: shell"));
+  auto before = w.toolsrvs();
+  ASSERT_EQ(before.size(), 1u);
+  ::kill(before[0], SIGKILL);
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::vector<std::string> results;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "tool") results.push_back(b["content"]);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].rfind("error: tool server lost: ", 0), 0u) << results[0];
+  EXPECT_NE(results[1].find("back"), std::string::npos) << results[1];
+  auto after = w.toolsrvs();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NE(after[0], before[0]);
+}
+
+TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "remember me"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "first"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  w.fake.push({{"text", std::string(4000, 'y')}, {"delay_ms", 20}});
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "second"));
+  World::read_until(chat, "yyyy");
+  auto before = blocks_of(*w.read(a + "/log.raw"));
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  w.start();
+  EXPECT_TRUE(w.toolsrvs().empty());
+  auto after = w.read(a + "/log.raw");
+  ASSERT_TRUE(after) << after.ename() << w.log_text();
+  auto restored = blocks_of(*after);
+  ASSERT_GE(restored.size(), before.size());
+  for (std::size_t i = 0; i < before.size(); i++) EXPECT_EQ(restored[i], before[i]);
+  EXPECT_EQ(w.read_state(a), "idle");
+  // The restored agent talks again, with the first exchange in its history.
+  w.fake.push({{"text", "still here"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "third"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
+  auto body = request_body(w, 2);
+  EXPECT_NE(body.dump().find("remember me"), std::string::npos);
+}
+
+TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
+  World w;
+  w.session("good");
+  w.stop_server(SIGTERM);
+  const std::string bad = w.data + "/sessions/0badbad0-0000-4000-8000-000000000000";
+  write_file(bad + "/session.json", "{\"id\": 12, broken");
+  ::chmod(bad.c_str(), 0700);
+  w.start();
+  auto idx = w.read("session/idx");
+  ASSERT_TRUE(idx);
+  EXPECT_NE(idx->find("good\t"), std::string::npos) << *idx;
+  EXPECT_EQ(idx->find("0badbad0"), std::string::npos) << *idx;
+  EXPECT_EQ(read_file(bad + "/session.json"), "{\"id\": 12, broken");
+}
+
+TEST(Conversation, ToolLoadCallsBackIntoOlliesrvAsTheAgentItself) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "tool_load"}, {"arguments", {{"name", "web_fetch"}}}}})}});
+  w.fake.push({{"text", "loaded"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "load web_fetch"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::string result;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "tool") result = b["content"];
+  EXPECT_NE(result.find("web_fetch"), std::string::npos) << result;
+  EXPECT_EQ(result.find("error"), std::string::npos) << result;
+  bool offered = false;
+  auto second = request_body(w, 1);
+  for (auto& t : second["tools"]) offered = offered || t["function"]["name"] == "web_fetch";
+  EXPECT_TRUE(offered);
+  auto tools = w.rdwr(a + "/ctl", "tools");
+  ASSERT_TRUE(tools);
+  EXPECT_NE(tools->find("web_fetch\t"), std::string::npos) << *tools;
+}
+
+TEST(Conversation, AToolCannotAttachAsTheHostownerOrAnotherAgent) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto b = w.agent(s, "other");
+  auto other_id = w.read(b + "/id");
+  ASSERT_TRUE(other_id);
+  std::string oid = other_id->substr(0, other_id->size() - 1);
+  // A shell tool of agent main tries to use agent other's ctl with its own secret, and the
+  // hostowner's name.
+  const std::string cmd = "ollie-9p -a \"$OLLIE_ADDR\" read session/work/agent/other/stats 2>&1; OLLIE_UNAME=" + oid +
+                          " ollie-9p read session/work/agent/other/stats 2>&1; env -u OLLIE_UNAME -u OLLIE_AUTH ollie-9p read session/idx 2>&1; true";
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", cmd}}}}})}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "try"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::string result;
+  for (auto& bl : blocks_of(*w.read(a + "/log.raw")))
+    if (bl["role"] == "tool") result = bl["content"];
+  // As itself it reads another agent's stats (0444); as the other agent its secret fails; as the
+  // hostowner it is refused for running with no_new_privs.
+  EXPECT_NE(result.find("input="), std::string::npos) << result;
+  EXPECT_NE(result.find("authentication failed"), std::string::npos) << result;
+  EXPECT_NE(result.find("sandboxed clients attach as their agent"), std::string::npos) << result;
+}

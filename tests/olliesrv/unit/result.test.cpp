@@ -1,0 +1,202 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "olliesrv/result.hpp"
+
+using namespace ollie;
+
+namespace {
+
+const std::string fffd = "\xEF\xBF\xBD";
+const std::string ellipsis = "\xE2\x80\xA6";
+
+ProcReply reply(const std::string& status, const std::string& out, const std::string& err,
+                std::map<std::string, std::string> extra = {}) {
+  ProcReply r;
+  r.header = std::move(extra);
+  r.header["pid"] = "1";
+  r.header["status"] = status;
+  r.header["stdout"] = std::to_string(out.size());
+  r.header["stderr"] = std::to_string(err.size());
+  r.out = out;
+  r.err = err;
+  return r;
+}
+
+ProcReply exited(int code, const std::string& out, const std::string& err = "") {
+  return reply("exited", out, err, {{"exit", std::to_string(code)}});
+}
+
+}  // namespace
+
+TEST(Result, ParsesHeaderAndSplitsBodyByCounts) {
+  auto r = parse_proc_reply("pid=12\nstatus=exited\nexit=1\nstdout=3\nstderr=4\n\nouterr\n");
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(r->header.at("pid"), "12");
+  EXPECT_EQ(r->header.at("status"), "exited");
+  EXPECT_EQ(r->header.at("exit"), "1");
+  EXPECT_EQ(r->out, "out");
+  EXPECT_EQ(r->err, "err\n");
+}
+
+TEST(Result, KeepsBinaryAndBlankLinesOfTheBody) {
+  std::string body("a\n\nb\0c", 6);
+  auto r = parse_proc_reply("pid=1\nstatus=exited\nexit=0\nstdout=6\nstderr=0\n\n" + body);
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(r->out, body);
+  EXPECT_EQ(r->err, "");
+}
+
+TEST(Result, RejectsMalformedReplies) {
+  EXPECT_FALSE(parse_proc_reply(""));
+  EXPECT_FALSE(parse_proc_reply("pid=1\nstatus=exited\n"));                     // no empty line
+  EXPECT_EQ(parse_proc_reply("pid=1\ngarbage\n\n").ename(), "bad reply header: garbage");
+  EXPECT_FALSE(parse_proc_reply("status=exited\nstderr=0\n\n"));                // no stdout count
+  EXPECT_FALSE(parse_proc_reply("status=exited\nstdout=x\nstderr=0\n\n"));      // not a number
+  EXPECT_FALSE(parse_proc_reply("status=exited\nstdout=-1\nstderr=0\n\n"));
+  EXPECT_FALSE(parse_proc_reply("status=exited\nstdout=99999999999999999999\nstderr=0\n\n"));
+  EXPECT_FALSE(parse_proc_reply("status=exited\nstdout=5\nstderr=0\n\nabc"));   // short body
+  EXPECT_FALSE(parse_proc_reply("status=exited\nstdout=1\nstderr=0\n\nabc"));   // long body
+}
+
+TEST(Result, ValidUtf8PassesWellFormedText) {
+  const std::string s = "plain, \xC3\xA9t\xC3\xA9, \xE2\x82\xAC, \xF0\x9F\x98\x80, \xF4\x8F\xBF\xBF";
+  EXPECT_EQ(valid_utf8(s), s);
+  EXPECT_EQ(valid_utf8(""), "");
+}
+
+TEST(Result, ValidUtf8ReplacesEachMaximalInvalidSubpart) {
+  // Unicode's examples (chapter 3, "U+FFFD substitution of maximal subparts").
+  EXPECT_EQ(valid_utf8("a\x80" "b"), "a" + fffd + "b");
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), fffd + fffd);                    // overlong lead: each byte
+  EXPECT_EQ(valid_utf8("\xE0\x80\xAF"), fffd + fffd + fffd);         // E0 needs A0..BF
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), fffd + fffd + fffd);         // surrogate
+  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // above U+10FFFF
+  EXPECT_EQ(valid_utf8("\xF5"), fffd);
+  EXPECT_EQ(valid_utf8("\xE2\x82" "x"), fffd + "x");                 // truncated: one U+FFFD
+  EXPECT_EQ(valid_utf8("\xF0\x9F\x98"), fffd);                       // truncated at the end
+  EXPECT_EQ(valid_utf8("\xF0\x9F\x98\xE2\x82\xAC"), fffd + "\xE2\x82\xAC");
+  EXPECT_EQ(valid_utf8("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
+            "a" + fffd + fffd + fffd + "b" + fffd + "c" + fffd + fffd + "d");
+}
+
+TEST(Result, PlainStdoutIsTheText) {
+  auto c = convert_reply(exited(0, "hello\n"), 30);
+  EXPECT_EQ(c.text, "hello\n");
+  EXPECT_FALSE(c.error);
+}
+
+TEST(Result, InvalidUtf8IsReplacedInStdoutAndStderr) {
+  auto c = convert_reply(exited(0, "a\xFF", "b\xC3"), 30);
+  EXPECT_EQ(c.text, "a" + fffd + "\n[stderr]\nb" + fffd);
+}
+
+TEST(Result, EnvelopeTextPartsAreJoinedAndOthersOmitted) {
+  auto c = convert_reply(
+      exited(0, R"({"content":[{"type":"text","text":"one"},{"type":"image","data":"xx"},)"
+                R"({"type":"text","text":"two"}],"isError":false})"),
+      30);
+  EXPECT_EQ(c.text, "one\n[image content omitted]\ntwo");
+  EXPECT_FALSE(c.error);
+}
+
+TEST(Result, EnvelopeIsErrorPrefixesTheText) {
+  auto c = convert_reply(exited(0, R"({"content":[{"type":"text","text":"no such file"}],"isError":true})"), 30);
+  EXPECT_EQ(c.text, "error: no such file");
+  EXPECT_TRUE(c.error);
+}
+
+TEST(Result, JsonWithoutContentArrayIsPlainText) {
+  const std::string j = R"({"content":"not an array"})";
+  EXPECT_EQ(convert_reply(exited(0, j), 30).text, j);
+  EXPECT_EQ(convert_reply(exited(0, "[1,2]"), 30).text, "[1,2]");
+  EXPECT_EQ(convert_reply(exited(0, "{broken"), 30).text, "{broken");
+}
+
+TEST(Result, StderrIsAppended) {
+  EXPECT_EQ(convert_reply(exited(0, "out\n", "warn\n"), 30).text, "out\n\n[stderr]\nwarn\n");
+  EXPECT_EQ(convert_reply(exited(0, "", "warn"), 30).text, "\n[stderr]\nwarn");
+  EXPECT_EQ(convert_reply(exited(0, R"({"content":[{"type":"text","text":"x"}]})", "w"), 30).text,
+            "x\n[stderr]\nw");
+}
+
+TEST(Result, NonZeroExitIsPrefixed) {
+  auto c = convert_reply(exited(2, "partial\n", "boom\n"), 30);
+  EXPECT_EQ(c.text, "error: exit status 2\npartial\n\n[stderr]\nboom\n");
+  EXPECT_TRUE(c.error);
+  EXPECT_EQ(convert_reply(exited(1, ""), 30).text, "error: exit status 1\n");
+}
+
+TEST(Result, ExitPrefixAndErrorEnvelopeGiveOneErrorPrefix) {
+  auto c = convert_reply(exited(1, R"({"content":[{"type":"text","text":"bad path"}],"isError":true})"), 30);
+  EXPECT_EQ(c.text, "error: exit status 1\nbad path");
+  EXPECT_TRUE(c.error);
+  // A successful envelope from a failing process is still an error.
+  auto d = convert_reply(exited(3, R"({"content":[{"type":"text","text":"half"}],"isError":false})"), 30);
+  EXPECT_EQ(d.text, "error: exit status 3\nhalf");
+  EXPECT_TRUE(d.error);
+}
+
+TEST(Result, TimeoutNamesTheTimeoutInForce) {
+  auto c = convert_reply(reply("timeout", "started\n", ""), 5);
+  EXPECT_EQ(c.text, "error: execution timeout after 5 seconds\nstarted\n");
+  EXPECT_TRUE(c.error);
+}
+
+TEST(Result, SignalDeniedAndFailed) {
+  auto s = convert_reply(reply("signaled", "", "", {{"signal", "9"}}), 30);
+  EXPECT_EQ(s.text, "error: killed by signal 9\n");
+  EXPECT_TRUE(s.error);
+  auto d = convert_reply(reply("denied", "", "bypass refused: tool inside a writable path: /x\n"), 30);
+  EXPECT_EQ(d.text, "error: bypass denied\n\n[stderr]\nbypass refused: tool inside a writable path: /x\n");
+  EXPECT_TRUE(d.error);
+  auto f = convert_reply(reply("failed", "", "sandbox unavailable: landlock not supported\n"), 30);
+  EXPECT_EQ(f.text, "error: sandbox unavailable: landlock not supported");
+  EXPECT_TRUE(f.error);
+}
+
+TEST(Result, UnknownStatusIsAnError) {
+  auto c = convert_reply(reply("weird", "x", ""), 30);
+  EXPECT_EQ(c.text, "error: bad reply from tool server: status weird\nx");
+  EXPECT_TRUE(c.error);
+}
+
+TEST(Result, ShortResultsAreNotCut) {
+  const std::string s(8192, 'x');
+  EXPECT_EQ(cut_result(s), s);
+}
+
+TEST(Result, LongResultsKeepHeadAndTail) {
+  const std::string s = std::string(4096, 'h') + std::string(1000, 'm') + std::string(4096, 't');
+  EXPECT_EQ(cut_result(s), std::string(4096, 'h') + "\n[" + ellipsis + " 1000 bytes omitted " + ellipsis + "]\n" +
+                               std::string(4096, 't'));
+  const std::string one = std::string(8193, 'a');
+  EXPECT_EQ(cut_result(one), std::string(4096, 'a') + "\n[" + ellipsis + " 1 bytes omitted " + ellipsis + "]\n" +
+                                 std::string(4096, 'a'));
+}
+
+TEST(Result, CutsMoveInwardToCharacterBoundaries) {
+  // A 3-byte euro sign straddles byte 4096 of the head and the start of the tail.
+  const std::string euro = "\xE2\x82\xAC";
+  std::string s = std::string(4095, 'h') + euro + std::string(2000, 'm');
+  s += "m" + euro + std::string(4095, 't');  // the tail's cut falls on this euro's last byte
+  // head: 4095 'h' (the euro would end past 4096); tail: starts after the split euro.
+  const std::size_t tail_start = s.size() - 4096;
+  ASSERT_EQ(static_cast<unsigned char>(s[tail_start]), 0xAC);
+  const std::string kept_tail = s.substr(tail_start + 1);
+  ASSERT_EQ(kept_tail, std::string(4095, 't'));
+  const std::size_t omitted = s.size() - 4095 - kept_tail.size();
+  EXPECT_EQ(cut_result(s), std::string(4095, 'h') + "\n[" + ellipsis + " " + std::to_string(omitted) +
+                               " bytes omitted " + ellipsis + "]\n" + kept_tail);
+}
+
+TEST(Result, StderrOfAFailingLongCallSurvivesTheCut) {
+  auto c = convert_reply(exited(1, std::string(20000, 'o'), "the reason\n"), 30);
+  EXPECT_TRUE(c.error);
+  EXPECT_EQ(c.text.substr(0, 21), "error: exit status 1\n");
+  EXPECT_NE(c.text.find(" bytes omitted "), std::string::npos);
+  const std::string end = "\n[stderr]\nthe reason\n";
+  EXPECT_EQ(c.text.substr(c.text.size() - end.size()), end);
+  EXPECT_LE(c.text.size(), 8192u + 64u);
+}

@@ -1,0 +1,469 @@
+// Session persistence (spec §7.7): session.json round trip, atomic replacement, blocks.jsonl
+// appends and crash recovery, skipped sessions, cleaned histories, file modes.
+#include "olliesrv/store.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+using namespace ollie;
+using backend::Role;
+
+namespace {
+
+struct Tmp {
+  std::string path;
+  Tmp() {
+    std::string t = (std::filesystem::temp_directory_path() / "ollie-store.XXXXXX").string();
+    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
+    path = t;
+  }
+  ~Tmp() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+unsigned mode_of(const std::string& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+HistoryMessage msg(Role r, std::string content) {
+  HistoryMessage h;
+  h.msg.role = r;
+  h.msg.content = std::move(content);
+  return h;
+}
+
+HistoryMessage assistant(std::string content, std::vector<std::string> call_ids) {
+  auto h = msg(Role::assistant, std::move(content));
+  for (auto& id : call_ids) h.msg.tool_calls.push_back({id, "shell", R"({"command":"ls"})"});
+  return h;
+}
+
+HistoryMessage result(std::string call_id, std::string content = "ok") {
+  auto h = msg(Role::tool, std::move(content));
+  h.msg.tool_call_id = std::move(call_id);
+  h.tool_name = "shell";
+  return h;
+}
+
+SessionRecord full_session() {
+  SessionRecord s;
+  s.id = "3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77";
+  s.name = "work";
+  s.cwd = "/home/me/src/proj";
+  s.remote = "host";
+  s.backend = "anthropic";
+  s.model = "m1";
+  s.env = {{"FOO", "bar"}, {"EMPTY", ""}};
+  s.goal = "ship it";
+  s.bypass = "mode ask\n";
+  s.bypass_counter = 7;
+  AgentRecord a;
+  a.id = "11111111-2222-4333-8444-555555555555";
+  a.name = "main";
+  a.profile = "default";
+  a.created = 1757000000;
+  a.backend = "openai";
+  a.model = "gpt";
+  a.cwd = "/home/me/src/proj/sub";
+  a.params = R"({"temperature":0.2,"maxTokens":100})";
+  a.tools = {"file_read", "shell"};
+  a.peers = {"99999999-2222-4333-8444-555555555555"};
+  a.plan = "- [ ] step\n- [x] done\n";
+  a.block_counter = 212;
+  a.feed = "feed value";
+  a.usage = {1, 2, 3, 4, 5, true, 0.0123, 1.5};
+  a.messages.push_back(msg(Role::user, "hello \"there\"\n"));
+  auto asst = msg(Role::assistant, "calling");
+  asst.msg.tool_calls.push_back({"call_1", "file_read", R"({"path":"a.txt","z":1,"a":[1,2]})"});
+  asst.msg.tool_calls.push_back({"call_2", "shell", R"({"command":"ls)"});  // cut off: not JSON
+  asst.msg.reasoning_items = {R"({"type":"thinking","thinking":"x","signature":"sig=="})", R"("opaque")"};
+  asst.msg.reasoning_backend = "anthropic";
+  a.messages.push_back(asst);
+  auto r1 = result("call_1", "file text");
+  r1.tool_name = "file_read";
+  r1.tier = "cold";
+  r1.collapsed = true;
+  a.messages.push_back(r1);
+  auto r2 = result("call_2", "error: bad arguments");
+  r2.tier = "warm";
+  a.messages.push_back(r2);
+  a.messages.push_back(msg(Role::assistant, "done"));
+  s.agents.push_back(a);
+  AgentRecord b;
+  b.id = "22222222-2222-4333-8444-555555555555";
+  b.name = "helper";
+  b.params = "{}";
+  s.agents.push_back(b);
+  return s;
+}
+
+void expect_same(const HistoryMessage& x, const HistoryMessage& y) {
+  EXPECT_EQ(x.msg.role, y.msg.role);
+  EXPECT_EQ(x.msg.content, y.msg.content);
+  EXPECT_EQ(x.msg.tool_call_id, y.msg.tool_call_id);
+  ASSERT_EQ(x.msg.tool_calls.size(), y.msg.tool_calls.size());
+  for (std::size_t i = 0; i < x.msg.tool_calls.size(); i++) {
+    EXPECT_EQ(x.msg.tool_calls[i].id, y.msg.tool_calls[i].id);
+    EXPECT_EQ(x.msg.tool_calls[i].name, y.msg.tool_calls[i].name);
+    EXPECT_EQ(x.msg.tool_calls[i].arguments, y.msg.tool_calls[i].arguments);
+  }
+  EXPECT_EQ(x.msg.reasoning_items, y.msg.reasoning_items);
+  EXPECT_EQ(x.msg.reasoning_backend, y.msg.reasoning_backend);
+  EXPECT_EQ(x.tool_name, y.tool_name);
+  EXPECT_EQ(x.tier, y.tier);
+  EXPECT_EQ(x.collapsed, y.collapsed);
+}
+
+void expect_same(const SessionRecord& x, const SessionRecord& y) {
+  EXPECT_EQ(x.id, y.id);
+  EXPECT_EQ(x.name, y.name);
+  EXPECT_EQ(x.cwd, y.cwd);
+  EXPECT_EQ(x.remote, y.remote);
+  EXPECT_EQ(x.backend, y.backend);
+  EXPECT_EQ(x.model, y.model);
+  EXPECT_EQ(x.env, y.env);
+  EXPECT_EQ(x.goal, y.goal);
+  EXPECT_EQ(x.bypass, y.bypass);
+  EXPECT_EQ(x.bypass_counter, y.bypass_counter);
+  ASSERT_EQ(x.agents.size(), y.agents.size());
+  for (std::size_t i = 0; i < x.agents.size(); i++) {
+    const auto &a = x.agents[i], &b = y.agents[i];
+    EXPECT_EQ(a.id, b.id);
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.profile, b.profile);
+    EXPECT_EQ(a.created, b.created);
+    EXPECT_EQ(a.backend, b.backend);
+    EXPECT_EQ(a.model, b.model);
+    EXPECT_EQ(a.cwd, b.cwd);
+    EXPECT_EQ(a.params, b.params);
+    EXPECT_EQ(a.tools, b.tools);
+    EXPECT_EQ(a.peers, b.peers);
+    EXPECT_EQ(a.plan, b.plan);
+    EXPECT_EQ(a.block_counter, b.block_counter);
+    EXPECT_EQ(a.feed, b.feed);
+    EXPECT_EQ(a.usage.input, b.usage.input);
+    EXPECT_EQ(a.usage.output, b.usage.output);
+    EXPECT_EQ(a.usage.cached_input, b.usage.cached_input);
+    EXPECT_EQ(a.usage.cache_creation, b.usage.cache_creation);
+    EXPECT_EQ(a.usage.requests, b.usage.requests);
+    EXPECT_EQ(a.usage.estimated, b.usage.estimated);
+    EXPECT_DOUBLE_EQ(a.usage.cost_last, b.usage.cost_last);
+    EXPECT_DOUBLE_EQ(a.usage.cost_session, b.usage.cost_session);
+    ASSERT_EQ(a.messages.size(), b.messages.size());
+    for (std::size_t j = 0; j < a.messages.size(); j++) expect_same(a.messages[j], b.messages[j]);
+  }
+}
+
+std::string dir_of(const Tmp& t, const std::string& id) { return t.path + "/sessions/" + id; }
+
+}  // namespace
+
+TEST(StoreJson, RoundTripsEveryField) {
+  auto s = full_session();
+  auto text = to_json(s);
+  auto back = parse_session(text);
+  ASSERT_TRUE(back) << back.ename();
+  expect_same(s, *back);
+  EXPECT_EQ(to_json(*back), text) << "stable";
+}
+
+TEST(StoreJson, UsesTheSpecFieldNames) {
+  auto j = nlohmann::json::parse(to_json(full_session()));
+  EXPECT_EQ(j["bypassCounter"], 7);
+  EXPECT_EQ(j["env"]["FOO"], "bar");
+  const auto& a = j["agents"][0];
+  EXPECT_EQ(a["blockCounter"], 212);
+  EXPECT_EQ(a["created"], 1757000000);
+  EXPECT_EQ(a["params"]["temperature"], 0.2) << "params is an object";
+  EXPECT_EQ(a["usage"]["cachedInput"], 3);
+  EXPECT_EQ(a["usage"]["cacheCreation"], 4);
+  EXPECT_EQ(a["usage"]["costLast"], 0.0123);
+  EXPECT_EQ(a["usage"]["costSession"], 1.5);
+  EXPECT_EQ(a["usage"]["estimated"], true);
+  const auto& m = a["messages"];
+  EXPECT_EQ(m[1]["tool_calls"][0]["arguments"]["path"], "a.txt") << "arguments stored as the object";
+  EXPECT_EQ(m[1]["tool_calls"][1]["arguments"], R"({"command":"ls)") << "unparsable arguments as the string";
+  EXPECT_EQ(m[1]["reasoning"][0]["signature"], "sig==");
+  EXPECT_EQ(m[1]["reasoningBackend"], "anthropic");
+  EXPECT_EQ(m[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(m[2]["name"], "file_read");
+  EXPECT_EQ(m[2]["tier"], "cold");
+  EXPECT_EQ(m[2]["collapsed"], true);
+  EXPECT_FALSE(m[0].contains("tool_calls"));
+  EXPECT_FALSE(m[4].contains("reasoning"));
+  EXPECT_FALSE(m[3].contains("collapsed"));
+}
+
+TEST(StoreJson, ToleratesMissingOptionalFields) {
+  auto s = parse_session(R"({"id":"x","agents":[{"id":"a","messages":[{"role":"user"}]}]})");
+  ASSERT_TRUE(s) << s.ename();
+  EXPECT_EQ(s->id, "x");
+  ASSERT_EQ(s->agents.size(), 1u);
+  EXPECT_EQ(s->agents[0].params, "{}");
+  EXPECT_EQ(s->agents[0].block_counter, 0u);
+  ASSERT_EQ(s->agents[0].messages.size(), 1u);
+  EXPECT_EQ(s->agents[0].messages[0].msg.content, "");
+  auto unknown = parse_session(R"({"id":"x","future":{"a":1}})");
+  EXPECT_TRUE(unknown) << "unknown fields are ignored";
+}
+
+TEST(StoreJson, WrongTypesNameTheField) {
+  auto e = [](const char* text) {
+    auto r = parse_session(text);
+    return r ? std::string("ok") : r.ename();
+  };
+  EXPECT_EQ(e("{bad"), "session.json: invalid json");
+  EXPECT_EQ(e("[]"), "session.json: session: expected an object");
+  EXPECT_EQ(e(R"({"name":"x"})"), "session.json: id: missing");
+  EXPECT_EQ(e(R"({"id":7})"), "session.json: id: expected a string");
+  EXPECT_EQ(e(R"({"id":"x","bypassCounter":-1})"), "session.json: bypassCounter: expected a non-negative integer");
+  EXPECT_EQ(e(R"({"id":"x","env":{"A":1}})"), "session.json: env.A: expected a string");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","blockCounter":"7"}]})"),
+            "session.json: agents[0].blockCounter: expected an integer");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","usage":{"costLast":"1"}}]})"),
+            "session.json: agents[0].usage.costLast: expected a number");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","messages":[{"role":"robot"}]}]})"),
+            "session.json: agents[0].messages[0].role: unknown role");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","messages":[{"role":"assistant","tool_calls":[{"arguments":3}]}]}]})"),
+            "session.json: agents[0].messages[0].tool_calls[0].arguments: expected an object or a string");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a"},{"id":"a"}]})"), "session.json: agents[1].id: duplicate");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"name":"a"}]})"), "session.json: agents[0].id: missing");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","tools":["a",1]}]})"), "session.json: agents[0].tools[1]: expected a string");
+}
+
+TEST(Store, SaveThenLoadRestoresTheSessionWithModes) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  auto old = ::umask(0);  // a permissive umask must not widen the modes
+  auto saved = st.save(s);
+  auto appended = st.append_block(s.id, s.agents[0].id, R"({"role":"user","id":"0123abcd","content":"q"})");
+  ::umask(old);
+  ASSERT_TRUE(saved) << saved.ename();
+  ASSERT_TRUE(appended) << appended.ename();
+  EXPECT_EQ(mode_of(t.path + "/sessions"), 0700u);
+  EXPECT_EQ(mode_of(dir_of(t, s.id)), 0700u);
+  EXPECT_EQ(mode_of(dir_of(t, s.id) + "/session.json"), 0600u);
+  EXPECT_EQ(mode_of(dir_of(t, s.id) + "/" + s.agents[0].id + ".blocks.jsonl"), 0600u);
+  std::vector<std::string> skipped;
+  auto all = st.load_all(&skipped);
+  EXPECT_TRUE(skipped.empty());
+  ASSERT_EQ(all.size(), 1u);
+  expect_same(s, all[0].record);
+  EXPECT_EQ(all[0].blocks[s.agents[0].id], std::vector<std::string>{R"({"role":"user","id":"0123abcd","content":"q"})"});
+  EXPECT_TRUE(all[0].blocks[s.agents[1].id].empty());
+}
+
+TEST(Store, SaveReplacesAndACrashBeforeRenameLeavesTheOldFile) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  s.name = "renamed";
+  ASSERT_TRUE(st.save(s));
+  // A crash between write and rename: a temp file with the new (here: half-written) text.
+  auto dir = dir_of(t, s.id);
+  spit(dir + "/.session.json.tmp.12345.0", to_json(s).substr(0, 40));
+  auto all = st.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].record.name, "renamed");
+  std::size_t files = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir)) files++;
+  EXPECT_EQ(files, 2u) << "save leaves no temp file behind (only the simulated one)";
+}
+
+TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  const auto& aid = s.agents[0].id;
+  std::string l1 = R"({"role":"user","id":"0123abcd","content":"q"})";
+  std::string l2 = R"({"role":"assistant","id":"0123abce","content":"a"})";
+  ASSERT_TRUE(st.append_block(s.id, aid, l1));
+  ASSERT_TRUE(st.append_block(s.id, aid, l2));
+  auto file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
+  {
+    std::ofstream f(file, std::ios::app | std::ios::binary);
+    f << R"({"role":"tool","id":"01)";  // kill -9 in the middle of a write
+  }
+  auto all = st.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].blocks[aid], (std::vector<std::string>{l1, l2}));
+  EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n");
+  // A last line that ended but is not JSON (a torn page) goes too; appends continue after it.
+  {
+    std::ofstream f(file, std::ios::app | std::ios::binary);
+    f << std::string(10, '\0') << "\n";
+  }
+  all = st.load_all();
+  EXPECT_EQ(all[0].blocks[aid].size(), 2u);
+  ASSERT_TRUE(st.append_block(s.id, aid, l1));
+  EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n");
+}
+
+TEST(Store, ASessionThatFailsIsSkippedAndLeftUntouched) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto good = full_session();
+  ASSERT_TRUE(st.save(good));
+  // Bad JSON, with a torn blocks file that must not be cut.
+  auto bad = dir_of(t, "bad-session");
+  std::filesystem::create_directories(bad);
+  spit(bad + "/session.json", "{\"id\":\"bad-session\",");
+  spit(bad + "/a.blocks.jsonl", "{\"torn");
+  // An id that differs from its directory.
+  auto other = dir_of(t, "other");
+  std::filesystem::create_directories(other);
+  spit(other + "/session.json", R"({"id":"not-other"})");
+  // A directory without session.json, and a stray file.
+  std::filesystem::create_directories(dir_of(t, "empty"));
+  spit(t.path + "/sessions/stray.txt", "x");
+  std::vector<std::string> skipped;
+  auto all = st.load_all(&skipped);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].record.id, good.id);
+  ASSERT_EQ(skipped.size(), 3u);
+  EXPECT_EQ(skipped[0], "bad-session: session.json: invalid json");
+  EXPECT_EQ(skipped[1].rfind("empty: session.json: ", 0), 0u) << skipped[1];
+  EXPECT_EQ(skipped[2], "other: session.json: id differs from the directory name");
+  EXPECT_EQ(slurp(bad + "/session.json"), "{\"id\":\"bad-session\",");
+  EXPECT_EQ(slurp(bad + "/a.blocks.jsonl"), "{\"torn");
+}
+
+TEST(Store, AFailingAgentLeavesTheOtherAgentsFilesUntouched) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  s.agents[1].id = "../escape";
+  auto dir = dir_of(t, s.id);
+  std::filesystem::create_directories(dir);
+  spit(dir + "/session.json", to_json(s));
+  spit(dir + "/" + s.agents[0].id + ".blocks.jsonl", "{\"torn");
+  std::vector<std::string> skipped;
+  EXPECT_TRUE(st.load_all(&skipped).empty());
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0], s.id + ": invalid agent id: ../escape");
+  EXPECT_EQ(slurp(dir + "/" + s.agents[0].id + ".blocks.jsonl"), "{\"torn");
+}
+
+TEST(Store, RestoredHistoriesLoseCallsWithoutResults) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  SessionRecord s;
+  s.id = "s1";
+  AgentRecord a;
+  a.id = "a1";
+  a.messages = {
+      msg(Role::user, "go"),
+      assistant("", {"c1", "c2"}),       // c2 never got a result
+      result("c1"),
+      assistant("text kept", {"c3"}),    // interrupted: text stays, call goes
+      assistant("", {"c4"}),             // nothing left: removed
+      result("c9"),                      // a result without a call
+      msg(Role::assistant, "final"),
+  };
+  s.agents.push_back(a);
+  ASSERT_TRUE(st.save(s));
+  auto all = st.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  const auto& m = all[0].record.agents[0].messages;
+  ASSERT_EQ(m.size(), 5u);
+  EXPECT_EQ(m[0].msg.content, "go");
+  ASSERT_EQ(m[1].msg.tool_calls.size(), 1u);
+  EXPECT_EQ(m[1].msg.tool_calls[0].id, "c1");
+  EXPECT_EQ(m[2].msg.tool_call_id, "c1");
+  EXPECT_EQ(m[3].msg.content, "text kept");
+  EXPECT_TRUE(m[3].msg.tool_calls.empty());
+  EXPECT_EQ(m[4].msg.content, "final");
+}
+
+TEST(Store, AppendsCompactionsAndRemoves) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  const auto& aid = s.agents[0].id;
+  ASSERT_TRUE(st.append_compaction(s.id, aid, s.agents[0].messages));
+  auto file = dir_of(t, s.id) + "/" + aid + ".compaction.jsonl";
+  auto text = slurp(file);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << "one line";
+  auto j = nlohmann::json::parse(text);
+  EXPECT_TRUE(j["time"].is_number_integer());
+  EXPECT_EQ(j["messages"].size(), s.agents[0].messages.size());
+  EXPECT_EQ(mode_of(file), 0600u);
+  ASSERT_TRUE(st.append_block(s.id, aid, "{}"));
+  ASSERT_TRUE(st.remove_agent(s.id, aid));
+  EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_FALSE(std::filesystem::exists(dir_of(t, s.id) + "/" + aid + ".blocks.jsonl"));
+  ASSERT_TRUE(st.remove_session(s.id));
+  EXPECT_FALSE(std::filesystem::exists(dir_of(t, s.id)));
+  EXPECT_TRUE(st.load_all().empty());
+}
+
+TEST(Store, RefusesIdsThatAreNotOnePathComponent) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  SessionRecord s;
+  s.id = "../x";
+  EXPECT_EQ(st.save(s).ename(), "invalid session id: ../x");
+  EXPECT_FALSE(st.append_block("s", "a/b", "{}"));
+  EXPECT_FALSE(st.append_block("s", "a", "two\nlines"));
+  EXPECT_FALSE(st.remove_session(".."));
+  EXPECT_FALSE(st.remove_agent("s", ""));
+  EXPECT_TRUE(std::filesystem::exists(t.path));
+}
+
+TEST(Store, RestoresManySessions) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  constexpr int N = 300;
+  for (int i = 0; i < N; i++) {
+    SessionRecord s;
+    s.id = "session-" + std::to_string(i);
+    AgentRecord a;
+    a.id = "agent-" + std::to_string(i);
+    a.messages = {msg(Role::user, "hi"), msg(Role::assistant, "hello")};
+    s.agents.push_back(a);
+    // Written directly: a thousand fsyncs would time the disk, not the restore.
+    auto dir = dir_of(t, s.id);
+    std::filesystem::create_directories(dir);
+    spit(dir + "/session.json", to_json(s));
+    spit(dir + "/" + a.id + ".blocks.jsonl", R"({"role":"user","id":"0123abcd","content":"hi"})" "\n");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto all = st.load_all();
+  auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("restored %d sessions in %.1f ms\n", N, ms);
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(N));
+  for (const auto& l : all) {
+    ASSERT_EQ(l.record.agents.size(), 1u);
+    EXPECT_EQ(l.record.agents[0].messages.size(), 2u);
+    EXPECT_EQ(l.blocks.at(l.record.agents[0].id).size(), 1u);
+  }
+}

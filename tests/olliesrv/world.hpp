@@ -1,0 +1,254 @@
+#pragma once
+// Test support for conversations: the real olliesrv binary (with its real toolsrv and the
+// shipped tools, profiles, prompts and sandbox.yaml) in a private HOME, talking to the fake
+// provider over real HTTP as an openai-compatible backend; a p9::Client attached as the
+// hostowner, and ollie-9p for the shell's view.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lib9p/client.hpp"
+#include "server.hpp"
+#include "support/process.hpp"
+
+namespace convo {
+
+using namespace std::chrono_literals;
+
+inline std::string source(const std::string& rel) {
+  const char* s = std::getenv("OLLIE_SOURCE_DIR");
+  if (!s) throw std::runtime_error("OLLIE_SOURCE_DIR is not set (run the tests through ctest)");
+  return std::string(s) + "/" + rel;
+}
+
+inline void write_file(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Polls `ok` every 5 ms for at most `limit`.
+template <class F>
+bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+/// One olliesrv with its own HOME. `fake` answers as every provider; the backend is openai.
+class World {
+ public:
+  std::string root, home, config, data, project, sock;
+  fakeprovider::Server fake;
+
+  World() {
+    std::string templ = "/tmp/ollie-convo-XXXXXX";
+    root = ::mkdtemp(templ.data());
+    home = root + "/home";
+    config = home + "/.config/ollie";
+    data = home + "/.local/share/ollie";
+    project = root + "/project";
+    sock = root + "/ns/ollie";
+    for (const auto& d : {home, config, data, project, root + "/run", root + "/ns"}) std::filesystem::create_directories(d);
+    ::chmod((root + "/run").c_str(), 0700);
+    ::chmod((root + "/ns").c_str(), 0700);
+    write_file(config + "/sandbox.yaml", read_file(source("data/sandbox.yaml")));
+    std::filesystem::create_directory_symlink(testing_support::built("tools"), config + "/tools");
+    std::filesystem::create_directory_symlink(source("data/agents"), config + "/agents");
+    std::filesystem::create_directory_symlink(source("data/prompts"), config + "/prompts");
+    start();
+  }
+  ~World() {
+    client_.reset();
+    stop_server(SIGKILL);
+    kill_toolsrvs();
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+  World(const World&) = delete;
+
+  std::vector<std::string> env() const {
+    return {"HOME=" + home,
+            "XDG_CONFIG_HOME=" + home + "/.config",
+            "XDG_DATA_HOME=" + home + "/.local/share",
+            "XDG_RUNTIME_DIR=" + root + "/run",
+            "NAMESPACE=" + root + "/ns",
+            "OLLIE_BACKEND=openai",
+            "OLLIE_OPENAI_URL=" + fake.url() + "/v1",
+            "OLLIE_OPENAI_KEY=sk-test",
+            "OLLIE_MODEL=fake-model",
+            "OLLIE_TEST_RETRY_UNIT_MS=5",
+            // ollie-9p on PATH, as an installed one is (tools call back with it)
+            "PATH=" + testing_support::built("bin") + ":" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin")};
+  }
+
+  /// Starts olliesrv and attaches.
+  void start() {
+    std::vector<std::string> args{testing_support::built("bin/olliesrv"), "-a", "unix!" + sock, "-l", "info"};
+    std::vector<std::string> envs = env();
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const int log = ::open((root + "/olliesrv.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(log, 2);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    ::close(log);
+    for (int i = 0; i < 4000 && !client_; i++) {
+      if (auto c = p9::Client::dial("unix!" + sock)) client_ = *c;
+      else std::this_thread::sleep_for(5ms);
+    }
+    if (!client_) throw std::runtime_error("olliesrv did not listen: " + log_text());
+    auto r = client_->attach(login(), "");
+    if (!r) throw std::runtime_error("attach: " + r.ename());
+    root_ = std::move(*r);
+  }
+  /// Kills olliesrv with `sig` and waits for it.
+  void stop_server(int sig) {
+    root_ = {};
+    client_.reset();
+    if (pid_ > 0) {
+      ::kill(pid_, sig);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  std::string log_text() const { return read_file(root + "/olliesrv.log"); }
+
+  static std::string login() {
+    auto r = testing_support::run({"id", "-un"});
+    std::string n = r.out;
+    while (!n.empty() && n.back() == '\n') n.pop_back();
+    return n;
+  }
+
+  // ---- 9P, as the hostowner ----
+  p9::Result<std::string> read(const std::string& path) {
+    auto f = root_.walk(path);
+    if (!f) return f.error();
+    if (auto st = f->open(p9::OREAD); !st) return st.error();
+    return f->read_all();
+  }
+  /// A Write file: written, then clunked (the clunk's error is the result).
+  p9::Status write(const std::string& path, const std::string& text) {
+    auto f = root_.walk(path);
+    if (!f) return f.error();
+    if (auto st = f->open(p9::OWRITE); !st) return st;
+    if (!text.empty())
+      if (auto w = f->write(text); !w) return w.error();
+    return f->clunk();
+  }
+  p9::Result<std::string> rdwr(const std::string& path, const std::string& request) {
+    auto f = root_.walk(path);
+    if (!f) return f.error();
+    if (auto st = f->open(p9::ORDWR); !st) return st.error();
+    if (auto w = f->write(request); !w) return w.error();
+    f->seek(0);
+    return f->read_all();
+  }
+  /// An open Stream fid.
+  p9::CFid open(const std::string& path) {
+    auto f = root_.walk(path);
+    if (!f) throw std::runtime_error(path + ": " + f.ename());
+    if (auto st = f->open(p9::OREAD); !st) throw std::runtime_error(path + ": " + st.ename());
+    return std::move(*f);
+  }
+  /// Reads a Stream fid until `want` appears (or EOF, or `limit`); everything read.
+  static std::string read_until(p9::CFid& f, const std::string& want, std::string sofar = "",
+                                std::chrono::milliseconds limit = 20s) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (sofar.find(want) == std::string::npos && std::chrono::steady_clock::now() < end) {
+      auto r = f.read(8192);
+      if (!r || r->empty()) break;
+      sofar += *r;
+    }
+    return sofar;
+  }
+
+  /// session/new and agent/new: the agent's path.
+  std::string session(const std::string& name, const std::string& extra = "") {
+    auto r = rdwr("session/new", "name=" + name + " cwd=" + project + (extra.empty() ? "" : " " + extra));
+    if (!r) throw std::runtime_error("session/new: " + r.ename());
+    return "session/" + name;
+  }
+  std::string agent(const std::string& session_path, const std::string& name, const std::string& extra = "") {
+    auto r = rdwr(session_path + "/agent/new", "name=" + name + (extra.empty() ? "" : " " + extra));
+    if (!r) throw std::runtime_error("agent/new: " + r.ename());
+    return session_path + "/agent/" + name;
+  }
+  /// Waits until the agent's state is `state`.
+  bool wait_state(const std::string& agent_path, const std::string& state, std::chrono::milliseconds limit = 20s) {
+    return eventually(
+        [&] { return read_state(agent_path) == state; },
+        limit);
+  }
+  std::string read_state(const std::string& agent_path) {
+    // statewait blocks until a change; the first read of a fresh fid answers the value at once
+    // only if it changed since open, so read the idx line instead.
+    const auto slash = agent_path.rfind('/');
+    const std::string name = agent_path.substr(slash + 1);
+    auto idx = read(agent_path.substr(0, slash) + "/idx");
+    if (!idx) return "";
+    std::size_t pos = 0;
+    while (pos < idx->size()) {
+      auto nl = idx->find('\n', pos);
+      std::string line = idx->substr(pos, nl - pos);
+      pos = nl + 1;
+      if (line.rfind(name + "\t", 0) == 0) {
+        auto b = line.find('\t', line.find('\t') + 1);
+        auto c = line.find('\t', b + 1);
+        return line.substr(b + 1, c - b - 1);
+      }
+    }
+    return "";
+  }
+
+  /// Every toolsrv process of this world (their -config is under our HOME).
+  std::vector<pid_t> toolsrvs() const {
+    std::vector<pid_t> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string n = e.path().filename();
+      if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmd = read_file(e.path().string() + "/cmdline");
+      for (auto& ch : cmd)
+        if (ch == '\0') ch = ' ';
+      if (cmd.find("/toolsrv ") != std::string::npos && cmd.find(root) != std::string::npos) out.push_back(std::stoi(n));
+    }
+    return out;
+  }
+  void kill_toolsrvs() const {
+    for (auto p : toolsrvs()) ::kill(p, SIGKILL);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::shared_ptr<p9::Client> client_;
+  p9::CFid root_;
+};
+
+}  // namespace convo

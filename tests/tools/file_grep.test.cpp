@@ -1,0 +1,136 @@
+// file_grep through a real toolsrv under the shipped sandbox, with ripgrep (the .meta variant
+// chosen when rg is installed), and its own engine run directly, giving the same output.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/host.hpp"
+
+using namespace tools_test;
+
+namespace {
+
+bool have_rg() { return ::access("/usr/bin/rg", X_OK) == 0 || ::access("/usr/local/bin/rg", X_OK) == 0; }
+
+struct FileGrep : ::testing::Test {
+  ToolHost host;
+  void SetUp() override {
+    host.load("file_grep");
+    write_file(at(".gitignore"), "build/\n*.log\n");
+    write_file(at("src/a.c"), "int foo(void);\nint bar;\n/* FOO again */\nint baz;\nfoo();\n");
+    write_file(at("src/b.h"), "#define FOO 1\n");
+    write_file(at("src/deep/c.c"), "void foo_bar(int x) { return; }\n");
+    write_file(at("build/gen.c"), "int foo;\n");
+    write_file(at("run.log"), "foo\n");
+    write_file(at(".git/HEAD"), "foo\n");
+    write_file(at("blob.bin"), std::string("foo\0bar\n", 8));
+  }
+  std::string at(const std::string& rel) { return host.cwd + "/" + rel; }
+  Reply grep(const std::string& args) { return host.call("file_grep", args); }
+  // The executable's own engine, run directly in the session cwd (outside the sandbox).
+  std::string direct(const std::string& args, bool rg = false) {
+    const std::string in = host.root + "/in.json", out = host.root + "/out.txt";
+    write_file(in, args);
+    const std::string cmd = "cd '" + host.cwd + "' && '" + testing_support::built("tools/file_grep") + "'" + (rg ? " --rg" : "") +
+                            " <'" + in + "' >'" + out + "'";
+    (void)!std::system(cmd.c_str());
+    return read_file(out);
+  }
+};
+
+const char* queries[] = {
+    R"({"pattern":"foo"})",
+    R"({"pattern":"foo","ignore_case":true})",
+    R"({"pattern":"foo","output":"files"})",
+    R"({"pattern":"foo","output":"count","ignore_case":true})",
+    R"({"pattern":"ba[rz]","context":1,"path":"src"})",
+    R"({"pattern":"foo","glob":"*.h","ignore_case":true})",
+    R"({"pattern":"int \\w+;","glob":"src/**/*.{c,h}"})",
+    R"({"pattern":"^int","path":"src/a.c"})",
+    R"({"pattern":"\\d","path":"src"})",
+    R"({"pattern":"nothing here"})",
+};
+
+}  // namespace
+
+TEST_F(FileGrep, ContentWithLineNumbersSkippingIgnoredAndBinary) {
+  auto r = grep(R"({"pattern":"foo"})");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "src/a.c:1:int foo(void);\nsrc/a.c:5:foo();\nsrc/deep/c.c:1:void foo_bar(int x) { return; }\n");
+  r = grep(R"({"pattern":"ba[rz]","context":1,"path":"src"})");
+  EXPECT_EQ(r.out, "src/a.c-1-int foo(void);\nsrc/a.c:2:int bar;\nsrc/a.c-3-/* FOO again */\nsrc/a.c:4:int baz;\nsrc/a.c-5-foo();\n"
+                   "--\nsrc/deep/c.c:1:void foo_bar(int x) { return; }\n");
+  EXPECT_EQ(grep(R"({"pattern":"nothing here"})").out, "no matches for nothing here in .\n");
+}
+
+TEST_F(FileGrep, FilesCountGlobAndCase) {
+  EXPECT_EQ(grep(R"({"pattern":"foo","output":"files","ignore_case":true})").out, "src/a.c\nsrc/b.h\nsrc/deep/c.c\n");
+  EXPECT_EQ(grep(R"({"pattern":"foo","output":"count","ignore_case":true})").out,
+            "src/a.c:3\nsrc/b.h:1\nsrc/deep/c.c:1\n[5 matching lines in 3 files]\n");
+  EXPECT_EQ(grep(R"({"pattern":"FOO","glob":"*.h"})").out, "src/b.h:1:#define FOO 1\n");
+  EXPECT_EQ(grep(R"({"pattern":"foo","glob":"src/deep/**/*.c"})").out, "src/deep/c.c:1:void foo_bar(int x) { return; }\n");
+}
+
+TEST_F(FileGrep, TheRipgrepVariantIsChosenWhenRgIsInstalled) {
+  if (!have_rg()) GTEST_SKIP() << "rg is not installed";
+  EXPECT_NE(host.catalog().find("Syntax: Rust regex (ripgrep)"), std::string::npos);
+}
+
+TEST_F(FileGrep, BothEnginesGiveTheSameOutput) {
+  if (!have_rg()) GTEST_SKIP() << "rg is not installed";
+  for (const char* q : queries) {
+    const auto r = grep(q);
+    EXPECT_TRUE(r.ok()) << q << r.out;
+    EXPECT_EQ(direct(q), r.out) << q;
+    EXPECT_EQ(direct(q, true), r.out) << q;
+  }
+}
+
+TEST_F(FileGrep, OutputIsCappedWithTheCountOfWhatWasCut) {
+  std::string many;
+  for (int i = 0; i < 150; i++) many += "match " + std::to_string(i) + "\n";
+  for (int f = 0; f < 3; f++) write_file(at("many/f" + std::to_string(f) + ".txt"), many);
+  const std::string q = R"({"pattern":"^match","path":"many"})";
+  auto r = grep(q);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 201);
+  EXPECT_NE(r.out.find("many/f1.txt:50:match 49\n[… 250 more matching lines not shown (450 in 3 files); narrow the pattern"),
+            std::string::npos)
+      << r.out.substr(r.out.size() - 300);
+  EXPECT_EQ(direct(q), r.out);
+}
+
+TEST_F(FileGrep, BadRegexAndBadArgumentsAreClearErrors) {
+  auto r = grep(R"({"pattern":"(unclosed"})");
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_EQ(r.out.rfind("invalid regex: ", 0), 0u) << r.out;
+  EXPECT_EQ(direct(R"({"pattern":"(unclosed"})").rfind("invalid regex: ", 0), 0u);
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({})", "missing argument: pattern\n"},
+      {R"({"pattern":""})", "invalid pattern: empty\n"},
+      {R"({"pattern":"x","context":30})", "invalid context: must be an integer from 0 to 20\n"},
+      {R"({"pattern":"x","output":"lines"})", "invalid output: lines; must be content, files or count\n"},
+      {R"({"pattern":"x","ignore_case":1})", "invalid ignore_case: must be true or false\n"},
+      {R"({"pattern":"x","path":"missing"})", "file not found: missing\n"},
+      {R"({"pattern":"x","path":"blob.bin"})", "binary file (8 B): blob.bin; file_grep searches text files\n"},
+      {R"({"pattern":"x","glob":"src/*/x/*.c"})",
+       "invalid glob: src/*/x/*.c; a glob matches file names (e.g. *.cpp); put directories in path\n"},
+  };
+  for (const auto& [args, want] : cases) {
+    auto c = grep(args);
+    EXPECT_EQ(c.exit(), 1) << args;
+    EXPECT_EQ(c.out, want) << args;
+  }
+}
+
+TEST_F(FileGrep, OutsideTheSandboxIsPermissionDenied) {
+  write_file(host.home + "/private/keys.txt", "foo\n");
+  auto r = grep(R"({"pattern":"foo","path":")" + host.home + R"(/private"})");
+  EXPECT_EQ(r.status(), "exited");
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_EQ(r.out, "permission denied: " + host.home + "/private (outside the sandbox's paths)\n");
+  r = grep(R"({"pattern":"foo","path":")" + host.home + R"(/private/keys.txt"})");
+  EXPECT_EQ(r.out, "permission denied: " + host.home + "/private/keys.txt (outside the sandbox's paths)\n");
+}

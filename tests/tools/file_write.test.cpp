@@ -1,0 +1,98 @@
+// file_write through a real toolsrv under the shipped sandbox.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include "tools/host.hpp"
+
+using namespace tools_test;
+
+namespace {
+
+struct FileWrite : ::testing::Test {
+  ToolHost host;
+  void SetUp() override { host.load("file_write"); }
+  Reply write(const std::string& args) { return host.call("file_write", args); }
+  std::string at(const std::string& rel) { return host.cwd + "/" + rel; }
+  static mode_t mode_of(const std::string& p) {
+    struct stat st {};
+    ::stat(p.c_str(), &st);
+    return st.st_mode & 07777;
+  }
+};
+
+}  // namespace
+
+TEST_F(FileWrite, CreatesWithParentDirectories) {
+  auto r = write(R"({"path":"deep/er/new.txt","content":"one\ntwo\n"})");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "created deep/er/new.txt: 8 bytes, 2 lines\n");
+  EXPECT_EQ(read_file(at("deep/er/new.txt")), "one\ntwo\n");
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  EXPECT_EQ(mode_of(at("deep/er/new.txt")), 0666 & ~mask);
+  r = write(R"({"path":"last.txt","content":"no newline"})");
+  EXPECT_EQ(r.out, "created last.txt: 10 bytes, 1 line\n");
+  EXPECT_EQ(write(R"({"path":"zero.txt","content":""})").out, "created zero.txt: 0 bytes, 0 lines\n");
+}
+
+TEST_F(FileWrite, OverwriteKeepsTheModeAndLeavesNoTemporaryFile) {
+  write_file(at("run.sh"), "old\n", 0750);
+  auto r = write(R"({"path":"run.sh","content":"#!/bin/sh\necho hi\n"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "overwrote run.sh: 18 bytes, 2 lines\n");
+  EXPECT_EQ(read_file(at("run.sh")), "#!/bin/sh\necho hi\n");
+  EXPECT_EQ(mode_of(at("run.sh")), 0750u);
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(host.cwd)) entries++;
+  EXPECT_EQ(entries, 1u);
+}
+
+TEST_F(FileWrite, RefusesADirectory) {
+  std::filesystem::create_directories(at("dir"));
+  auto r = write(R"({"path":"dir","content":"x"})");
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_EQ(r.out, "is a directory: dir; give the path of a file\n");
+  EXPECT_TRUE(std::filesystem::is_directory(at("dir")));
+}
+
+TEST_F(FileWrite, WritesThroughASymlinkToItsTarget) {
+  write_file(at("real.txt"), "old\n", 0600);
+  std::filesystem::create_symlink("real.txt", at("link.txt"));
+  auto r = write(R"({"path":"link.txt","content":"new\n"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "overwrote link.txt (through the symbolic link to real.txt): 4 bytes, 1 line\n");
+  EXPECT_TRUE(std::filesystem::is_symlink(at("link.txt")));
+  EXPECT_EQ(read_file(at("real.txt")), "new\n");
+  EXPECT_EQ(mode_of(at("real.txt")), 0600u);
+  // A link pointing out of the sandbox reaches nothing: Landlock checks the target.
+  write_file(host.home + "/outside.txt", "keep\n");
+  std::filesystem::create_symlink(host.home + "/outside.txt", at("escape.txt"));
+  r = write(R"({"path":"escape.txt","content":"pwned\n"})");
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_NE(r.out.find("permission denied"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(host.home + "/outside.txt"), "keep\n");
+}
+
+TEST_F(FileWrite, OutsideTheSandboxIsPermissionDenied) {
+  auto r = write(R"({"path":")" + host.home + R"(/new.txt","content":"x"})");
+  EXPECT_EQ(r.status(), "exited");
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_EQ(r.out.rfind("permission denied: " + host.home, 0), 0u) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(host.home + "/new.txt"));
+}
+
+TEST_F(FileWrite, BadArgumentsAreClearErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"content":"x"})", "missing argument: path\n"},
+      {R"({"path":"a.txt"})", "missing argument: content\n"},
+      {R"({"path":"a.txt","content":7})", "invalid content: must be a string\n"},
+      {R"({"path":["a"],"content":"x"})", "invalid path: must be a string\n"},
+  };
+  for (const auto& [args, want] : cases) {
+    auto r = write(args);
+    EXPECT_EQ(r.exit(), 1) << args;
+    EXPECT_EQ(r.out, want) << args;
+  }
+  EXPECT_FALSE(std::filesystem::exists(at("a.txt")));
+}

@@ -1,0 +1,230 @@
+// The script tools of data/tools: reasoning_think, tool_load, skill_list, skill_load and
+// subagent_spawn. tool_load and subagent_spawn talk to olliesrv through ollie-9p: here they meet
+// either no olliesrv (OLLIE_ADDR pointing nowhere) or a stand-in ollie-9p, put first on PATH
+// with a session variable, that records what it was asked and answers as told.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/host.hpp"
+
+using namespace tools_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string session = "11111111-2222-4333-8444-555555555555";
+
+nlohmann::json catalog_entry(ToolHost& host, const std::string& name) {
+  for (auto& t : nlohmann::json::parse(host.catalog()))
+    if (t["name"] == name) return t;
+  return nullptr;
+}
+
+/// Every line of `r.out` but the last ends in '\n' and there is one: a one-line error.
+void one_line_error(const Reply& r, const std::string& prefix) {
+  EXPECT_EQ(r.exit(), 1) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind(prefix, 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+class Scripts : public ::testing::Test {
+ protected:
+  /// A stand-in ollie-9p: saves its arguments, environment and stdin in the cwd, prints
+  /// `reply` and exits with `status` (stderr `error` when non-zero).
+  void fake_ollie_9p(const std::string& reply, int status = 0, const std::string& error = "") {
+    write_file(host.cwd + "/fakebin/ollie-9p",
+               "#!/bin/sh\nprintf '%s\\n' \"$*\" > \"$PWD/9p.args\"\n"
+               "printf '%s|%s|%s\\n' \"$OLLIE_ADDR\" \"$OLLIE_UNAME\" \"$OLLIE_AUTH\" > \"$PWD/9p.env\"\n"
+               "cat > \"$PWD/9p.stdin\"\nprintf '%s' '" + reply + "'\n" +
+                   (status ? "echo '" + error + "' >&2\n" : "") + "exit " + std::to_string(status) + "\n",
+               0755);
+    ASSERT_TRUE(host.ctl("env PATH=" + host.cwd + "/fakebin:/usr/bin:/bin\nenv OLLIE_ADDR=unix!/run/test/ollie\n"));
+  }
+  ToolHost host;
+};
+
+// ---- reasoning_think ----
+
+TEST_F(Scripts, ThinkAcknowledgesAThought) {
+  host.load("reasoning_think");
+  const Reply r = host.call("reasoning_think", R"({"thought":"The test failed because the fixture is stale."})");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "Noted. Continue.\n");
+  const auto meta = catalog_entry(host, "reasoning_think");
+  EXPECT_EQ(meta["tier"], "hot");
+  EXPECT_EQ(meta["scope"], "read");
+}
+
+TEST_F(Scripts, ThinkWantsAStringThought) {
+  host.load("reasoning_think");
+  one_line_error(host.call("reasoning_think", "{}"), "missing argument: thought");
+  one_line_error(host.call("reasoning_think", R"({"thought":["a"]})"), "invalid thought: must be a string");
+  one_line_error(host.call("reasoning_think", R"({"thought":"  "})"), "invalid thought: empty");
+}
+
+// ---- tool_load ----
+
+TEST_F(Scripts, ToolLoadChecksNamesBeforeCallingOlliesrv) {
+  host.load("tool_load");
+  fake_ollie_9p("");
+  one_line_error(host.call("tool_load", R"({"name":"a b"})"), "invalid name: \"a b\": a tool name is");
+  one_line_error(host.call("tool_load", R"({"name":"x\ntool_load y"})"), "invalid name: ");
+  one_line_error(host.call("tool_load", R"({"name":7})"), "invalid name: must be a string");
+  one_line_error(host.call("tool_load", R"({"names":[]})"), "invalid names: must be a non-empty array");
+  one_line_error(host.call("tool_load", R"({"names":"shell"})"), "invalid names: must be a non-empty array");
+  one_line_error(host.call("tool_load", R"({"names":["shell",3]})"), "invalid names: 3: a tool name is");
+  EXPECT_FALSE(fs::exists(host.cwd + "/9p.args"));
+}
+
+TEST_F(Scripts, ToolLoadWritesTheVerbToTheAgentsCtl) {
+  host.load("tool_load");
+  fake_ollie_9p("file_read\nshell\n");
+  const Reply r = host.call("tool_load", R"({"name":"shell","names":["file_read","shell"]})");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "loaded: file_read, shell; usable from your next step\n");
+  EXPECT_EQ(read_file(host.cwd + "/9p.args"), "rdwr session/" + session + "/agent/" + agent + "/ctl\n");
+  EXPECT_EQ(read_file(host.cwd + "/9p.stdin"), "tool_load file_read shell\n");
+  // ollie-9p dials OLLIE_ADDR and attaches as the agent with its secret (§1.4).
+  EXPECT_EQ(read_file(host.cwd + "/9p.env"), "unix!/run/test/ollie|" + agent + "|" + secret + "\n");
+}
+
+TEST_F(Scripts, ToolLoadReportsTheCtlsError) {
+  host.load("tool_load");
+  fake_ollie_9p("", 1, "ollie-9p: session/" + session + "/agent/" + agent + "/ctl: unknown tool: nope");
+  const Reply r = host.call("tool_load", R"({"name":"nope"})");
+  one_line_error(r, "tool_load failed: unknown tool: nope\n");
+}
+
+TEST_F(Scripts, ToolLoadWithoutANameListsTheCatalog) {
+  host.load("tool_load");
+  fake_ollie_9p("file_read\tread\tcold\tRead a file.\nbroken\t-\t-\tinvalid: bad json\nshell\tglobal\thot\tRun a command.\n");
+  const Reply r = host.call("tool_load", "{}");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "Tools you can load (tool_load with name or names):\nfile_read: Read a file.\nshell: Run a command.\n");
+  EXPECT_EQ(read_file(host.cwd + "/9p.args"), "read tools\n");
+}
+
+TEST_F(Scripts, ToolLoadWithoutOlliesrvFailsInOneLine) {
+  host.load("tool_load");
+  ASSERT_TRUE(host.ctl("env OLLIE_ADDR=unix!/nonexistent\n"));
+  one_line_error(host.call("tool_load", R"({"name":"shell"})"), "tool_load failed: cannot reach olliesrv: unix!/nonexistent: ");
+  one_line_error(host.call("tool_load", "{}"), "tool_load failed: cannot reach olliesrv: unix!/nonexistent: ");
+  // A private directory without a socket: the dial itself fails.
+  ASSERT_TRUE(host.ctl("env OLLIE_ADDR=unix!" + host.root + "/run/none\n"));
+  one_line_error(host.call("tool_load", R"({"name":"shell"})"), "tool_load failed: cannot reach olliesrv: unix!" + host.root + "/run/none: ");
+}
+
+// ---- skill_list, skill_load ----
+
+class Skills : public Scripts {
+ protected:
+  void SetUp() override {
+    host.load("skill_list skill_load");
+    fs::remove(host.config + "/skills");  // the symlink to data/skills, if any
+    fs::create_directories(host.config + "/skills");
+    write_file(host.config + "/skills/tiny.md", "Say hello politely.\n\n# Tiny\n\nSay hello.\n");
+  }
+};
+
+TEST_F(Skills, ListShowsNameAndFirstLine) {
+  write_file(host.config + "/skills/another.md", "Another skill.\nmore\n");
+  write_file(host.config + "/skills/not-a-skill.txt", "x\n");
+  const Reply r = host.call("skill_list", "{}");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "another: Another skill.\ntiny: Say hello politely.\n");
+}
+
+TEST_F(Skills, ListWithoutSkillsSaysSo) {
+  fs::remove_all(host.config + "/skills");
+  const Reply r = host.call("skill_list", "{}");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("No skills are installed", 0), 0u) << r.out;
+}
+
+TEST_F(Skills, LoadPrintsTheSkill) {
+  const Reply r = host.call("skill_load", R"({"name":"tiny"})");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "Say hello politely.\n\n# Tiny\n\nSay hello.\n");
+  EXPECT_EQ(host.call("skill_load", R"({"name":"tiny.md"})").out, r.out);
+}
+
+TEST_F(Skills, LoadRefusesPathsAndListsTheKnownOnUnknownNames) {
+  one_line_error(host.call("skill_load", "{}"), "missing argument: name");
+  one_line_error(host.call("skill_load", R"({"name":1})"), "invalid name: must be a string");
+  one_line_error(host.call("skill_load", R"({"name":""})"), "invalid name: empty");
+  one_line_error(host.call("skill_load", R"({"name":"../sandbox"})"), "invalid name: \"../sandbox\": a skill name has no /");
+  one_line_error(host.call("skill_load", R"({"name":"a/b"})"), "invalid name: \"a/b\"");
+  one_line_error(host.call("skill_load", R"({"name":".."})"), "invalid name: \"..\"");
+  one_line_error(host.call("skill_load", R"({"name":"nope"})"), "unknown skill: nope; available: tiny\n");
+}
+
+TEST_F(Skills, AHugeSkillIsCut) {
+  write_file(host.config + "/skills/huge.md", "Huge.\n" + std::string(200000, 'x'));
+  const Reply r = host.call("skill_load", R"({"name":"huge"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_LT(r.out.size(), 70000u);
+  EXPECT_NE(r.out.find("[skill cut: 65536 of 200006 bytes shown]"), std::string::npos);
+}
+
+TEST_F(Scripts, TheShippedSkillsAreListed) {
+  host.load("skill_list");
+  const Reply r = host.call("skill_list", "{}");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  if (!fs::exists(source("data/skills"))) GTEST_SKIP() << "no data/skills";
+  for (auto& e : fs::directory_iterator(source("data/skills")))
+    if (e.path().extension() == ".md") {
+      EXPECT_NE(r.out.find(e.path().stem().string() + ": "), std::string::npos) << r.out;
+    }
+}
+
+// ---- subagent_spawn ----
+
+TEST_F(Scripts, SpawnChecksItsArguments) {
+  host.load("subagent_spawn");
+  fake_ollie_9p("");
+  one_line_error(host.call("subagent_spawn", "{}"), "missing argument: prompt");
+  one_line_error(host.call("subagent_spawn", R"({"prompt":5})"), "invalid prompt: must be a string");
+  one_line_error(host.call("subagent_spawn", R"({"prompt":" \n"})"), "invalid prompt: empty");
+  one_line_error(host.call("subagent_spawn", R"({"prompt":"x","agent":1})"), "invalid agent: must be a string");
+  one_line_error(host.call("subagent_spawn", R"({"prompt":"x","name":"a\nb"})"), "invalid name: must not contain control");
+  one_line_error(host.call("subagent_spawn", R"({"prompt":"x","time_limit":-1})"), "invalid time_limit: ");
+  one_line_error(host.call("subagent_spawn", R"({"prompt":"x","time_limit":"60"})"), "invalid time_limit: ");
+  EXPECT_FALSE(fs::exists(host.cwd + "/9p.args"));
+  const auto meta = catalog_entry(host, "subagent_spawn");
+  EXPECT_EQ(meta["timeout"], 0);
+  EXPECT_EQ(meta["scope"], "read");
+}
+
+TEST_F(Scripts, SpawnSendsTheAgentNewRequestAndPrintsTheAnswer) {
+  host.load("subagent_spawn");
+  fake_ollie_9p("The answer is 42.");
+  const Reply r = host.call("subagent_spawn",
+                            R"({"prompt":"Find the answer.\nSay 'it' only.\n","agent":"explorer","name":"it's","time_limit":90})");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "The answer is 42.\n");
+  EXPECT_EQ(read_file(host.cwd + "/9p.args"), "rdwr session/" + session + "/agent/new\n");
+  EXPECT_EQ(read_file(host.cwd + "/9p.stdin"), "cwd='" + host.cwd + "' parent='" + agent +
+                                                   "' agent='explorer' name='it''s' timeout=90\n"
+                                                   "prompt=Find the answer.\nSay 'it' only.\n\n");
+  const Reply minimal = host.call("subagent_spawn", R"({"prompt":"go"})");
+  ASSERT_TRUE(minimal.ok());
+  EXPECT_EQ(read_file(host.cwd + "/9p.stdin"), "cwd='" + host.cwd + "' parent='" + agent + "'\nprompt=go\n");
+}
+
+TEST_F(Scripts, SpawnReportsTheSubagentsFailure) {
+  host.load("subagent_spawn");
+  fake_ollie_9p("", 1, "ollie-9p: session/" + session + "/agent/new: subagent timeout after 600s");
+  one_line_error(host.call("subagent_spawn", R"({"prompt":"go"})"), "subagent_spawn failed: subagent timeout after 600s\n");
+}
+
+TEST_F(Scripts, SpawnWithoutOlliesrvFailsInOneLine) {
+  host.load("subagent_spawn");
+  ASSERT_TRUE(host.ctl("env OLLIE_ADDR=unix!/nonexistent\n"));
+  one_line_error(host.call("subagent_spawn", R"({"prompt":"go"})"), "subagent_spawn failed: cannot reach olliesrv: unix!/nonexistent: ");
+}
+
+}  // namespace

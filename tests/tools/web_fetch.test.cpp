@@ -1,0 +1,240 @@
+// web_fetch through a real toolsrv under the shipped sandbox, against a local HTTP server.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <chrono>
+#include <regex>
+
+#include "tools/host.hpp"
+#include "tools/httpd.hpp"
+
+using namespace tools_test;
+
+namespace {
+
+const std::string page = R"(<!DOCTYPE html>
+<html><head><title>  The   Test Page </title><style>body { color: red }</style>
+<script>var SECRET_SCRIPT = 1;</script></head>
+<body>
+<nav><a href="/home">NAVIGATION_LINK</a></nav>
+<h1>Main   heading</h1>
+<p>Read <a href="/docs/intro.html">the docs</a> or <a href="sub/page.html?x=1">a sub page</a>
+   and <a href="https://example.org/abs">an absolute one</a>.</p>
+<noscript>NOSCRIPT_TEXT</noscript>
+<h2>List</h2>
+<ul><li>one</li><li>two <b>bold</b><ul><li>nested</li></ul></li></ul>
+<ol><li>first</li><li>second</li></ol>
+<pre><code class="language-cpp">int main() {
+  return 0;
+}</code></pre>
+<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table>
+<div hidden>HIDDEN_TEXT</div>
+</body></html>)";
+
+struct Fetch {
+  ToolHost host;
+  Httpd http;
+  Fetch() { host.load("web_fetch"); }
+  Reply get(const std::string& url, const std::string& extra = "", int timeout = 30) {
+    return host.call("web_fetch", R"({"url":")" + url + "\"" + extra + "}", timeout);
+  }
+};
+
+}  // namespace
+
+TEST(WebFetch, HtmlBecomesMarkdownWithAbsoluteLinks) {
+  Fetch f;
+  f.http.route("/dir/page.html", 200, "text/html; charset=utf-8", page);
+  const Reply r = f.get(f.http.url("/dir/page.html"));
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "# The Test Page");
+  EXPECT_NE(r.out.find("URL: " + f.http.url("/dir/page.html") + " · text/html"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# Main heading\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Read [the docs](" + f.http.url("/docs/intro.html") + ") or [a sub page](" +
+                       f.http.url("/dir/sub/page.html?x=1") + ") and [an absolute one](https://example.org/abs)."),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("- one\n- two **bold**\n  - nested"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1. first\n2. second"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("```cpp\nint main() {\n  return 0;\n}\n```"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| a | b |\n| --- | --- |\n| 1 | 2 |"), std::string::npos) << r.out;
+  for (const char* gone : {"SECRET_SCRIPT", "color: red", "NAVIGATION_LINK", "NOSCRIPT_TEXT", "HIDDEN_TEXT", "<"})
+    EXPECT_EQ(r.out.find(gone), std::string::npos) << gone << "\n" << r.out;
+}
+
+TEST(WebFetch, TextFormatHasNoMarkupAndRawIsTheBody) {
+  Fetch f;
+  f.http.route("/p", 200, "text/html", page);
+  const Reply text = f.get(f.http.url("/p"), R"(,"format":"text")");
+  ASSERT_TRUE(text.ok()) << text.out;
+  EXPECT_EQ(text.out.substr(0, text.out.find('\n')), "The Test Page");
+  EXPECT_NE(text.out.find("Read the docs or a sub page and an absolute one."), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("]("), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("```"), std::string::npos) << text.out;
+  const Reply raw = f.get(f.http.url("/p"), R"(,"format":"raw")");
+  ASSERT_TRUE(raw.ok()) << raw.out;
+  EXPECT_EQ(raw.out, page + "\n");
+  const Reply bad = f.get(f.http.url("/p"), R"(,"format":"pdf")");
+  EXPECT_EQ(bad.exit(), 1);
+  EXPECT_EQ(bad.out, "invalid format: must be markdown, text or raw\n");
+}
+
+TEST(WebFetch, JsonAndPlainTextComeBackAsTheyAre) {
+  Fetch f;
+  const std::string json = "{\n  \"a\": [1, 2],\n  \"b\": \"<b>x</b>\"\n}";
+  f.http.route("/data.json", 200, "application/json", json);
+  f.http.route("/latin1.txt", 200, "text/plain; charset=iso-8859-1", "caf\xe9");
+  f.http.route("/legacy.html", 200, "text/html", "<p>\x93quoted\x94 caf\xe9</p>");
+  const Reply r = f.get(f.http.url("/data.json"));
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "URL: " + f.http.url("/data.json") + " · application/json · " + std::to_string(json.size()) +
+                       " bytes\n\n" + json + "\n");
+  const Reply latin = f.get(f.http.url("/latin1.txt"));
+  ASSERT_TRUE(latin.ok()) << latin.out;
+  EXPECT_NE(latin.out.find("\n\ncafé\n"), std::string::npos) << latin.out;
+  // Undeclared and not UTF-8: read as windows-1252.
+  const Reply legacy = f.get(f.http.url("/legacy.html"));
+  ASSERT_TRUE(legacy.ok()) << legacy.out;
+  EXPECT_NE(legacy.out.find("\n\n“quoted” café\n"), std::string::npos) << legacy.out;
+}
+
+TEST(WebFetch, BinaryIsDescribedNotShown) {
+  Fetch f;
+  f.http.route("/logo.png", 200, "image/png", std::string("\x89PNG\r\n\x1a\n\0\0\0", 11) + std::string(3000, '\x01'));
+  const Reply r = f.get(f.http.url("/logo.png"));
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "binary content not shown: image/png, 3011 bytes\nURL: " + f.http.url("/logo.png") + "\n");
+}
+
+TEST(WebFetch, FollowsRedirectsButNotTooManyNorToOtherProtocols) {
+  Fetch f;
+  f.http.redirect("/old", "/new");
+  f.http.route("/new", 200, "text/plain", "the new place");
+  f.http.redirect("/loop", "/loop");
+  f.http.redirect("/file", "file:///etc/passwd");
+  const Reply r = f.get(f.http.url("/old"));
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_NE(r.out.find("URL: " + f.http.url("/new") + " · text/plain"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the new place"), std::string::npos) << r.out;
+
+  const Reply loop = f.get(f.http.url("/loop"));
+  EXPECT_EQ(loop.exit(), 1);
+  EXPECT_EQ(loop.out.rfind("too many redirects (more than 5): ", 0), 0u) << loop.out;
+  const auto paths = f.http.requests();
+  EXPECT_EQ(std::count(paths.begin(), paths.end(), "/loop"), 6);
+
+  const Reply file = f.get(f.http.url("/file"));
+  EXPECT_EQ(file.exit(), 1);
+  EXPECT_EQ(file.out.rfind("refused: a redirect to a URL that is not http or https", 0), 0u) << file.out;
+  EXPECT_EQ(file.out.find("root:"), std::string::npos) << file.out;
+}
+
+TEST(WebFetch, HttpErrorsSayTheStatusAndAnExcerpt) {
+  Fetch f;
+  f.http.route("/missing", 404, "text/html", "<html><body><h1>Oops</h1><p>No   such page here.</p><script>x()</script></body></html>");
+  f.http.route("/broken", 500, "text/plain", std::string(5000, 'e'));
+  const Reply r = f.get(f.http.url("/missing"));
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_EQ(r.out, "HTTP 404 Not Found from " + f.http.url("/missing") + ": Oops No such page here.\n");
+  const Reply e = f.get(f.http.url("/broken"));
+  EXPECT_EQ(e.exit(), 1);
+  EXPECT_EQ(e.out.rfind("HTTP 500 Internal Server Error from " + f.http.url("/broken") + ": eeee", 0), 0u) << e.out;
+  EXPECT_LT(e.out.size(), 500u);
+  EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1);
+}
+
+TEST(WebFetch, AHugeBodyIsCutQuickly) {
+  Fetch f;
+  f.http.handle("/huge", [](int fd, int) {
+    if (!Httpd::send_all(fd, Httpd::head(200, "text/plain", std::size_t{1} << 32))) return;
+    const std::string chunk(65536, 'a');
+    while (Httpd::send_all(fd, chunk)) {
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const Reply r = f.get(f.http.url("/huge"), R"(,"max_bytes":4096)");
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_LT(took, std::chrono::seconds(15));
+  EXPECT_NE(r.out.find(" · text/plain · 5242880 bytes (download stopped at the 5 MiB limit)"), std::string::npos) << r.out.substr(0, 300);
+  EXPECT_NE(r.out.find("[… output cut: 4096 of "), std::string::npos) << r.out.substr(r.out.size() - 300);
+  EXPECT_LT(r.out.size(), 4400u);
+  const Reply small = f.get(f.http.url("/huge"), R"(,"max_bytes":10)");
+  EXPECT_EQ(small.out, "invalid max_bytes: must be an integer from 1024 to 1048576\n");
+}
+
+TEST(WebFetch, AStalledServerEndsAtTheCallTimeout) {
+  Fetch f;
+  f.http.handle("/stall", [](int fd, int stopped) {
+    if (!Httpd::send_all(fd, Httpd::head(200, "text/html", 100000) + "<p>start")) return;
+    pollfd p[2] = {{fd, POLLIN, 0}, {stopped, POLLIN, 0}};
+    ::poll(p, 2, -1);  // until the client goes away or the server stops
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const Reply r = f.get(f.http.url("/stall"), "", 2);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status(), "timeout") << r.out << r.err;
+  EXPECT_LT(took, std::chrono::seconds(10));
+}
+
+TEST(WebFetch, OnlyAbsoluteHttpUrls) {
+  Fetch f;
+  auto err = [&](const std::string& args) {
+    const Reply r = f.host.call("web_fetch", args);
+    EXPECT_EQ(r.exit(), 1) << args;
+    return r.out;
+  };
+  EXPECT_EQ(err(R"({"url":"file:///etc/passwd"})"), "invalid url: only http and https URLs can be fetched, not file:\n");
+  EXPECT_EQ(err(R"({"url":"ftp://example.org/x"})"), "invalid url: only http and https URLs can be fetched, not ftp:\n");
+  EXPECT_EQ(err(R"({"url":"example.org/page"})").rfind("invalid url: ", 0), 0u);
+  EXPECT_NE(err(R"({"url":"example.org/page"})").find("give an absolute http:// or https:// URL"), std::string::npos);
+  EXPECT_EQ(err(R"({"url":""})").rfind("invalid url: ", 0), 0u);
+  EXPECT_EQ(err(R"({})"), "missing argument: url\n");
+  EXPECT_EQ(err(R"({"url":42})"), "invalid url: must be a string\n");
+  EXPECT_EQ(err(R"({"url":"http://127.0.0.1:9/","max_bytes":"big"})"),
+            "invalid max_bytes: must be an integer from 1024 to 1048576\n");
+}
+
+TEST(WebFetch, NetworkDisabledBySandboxIsSaidPlainly) {
+  std::string policy = read_file(source("data/sandbox.yaml"));
+  const std::string shipped = "network: {enabled: true, unrestricted: true}";
+  ASSERT_NE(policy.find(shipped), std::string::npos);
+  policy.replace(policy.find(shipped), shipped.size(), "network: {enabled: false}");
+  ToolHost host(policy);
+  Httpd http;
+  http.route("/", 200, "text/plain", "reachable");
+  host.load("web_fetch");
+  const Reply r = host.call("web_fetch", R"({"url":")" + http.url("/") + "\"}");
+  if (r.status() == "failed" && r.err.find("sandbox unavailable") != std::string::npos) GTEST_SKIP() << r.err;
+  EXPECT_EQ(r.exit(), 1) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("network not allowed by the sandbox or unreachable: ", 0), 0u) << r.out;
+  EXPECT_TRUE(http.requests().empty());
+}
+
+TEST(WebFetch, DeeplyNestedHtmlIsRefusedQuicklyButRawWorks) {
+  Fetch f;
+  std::string deep;
+  for (int i = 0; i < 100000; i++) deep += "<div><span>";
+  f.http.route("/deep", 200, "text/html", "<title>deep</title><p>top</p>" + deep + "bottom");
+  const auto start = std::chrono::steady_clock::now();
+  const Reply r = f.get(f.http.url("/deep"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  EXPECT_EQ(r.exit(), 1) << r.status() << r.out << r.err.substr(0, 2000);
+  EXPECT_EQ(r.out, "cannot convert this HTML: its elements nest about 200000 deep (the limit is 3000); fetch it with format raw\n");
+  const Reply raw = f.get(f.http.url("/deep"), R"(,"format":"raw","max_bytes":2048)");
+  ASSERT_TRUE(raw.ok()) << raw.out;
+  EXPECT_EQ(raw.out.rfind("<title>deep</title><p>top</p><div><span>", 0), 0u);
+  // Ordinary nesting, a few hundred deep, converts.
+  std::string nested;
+  for (int i = 0; i < 300; i++) nested += "<div>";
+  f.http.route("/nested", 200, "text/html", nested + "<p>inside</p>");
+  const Reply ok = f.get(f.http.url("/nested"));
+  ASSERT_TRUE(ok.ok()) << ok.out;
+  EXPECT_NE(ok.out.find("\n\ninside\n"), std::string::npos) << ok.out;
+  std::string deeper;
+  for (int i = 0; i < 1200; i++) deeper += "<div>";
+  f.http.route("/deeper", 200, "text/html", "<p>top</p>" + deeper + "<p>bottom</p>");
+  const Reply cut = f.get(f.http.url("/deeper"));
+  ASSERT_TRUE(cut.ok()) << cut.out;
+  EXPECT_NE(cut.out.find("\n\ntop\n\n[content nested more than 1000 elements deep left out]\n"), std::string::npos) << cut.out;
+}

@@ -1,0 +1,158 @@
+// file_grep through ripgrep: rg does the walking and matching with the flags that make it skip
+// what the own engine skips (.gitignore files read everywhere, .git, binary files; no .ignore
+// or global excludes; hidden files searched), and its `--null` output is parsed into the same
+// Collector, so both engines print the same thing. rg's order is not stable across threads:
+// the Collector sorts.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "fsutil.hpp"
+#include "grep.hpp"
+#include "tool.hpp"
+
+extern char** environ;
+
+namespace filetool {
+
+namespace {
+
+struct Parser {
+  const Query& q;
+  Collector& out;
+  bool strip_dot;
+  std::string path;
+  FileHits hits;
+
+  std::string clean(std::string_view p) const {
+    if (strip_dot && p.substr(0, 2) == "./") p.remove_prefix(2);
+    return std::string(p);
+  }
+  void flush() {
+    // Past the cap, the context before the first match not kept is not the kept matches' context.
+    std::size_t last_match = 0;
+    for (const auto& l : hits.lines)
+      if (l.match) last_match = l.number;
+    while (!hits.lines.empty() && !hits.lines.back().match && hits.lines.back().number > last_match + static_cast<std::size_t>(q.context))
+      hits.lines.pop_back();
+    if (!path.empty()) out.add(std::move(path), std::move(hits));
+    path.clear();
+    hits = {};
+  }
+  // One record: a line (content, count) or a NUL-terminated path (files).
+  void record(std::string_view r) {
+    if (q.mode == Mode::files) {
+      if (!r.empty()) out.add(clean(r), FileHits{1, {}});
+      return;
+    }
+    const auto nul = r.find('\0');
+    if (nul == std::string_view::npos) return;  // "--" separators, warnings
+    std::string p = clean(r.substr(0, nul));
+    std::string_view rest = r.substr(nul + 1);
+    if (q.mode == Mode::count) {
+      out.add(std::move(p), FileHits{std::strtoull(std::string(rest).c_str(), nullptr, 10), {}});
+      return;
+    }
+    std::size_t digits = 0;
+    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') digits++;
+    if (digits == 0 || digits == rest.size() || (rest[digits] != ':' && rest[digits] != '-')) return;
+    if (p != path) flush(), path = std::move(p);
+    const bool match = rest[digits] == ':';
+    if (match) hits.matches++;
+    if (hits.matches > max_matches) return;
+    hits.lines.push_back({std::strtoull(std::string(rest.substr(0, digits)).c_str(), nullptr, 10), match,
+                          cut_line(rest.substr(digits + 1))});
+  }
+};
+
+}  // namespace
+
+void grep_rg(const Query& q, Collector& out) {
+  const std::string where = shown(q.root);
+  std::vector<std::string> args{"rg", "--no-config", "--null", "--no-heading", "--with-filename", "--line-number",
+                                "--color", "never", "--no-require-git", "--hidden", "--glob", "!.git", "--no-ignore-dot",
+                                "--no-ignore-global", "--no-ignore-exclude", "--no-messages"};
+  if (q.ignore_case) args.push_back("--ignore-case");
+  if (q.mode == Mode::files) args.push_back("--files-with-matches");
+  if (q.mode == Mode::count) args.push_back("--count");
+  if (q.mode == Mode::content && q.context > 0) args.insert(args.end(), {"--context", std::to_string(q.context)});
+  if (!q.glob.empty()) args.insert(args.end(), {"--type-add", "sel:" + q.glob, "--type", "sel"});
+  args.insert(args.end(), {"--regexp", q.pattern, "--", where});
+
+  int o[2], e[2];
+  if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0) throw tool::Error("cannot run rg: no pipes");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, o[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, e[1], 2);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  const int rc = ::posix_spawnp(&pid, "rg", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(o[1]);
+  ::close(e[1]);
+  if (rc != 0) {
+    ::close(o[0]);
+    ::close(e[0]);
+    throw tool::Error("cannot run rg: " + std::string(std::strerror(rc)));
+  }
+
+  Parser parser{q, out, where == "."};
+  const char sep = q.mode == Mode::files ? '\0' : '\n';
+  std::string pending, err;
+  std::vector<char> buf(1 << 16);
+  pollfd fds[2] = {{o[0], POLLIN, 0}, {e[0], POLLIN, 0}};
+  int open = 2;
+  while (open > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (auto& f : fds) {
+      if (f.fd < 0 || !(f.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t r = ::read(f.fd, buf.data(), buf.size());
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        ::close(f.fd);
+        f.fd = -1;
+        open--;
+        continue;
+      }
+      if (f.fd == e[0]) {
+        if (err.size() < 4096) err.append(buf.data(), static_cast<std::size_t>(r));
+        continue;
+      }
+      pending.append(buf.data(), static_cast<std::size_t>(r));
+      std::size_t from = 0;
+      for (std::size_t at; (at = pending.find(sep, from)) != std::string::npos; from = at + 1)
+        parser.record(std::string_view(pending).substr(from, at - from));
+      pending.erase(0, from);
+    }
+  }
+  if (!pending.empty()) parser.record(pending);
+  parser.flush();
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  if (code <= 1) return;
+  // rg's messages are several lines; the last says what is wrong ("error: unclosed group").
+  std::string_view msg = err;
+  while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
+  const auto nl = msg.rfind('\n');
+  std::string last(msg.substr(nl == std::string_view::npos ? 0 : nl + 1));
+  if (last.rfind("error: ", 0) == 0) last.erase(0, 7);
+  if (err.find("regex parse error") != std::string::npos)
+    throw tool::Error("invalid regex: " + last + " (Rust regex syntax)");
+  if (out.empty()) throw tool::Error("rg failed: " + (last.empty() ? "exit status " + std::to_string(code) : last));
+}
+
+}  // namespace filetool

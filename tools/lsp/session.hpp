@@ -1,0 +1,88 @@
+#pragma once
+/// One running language server: its process, the JSON-RPC exchange over its pipes (a reader thread
+/// matches responses to waiting requests and answers the server's own requests), the documents
+/// it has open, and what it reports about its progress.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rpc.hpp"
+#include "servers.hpp"
+
+namespace lsp {
+
+/// A request that failed: the server's error message, a timeout, or the server's death.
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Session {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// Starts `argv` with `env` in `root` and initializes it (bounded by `deadline`).
+  Session(const Server& server, std::vector<std::string> argv, std::vector<std::string> env, const std::string& root,
+          clock::time_point deadline);
+  ~Session();
+  Session(const Session&) = delete;
+
+  bool dead() const;
+  /// Sends a request and waits for its result until `deadline` (then cancels it).
+  json request(const std::string& method, json params, clock::time_point deadline);
+  void notify(const std::string& method, json params);
+
+  /// Opens `path` in the server, or sends its new text when it changed on disk since. The file is
+  /// read here; a file that cannot be read is closed in the server and the error thrown.
+  void sync(const std::string& path);
+  /// sync() for every open document.
+  void sync_open();
+  /// Waits until the server has built `path` (its diagnostics for the current version, where the
+  /// server publishes them) and, the first time only, until no progress (background indexing) is
+  /// running, at most until `deadline`; false when progress is still running.
+  bool wait_ready(const std::string& path, clock::time_point deadline);
+
+ private:
+  void read_loop();
+  void send(const json& message);
+  /// Closes the server's input, waits `grace_ms` for it to exit, kills it, joins the reader.
+  void stop(int grace_ms);
+  void answer(const json& request);
+  void close_document(const std::string& path);
+
+  Server server_;
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::thread reader_;
+  std::mutex write_mu_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool dead_ = false;
+  long next_id_ = 1;
+  std::map<long, std::optional<json>> waiting_;  ///< id → the response once it came
+  std::set<std::string> progress_;              ///< tokens of running work-done progress
+  std::map<std::string, long> built_;            ///< uri → version of its last diagnostics
+  bool waited_index_ = false;
+
+  struct Document {
+    long version = 0;
+    struct timespec mtime {};
+    off_t size = 0;
+    unsigned long used = 0;
+  };
+  std::mutex docs_mu_;
+  std::map<std::string, Document> docs_;
+  unsigned long uses_ = 0;
+};
+
+}  // namespace lsp

@@ -1,0 +1,135 @@
+#include "content.hpp"
+
+#include <iconv.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+
+namespace web {
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r\n\"'");
+  if (b == std::string_view::npos) return "";
+  return std::string(s.substr(b, s.find_last_not_of(" \t\r\n\"'") - b + 1));
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+/// The value after `charset=` in `s` (already lower case), up to a delimiter.
+std::string charset_after(const std::string& s) {
+  const auto at = s.find("charset=");
+  if (at == std::string::npos) return "";
+  std::size_t i = at + 8;
+  while (i < s.size() && (s[i] == '"' || s[i] == '\'' || s[i] == ' ')) i++;
+  std::string out;
+  while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '-' || s[i] == '_' || s[i] == '.' || s[i] == ':'))
+    out += s[i++];
+  return out;
+}
+
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; k++)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string media_type(const std::string& content_type) {
+  return lower(trim(std::string_view(content_type).substr(0, content_type.find(';'))));
+}
+
+Kind classify(const std::string& type, std::string_view body) {
+  if (type == "text/html" || type == "application/xhtml+xml") return Kind::html;
+  if (type.rfind("text/", 0) == 0 || ends_with(type, "+json") || ends_with(type, "+xml") || ends_with(type, "/json") ||
+      ends_with(type, "/xml") || ends_with(type, "/javascript") || ends_with(type, "/ecmascript") ||
+      ends_with(type, "/x-javascript") || ends_with(type, "/yaml") || ends_with(type, "/x-yaml") ||
+      ends_with(type, "/toml") || ends_with(type, "/x-sh") || ends_with(type, "/sql") || ends_with(type, "/x-ndjson") ||
+      ends_with(type, "/graphql") || ends_with(type, "/x-www-form-urlencoded"))
+    return Kind::text;
+  if (!type.empty()) return Kind::binary;
+  const std::string_view head = body.substr(0, 4096);
+  if (head.find('\0') != std::string_view::npos) return Kind::binary;
+  const std::string start = lower(trim(body.substr(0, 256)));
+  if (start.rfind("<!doctype html", 0) == 0 || start.rfind("<html", 0) == 0) return Kind::html;
+  return Kind::text;
+}
+
+std::string charset(const std::string& content_type, std::string_view body, Kind kind) {
+  std::string cs = charset_after(lower(content_type));
+  if (cs.empty() && kind == Kind::html) cs = charset_after(lower(body.substr(0, 2048)));
+  // Undeclared and not UTF-8: the web's usual legacy encoding (what browsers assume too).
+  if (cs.empty() && !valid_utf8(body)) cs = "windows-1252";
+  return cs;
+}
+
+std::string to_utf8(std::string body, const std::string& cs) {
+  if (cs.empty() || cs == "utf-8" || cs == "utf8" || cs == "us-ascii" || cs == "ascii") return body;
+  iconv_t cd = ::iconv_open("UTF-8", cs.c_str());
+  if (cd == reinterpret_cast<iconv_t>(-1)) return body;
+  std::string out;
+  out.reserve(body.size() + body.size() / 2);
+  char* in = body.data();
+  std::size_t in_left = body.size();
+  char buf[16384];
+  while (in_left > 0) {
+    char* o = buf;
+    std::size_t o_left = sizeof buf;
+    const std::size_t rc = ::iconv(cd, &in, &in_left, &o, &o_left);
+    out.append(buf, static_cast<std::size_t>(o - buf));
+    if (rc != static_cast<std::size_t>(-1)) continue;
+    if (errno == E2BIG) continue;
+    // An invalid or truncated sequence: one byte becomes U+FFFD.
+    out += "\xEF\xBF\xBD";
+    in++;
+    in_left--;
+  }
+  ::iconv_close(cd);
+  return out;
+}
+
+std::string_view utf8_prefix(std::string_view s, std::size_t max) {
+  if (s.size() <= max) return s;
+  std::size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) n--;
+  return s.substr(0, n);
+}
+
+}  // namespace web
+
+namespace web {
+
+std::string one_line(std::string_view s, std::size_t max) {
+  std::string out;
+  bool space = false;
+  for (char c : s) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+  }
+  if (out.size() > max) out = std::string(utf8_prefix(out, max)) + "…";
+  return out;
+}
+
+}  // namespace web
