@@ -179,6 +179,7 @@ void Agent::start_next() {
   Submission s;
   {
     std::lock_guard lock(mu);
+    if (turn_active_) return;  // its end starts the next one
     if (queue_.empty() || killed || hub.stopping) {
       running_ = false;
       cancel_.reset();
@@ -187,6 +188,7 @@ void Agent::start_next() {
     s = std::move(queue_.front());
     queue_.pop_front();
     cancel_ = std::make_shared<asio::cancellation_signal>();
+    turn_active_ = true;
   }
   asio::co_spawn(ex, run(std::move(s)),
                  asio::bind_cancellation_slot(cancel_->slot(), [self = shared_from_this()](std::exception_ptr e) {
@@ -196,6 +198,10 @@ void Agent::start_next() {
                      } catch (const std::exception& x) {
                        spdlog::error("agent {}: turn ended by {}", self->id, x.what());
                      }
+                   }
+                   {
+                     std::lock_guard lock(self->mu);
+                     self->turn_active_ = false;
                    }
                    // Not from inside the handler: start_next replaces the signal this handler is bound to.
                    asio::post(self->ex, [self] { self->start_next(); });

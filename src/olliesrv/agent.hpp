@@ -110,7 +110,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::string state_ = "idle";
   std::shared_ptr<virtfs::Signal> state_signal_ = std::make_shared<virtfs::Signal>();
   std::deque<Submission> queue_;
-  bool running_ = false;
+  bool running_ = false;      // a turn runs or is about to (the queue is being drained)
+  bool turn_active_ = false;  // a turn's coroutine exists (set by start_next, cleared at its end)
   std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn
   std::shared_ptr<backend::Backend> backend_;
 };

@@ -265,6 +265,9 @@ asio::awaitable<void> Turn::run(Submission sub) {
     auto& t = a.stats.totals;
     t.cost_last = any_provider_cost_ ? provider_cost_ : table_cost_;
     t.cost_session += t.cost_last;
+    // Idle from here on when nothing is queued, so an idle-only verb right after the `idle`
+    // state is accepted; a submission arriving now waits for this turn's end (start_next).
+    if (a.queue_.empty()) a.running_ = false;
   }
   a.set_state("idle");
   s_->save_soon();

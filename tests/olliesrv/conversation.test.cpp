@@ -209,6 +209,7 @@ TEST(Conversation, StopEndsAStreamingTurnAndTheHistoryStaysValid) {
   auto& msgs = body["messages"];
   EXPECT_EQ(msgs[msgs.size() - 2]["role"], "assistant");
   EXPECT_EQ(msgs.back()["content"], "again");
+  ASSERT_TRUE(w.wait_state(a, "idle"));
   auto idle = w.rdwr(a + "/ctl", "stop");
   ASSERT_TRUE(idle);
   EXPECT_EQ(*idle, "idle\n");

@@ -72,7 +72,7 @@ struct World {
     ::setenv("XDG_DATA_HOME", (root + "/data").c_str(), 1);
     ::unsetenv("OLLIE_TOOLS_PATH");
     ::setenv("OLLIE_ANTHROPIC_KEY", "secret-not-for-tools", 1);
-    const char* src = std::getenv("OLLIE_SOURCE_DIR");
+    const char* src = (std::getenv("OLLIE_SOURCE_DIR") ? std::getenv("OLLIE_SOURCE_DIR") : OLLIE_TEST_SOURCE_DIR);
     write_file(config + "/sandbox.yaml", read_file(std::string(src ? src : "/work/main") + "/data/sandbox.yaml"));
     const std::string tools = config + "/tools/";
     write_file(tools + "echo", "#!/bin/sh\ncat\n", 0755);
@@ -105,8 +105,12 @@ std::string session_sock(const std::string& sid) { return p9::runtime_root() + "
 struct Host : ::testing::Test {
   World& w = world();
   OneThread t;
-  std::string sid = "test-" + std::to_string(::getpid()) + "-" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  // Short: a Unix socket path holds at most 107 bytes, and the test's name would pass that.
+  std::string sid = "test-" + std::to_string(::getpid()) + "-" + std::to_string(++count());
+  static int& count() {
+    static int n = 0;
+    return n;
+  }
   std::shared_ptr<ToolHost> host = make(sid);
 
   std::shared_ptr<ToolHost> make(const std::string& id, const std::string& bin = testing_support::built("bin/toolsrv")) {

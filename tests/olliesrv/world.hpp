@@ -29,7 +29,7 @@ namespace convo {
 using namespace std::chrono_literals;
 
 inline std::string source(const std::string& rel) {
-  const char* s = std::getenv("OLLIE_SOURCE_DIR");
+  const char* s = (std::getenv("OLLIE_SOURCE_DIR") ? std::getenv("OLLIE_SOURCE_DIR") : OLLIE_TEST_SOURCE_DIR);
   if (!s) throw std::runtime_error("OLLIE_SOURCE_DIR is not set (run the tests through ctest)");
   return std::string(s) + "/" + rel;
 }

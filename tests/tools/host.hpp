@@ -31,7 +31,7 @@ inline const std::string secret = "00112233445566778899aabbccddeeff0011223344556
 inline const std::string agent = "3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77";
 
 inline std::string source(const std::string& rel) {
-  const char* s = std::getenv("OLLIE_SOURCE_DIR");
+  const char* s = (std::getenv("OLLIE_SOURCE_DIR") ? std::getenv("OLLIE_SOURCE_DIR") : OLLIE_TEST_SOURCE_DIR);
   if (!s) throw std::runtime_error("OLLIE_SOURCE_DIR is not set (run the tests through ctest)");
   return std::string(s) + "/" + rel;
 }

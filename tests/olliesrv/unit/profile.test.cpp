@@ -160,7 +160,7 @@ TEST_F(ProfileTest, NamesSorted) {
 }
 
 TEST_F(ProfileTest, ShippedProfilesLoadCleanly) {
-  const char* src = std::getenv("OLLIE_SOURCE_DIR");
+  const char* src = (std::getenv("OLLIE_SOURCE_DIR") ? std::getenv("OLLIE_SOURCE_DIR") : OLLIE_TEST_SOURCE_DIR);
   ASSERT_NE(src, nullptr);
   const std::string data = std::string(src) + "/data";
   auto names = profile_names(data);

@@ -10,7 +10,7 @@ using namespace ollie;
 namespace {
 
 std::string source_file(const std::string& rel) {
-  const char* src = std::getenv("OLLIE_SOURCE_DIR");
+  const char* src = (std::getenv("OLLIE_SOURCE_DIR") ? std::getenv("OLLIE_SOURCE_DIR") : OLLIE_TEST_SOURCE_DIR);
   std::ifstream in(std::string(src ? src : ".") + "/" + rel, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
