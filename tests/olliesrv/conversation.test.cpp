@@ -447,3 +447,35 @@ TEST(Conversation, AToolCannotAttachAsTheHostownerOrAnotherAgent) {
   EXPECT_NE(result.find("authentication failed"), std::string::npos) << result;
   EXPECT_NE(result.find("sandboxed clients attach as their agent"), std::string::npos) << result;
 }
+
+TEST(Conversation, AReadOfAPathWrittenInTheSameResponseRunsAfterTheWrite) {
+  World w;
+  write_file(w.project + "/a.txt", "old\n");
+  write_file(w.project + "/b.txt", "bee\n");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "w1"}, {"name", "file_write"}, {"arguments", {{"path", "a.txt"}, {"content", "new\n"}}}},
+                                            {{"id", "r1"}, {"name", "file_read"}, {"arguments", {{"path", "./a.txt"}}}},
+                                            {{"id", "r2"}, {"name", "file_read"}, {"arguments", {{"path", "b.txt"}}}}})}});
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "edit and read"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::vector<std::string> seq, results;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw"))) {
+    if (b["role"] == "call" || b["role"] == "tool") seq.push_back(b["role"].get<std::string>() + " " + b["name"].get<std::string>());
+    if (b["role"] == "tool") results.push_back(b["content"]);
+  }
+  // Batches: the write alone, then both reads (./a.txt is the written path, cleaned).
+  EXPECT_EQ(seq, (std::vector<std::string>{"call file_write", "tool file_write", "call file_read", "call file_read",
+                                           "tool file_read", "tool file_read"}));
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_NE(results[1].find("new"), std::string::npos) << results[1];
+  EXPECT_NE(results[2].find("bee"), std::string::npos) << results[2];
+  // The results reach the model in call order, each with its call's id.
+  auto body = request_body(w, 1);
+  std::vector<std::string> ids;
+  for (auto& m : body["messages"])
+    if (m["role"] == "tool") ids.push_back(m["tool_call_id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{"w1", "r1", "r2"}));
+}
