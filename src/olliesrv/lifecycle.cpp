@@ -33,14 +33,6 @@ p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) 
   return p;
 }
 
-p9::Status check_backend_name(const std::string& b) {
-  const auto& names = backend::backend_names();
-  if (b.empty() || std::find(names.begin(), names.end(), b) != names.end()) return {};
-  std::string list;
-  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  return p9::error("unknown backend: " + b + " (" + list + ")");
-}
-
 // Not inside the coroutines: GCC 12 rejects initializer lists of literals there.
 p9::Result<KeyValues> parse_session_request(const std::string& r) {
   return parse_request(r, {"name", "cwd", "remote", "backend", "model"});
@@ -73,7 +65,7 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   if (name.empty()) name = default_name(id);
   if (!valid_name(name)) co_return p9::error("invalid name: " + name);
   if (!kv->get("remote").empty()) co_return p9::error("remote: remote sessions are not available in this version");
-  if (auto st = check_backend_name(kv->get("backend")); !st) co_return st.error();
+  if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
   if (hub.find(name)) co_return p9::error("session already exists: " + name);
 
   auto s = std::make_shared<Session>(hub, id, *cwd);
@@ -122,7 +114,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   const std::string profile_name = kv->get("agent").empty() ? "default" : kv->get("agent");
   auto profile = load_profile(hub.config_root, profile_name);
   if (!profile) co_return profile.error();
-  if (auto st = check_backend_name(kv->get("backend")); !st) co_return st.error();
+  if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
   SettingsInput in;
   in.backend = kv->get("backend");
   in.model = kv->get("model");

@@ -80,6 +80,15 @@ bool is_backend(const std::string& b) {
   return false;
 }
 
+}  // namespace
+
+p9::Status check_backend(const std::string& name) {
+  if (name.empty() || is_backend(name)) return {};
+  return p9::error("unknown backend: " + name + " (" + known_backends() + ")");
+}
+
+namespace {
+
 /// Section `model` → OLLIE_MODEL → the built-in default, as backend::resolve_backend resolves
 /// it, but without needing the backend's secret (a missing key is the backend's error later).
 std::string backend_model(const std::string& name, const backend::BackendsConf& conf, const p9::Env& env) {
@@ -113,7 +122,7 @@ p9::Result<BackendChoice> resolve_backend_choice(const SettingsInput& in, const 
   }
   if (c.backend.empty()) c.backend = backend::default_backend(conf, env);  // backends.conf → OLLIE_BACKEND
   if (c.backend.empty()) return p9::error("no backend configured: set backend in backends.conf or OLLIE_BACKEND");
-  if (!is_backend(c.backend)) return p9::error("unknown backend: " + c.backend + " (" + known_backends() + ")");
+  if (auto st = check_backend(c.backend); !st) return st.error();
 
   auto fits = [&](const std::string& written_for) { return written_for.empty() || written_for == c.backend; };
   if (!in.model.empty()) c.model = in.model;
@@ -244,8 +253,7 @@ p9::Result<CfgWrite> parse_cfg_write(const std::string& request) {
   if (kv->has("agent")) w.profile = kv->get("agent");
   if (kv->has("backend")) {
     w.backend = kv->get("backend");
-    if (!w.backend->empty() && !is_backend(*w.backend))
-      return p9::error("unknown backend: " + *w.backend + " (" + known_backends() + ")");
+    if (auto st = check_backend(*w.backend); !st) return st.error();
   }
   if (kv->has("model")) w.model = kv->get("model");
   if (kv->has("cwd")) w.cwd = kv->get("cwd");

@@ -117,13 +117,8 @@ Reply verb_model(AgentCall& c, const virtfs::Command& cmd) {
 
 Reply verb_backend(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
-    const auto& names = backend::backend_names();
     const std::string& b = cmd.args[0];
-    if (std::find(names.begin(), names.end(), b) == names.end()) {
-      std::string list;
-      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-      co_return p9::error("unknown backend: " + b + " (" + list + ")");
-    }
+    if (auto st = check_backend(b); !st) co_return st.error();
     // The model becomes that backend's default (§7.4).
     auto settings = backend::resolve_backend(b, c.hub.conf(), c.hub.env);
     if (!settings) co_return p9::error(settings.error().message);
