@@ -1,5 +1,7 @@
 #include "store.hpp"
 
+#include "backend/wire.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -48,16 +50,6 @@ bool plain_component(std::string_view s) {
          s.find('\0') == std::string_view::npos;
 }
 
-const char* role_name(Role r) {
-  switch (r) {
-    case Role::system: return "system";
-    case Role::user: return "user";
-    case Role::assistant: return "assistant";
-    case Role::tool: return "tool";
-  }
-  return "user";
-}
-
 /// Parses JSON text kept as text in the records; nullopt when it is not JSON.
 std::optional<ojson> parse_text(std::string_view text) {
   auto j = ojson::parse(text, nullptr, false);
@@ -68,7 +60,7 @@ std::optional<ojson> parse_text(std::string_view text) {
 ojson message_json(const HistoryMessage& h) {
   const auto& m = h.msg;
   ojson j = ojson::object();
-  j["role"] = role_name(m.role);
+  j["role"] = backend::role_name(m.role);  // the providers' spelling, which §7.7 keeps
   if (m.role == Role::tool) {
     j["tool_call_id"] = m.tool_call_id;
     if (!h.tool_name.empty()) j["name"] = h.tool_name;
