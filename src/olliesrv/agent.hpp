@@ -74,6 +74,11 @@ class Agent : public std::enable_shared_from_this<Agent> {
   bool killed = false;
 
   // ---- reading ----
+  /// The name now (it changes under mu).
+  std::string current_name() const {
+    std::lock_guard lock(mu);
+    return name;
+  }
   std::string state() const;
   std::shared_ptr<virtfs::Signal> state_signal() const { return state_signal_; }
   bool running() const;

@@ -42,15 +42,8 @@ p9::Result<KeyValues> parse_agent_request(const std::string& r) {
   return parse_request(r, {"name", "cwd", "agent", "backend", "model", "parent", "timeout", "prompt"}, true);
 }
 
-std::string session_name(const Session& s) {
-  std::lock_guard lock(s.mu);
-  return s.name;
-}
-
-std::string agent_path(const Session& s, const Agent& a) {
-  std::lock_guard lock(a.mu);
-  return "session/" + session_name(s) + "/agent/" + a.name;
-}
+// One lock at a time: Session::find takes the session's, then an agent's.
+std::string agent_path(const Session& s, const Agent& a) { return "session/" + s.current_name() + "/agent/" + a.current_name(); }
 
 }  // namespace
 
@@ -159,12 +152,12 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   };
   co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
   s->save_soon();
-  hub.bus.publish("agent." + id + ".new", "session/" + session_name(*s) + "/agent/" + name);
+  hub.bus.publish("agent." + id + ".new", "session/" + s->current_name() + "/agent/" + name);
   co_return id + "\n";
 }
 
 void kill_session(Hub& hub, const std::shared_ptr<Session>& s) {
-  const std::string name = session_name(*s);
+  const std::string name = s->current_name();
   s->kill();
   hub.remove(s->id);
   hub.bus.publish("session." + s->id + ".kill", "session/" + name);

@@ -1,5 +1,6 @@
 #include "namespace.hpp"
 
+#include "backend/text.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "lifecycle.hpp"
@@ -62,16 +63,6 @@ auto alive(F f) {
   };
 }
 
-std::string session_name(const Session& s) {
-  std::lock_guard lock(s.mu);
-  return s.name;
-}
-
-std::string agent_name(const Agent& a) {
-  std::lock_guard lock(a.mu);
-  return a.name;
-}
-
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
 // ---- session/ (§2.4) ---------------------------------------------------------------------------
@@ -89,7 +80,7 @@ std::string session_idx(Ctx& c) {
 
 std::vector<std::string> session_names(Ctx& c) {
   std::vector<std::string> out;
-  for (const auto& s : c.srv->hub().sessions()) out.push_back(session_name(*s));
+  for (const auto& s : c.srv->hub().sessions()) out.push_back(s->current_name());
   return out;
 }
 
@@ -105,10 +96,9 @@ Reply session_new(Ctx& c, std::string request) { co_return co_await new_session(
 
 p9::Status rename_session(Ctx& c, std::string text) {
   if (auto st = gone(c); !st) return st;
-  const auto b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
-  const std::string n = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+  const std::string n(backend::trim(text));
   if (!valid_name(n)) return p9::error("invalid name: " + n);
-  const std::string old = session_name(*c.session);
+  const std::string old = c.session->current_name();
   if (old == n) return {};
   if (auto st = c.srv->hub().rename(c.session, n); !st) return st;
   c.srv->hub().bus.publish("session." + c.session->id + ".rename", "session/" + old + " session/" + n);
@@ -136,7 +126,7 @@ std::string agent_idx(Ctx& c) {
 
 std::vector<std::string> agent_names(Ctx& c) {
   std::vector<std::string> out;
-  for (const auto& a : c.session->agents()) out.push_back(agent_name(*a));
+  for (const auto& a : c.session->agents()) out.push_back(a->current_name());
   return out;
 }
 
@@ -157,13 +147,12 @@ Reply agent_new(Ctx& c, std::string request) {
 
 p9::Status rename_agent(Ctx& c, std::string text) {
   if (auto st = gone(c); !st) return st;
-  const auto b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
-  const std::string n = b == std::string::npos ? "" : text.substr(b, e - b + 1);
+  const std::string n(backend::trim(text));
   if (!valid_name(n)) return p9::error("invalid name: " + n);
-  const std::string old = agent_name(*c.agent);
+  const std::string old = c.agent->current_name();
   if (old == n) return {};
   if (auto st = c.session->rename_agent(c.agent, n); !st) return st;
-  const std::string sn = session_name(*c.session);
+  const std::string sn = c.session->current_name();
   c.srv->hub().bus.publish("agent." + c.agent->id + ".rename",
                            "session/" + sn + "/agent/" + old + " session/" + sn + "/agent/" + n);
   c.agent->save();
@@ -183,8 +172,7 @@ p9::Status prompt(Ctx& c, std::string text) {
 
 Reply block(Ctx& c, std::string request) {
   if (auto st = gone(c); !st) co_return st.error();
-  const auto b = request.find_first_not_of(" \t\r\n"), e = request.find_last_not_of(" \t\r\n");
-  const std::string id = b == std::string::npos ? "" : request.substr(b, e - b + 1);
+  const std::string id(backend::trim(request));
   if (id.size() != 8 || id.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
     co_return p9::error("invalid block id: " + id);
   auto found = c.agent->transcript.find(id);
@@ -203,7 +191,7 @@ virtfs::Node<Ctx> declare() {
       "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup),
       D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read(alive([](Ctx& c) { return Text(c.agent->id + "\n"); }))),
       D::Leaf("name", Mode{0644}, Doc{"the agent's name; write to rename"},
-              Read(alive([](Ctx& c) { return Text(agent_name(*c.agent) + "\n"); })), Write(rename_agent)),
+              Read(alive([](Ctx& c) { return Text(c.agent->current_name() + "\n"); })), Write(rename_agent)),
       D::Leaf("ctl", Mode{0600}, Owner(agent_owner), Doc{"agent control; verbs: stop kill clear tools tool_load model backend name systemprompt"},
               Rdwr(agent_ctl_file)),
       D::Leaf("cfg", Mode{0444}, Doc{"the effective configuration, key=value"},
@@ -239,7 +227,7 @@ virtfs::Node<Ctx> declare() {
       "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
       D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read(alive([](Ctx& c) { return Text(c.session->id + "\n"); }))),
       D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
-              Read(alive([](Ctx& c) { return Text(session_name(*c.session) + "\n"); })), Write(rename_session)),
+              Read(alive([](Ctx& c) { return Text(c.session->current_name() + "\n"); })), Write(rename_session)),
       D::Leaf("ctl", Mode{0600}, Doc{"session control; verbs: kill save"}, Rdwr(session_ctl_file)),
       D::Dir("agent", Mode{0555}, Doc{"the session's agents"},
              D::Leaf("new", Mode{0666}, Doc{"create an agent: name= cwd= agent= backend= model=; reply: its id"},

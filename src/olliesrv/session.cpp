@@ -128,17 +128,7 @@ void Session::kill() {
   }
   for (const auto& a : list) {
     a->kill();
-    std::string n;
-    {
-      std::lock_guard al(a->mu);
-      n = a->name;
-    }
-    std::string sn;
-    {
-      std::lock_guard lock(mu);
-      sn = name;
-    }
-    hub.bus.publish("agent." + a->id + ".kill", "session/" + sn + "/agent/" + n);
+    hub.bus.publish("agent." + a->id + ".kill", "session/" + current_name() + "/agent/" + a->current_name());
   }
   host->stop();
   std::lock_guard writing(save_mu_);

@@ -32,6 +32,11 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t bypass_counter = 0;
   bool killed = false;
 
+  /// The name now (it changes under mu).
+  std::string current_name() const {
+    std::lock_guard lock(mu);
+    return name;
+  }
   std::shared_ptr<Agent> find(const std::string& name_or_id) const;
   std::vector<std::shared_ptr<Agent>> agents() const;  ///< sorted by name
   p9::Status add(std::shared_ptr<Agent> a);

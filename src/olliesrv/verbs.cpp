@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "backend/config.hpp"
+#include "backend/text.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "lifecycle.hpp"
@@ -146,18 +147,10 @@ Reply verb_name(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
     const std::string& n = cmd.args[0];
     if (!valid_name(n)) co_return p9::error("invalid name: " + n);
-    std::string old;
-    {
-      std::lock_guard lock(c.a->mu);
-      old = c.a->name;
-    }
+    const std::string old = c.a->current_name();
     if (old != n) {
       if (auto st = c.s->rename_agent(c.a, n); !st) co_return st.error();
-      std::string sn;
-      {
-        std::lock_guard lock(c.s->mu);
-        sn = c.s->name;
-      }
+      const std::string sn = c.s->current_name();
       c.hub.bus.publish("agent." + c.a->id + ".rename", "session/" + sn + "/agent/" + old + " session/" + sn + "/agent/" + n);
       {
         std::lock_guard lock(c.a->mu);
@@ -190,13 +183,6 @@ constexpr virtfs::Verb<Reply (*)(AgentCall&, const virtfs::Command&)> agent_verb
     {.name = "name", .synopsis = "[new]", .max_args = 1, .self = virtfs::Self::query, .run = verb_name},
     {.name = "systemprompt", .self = virtfs::Self::yes, .run = verb_systemprompt},
 };
-
-std::string trim(std::string s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
 
 // `!command` (§3.4): the agent's shell tool, sandboxed, in its effective cwd; an `exec` block.
 asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string command) {
@@ -253,7 +239,7 @@ asio::awaitable<p9::Result<std::string>> agent_ctl(Hub& hub, std::shared_ptr<Ses
 }
 
 p9::Status write_prompt(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string text) {
-  text = trim(std::move(text));
+  text = std::string(backend::trim(text));
   if (text.empty()) return {};
   auto detach = [&](asio::awaitable<void> work) {
     asio::co_spawn(a->ex, std::move(work), [](std::exception_ptr e) {
