@@ -13,7 +13,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-14 libclang-rt-14-dev
   libasio-dev nlohmann-json3-dev libcurl4-openssl-dev libspdlog-dev libyaml-cpp-dev
   libssl-dev uuid-dev libsqlite3-dev libelf-dev googletest libgtest-dev libgmock-dev
-  libgumbo-dev ripgrep universal-ctags clangd jq
+  libgumbo-dev ripgrep universal-ctags clangd jq tmux
 )
 
 setup() {

@@ -198,6 +198,7 @@ virtfs::Node<Ctx> declare() {
               Read(alive([](Ctx& c) { return Text(c.agent->cfg_text()); }))),
       D::Leaf("prompt", Mode{0200}, Doc{"submit a prompt; /verb and !cmd run at once"}, Write(prompt)),
       D::Leaf("statewait", Mode{0444}, Doc{"the state when it changes; the current state every 5 s"},
+              Read(alive([](Ctx& c) { return Text(c.agent->state() + "\n"); })),  // the 5 s heartbeat
               BlockOnce(alive([](Ctx& c) { return Text(c.agent->state() + "\n"); }),
                         [](Ctx& c) { return c.agent->state_signal(); }),
               Vers([](const Ctx& c) { return static_cast<std::uint32_t>(c.agent->state_signal()->version()); })),

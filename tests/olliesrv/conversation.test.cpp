@@ -95,6 +95,17 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
   EXPECT_TRUE(has_read) << body["tools"].dump();
 }
 
+// statewait without a change for 5 s answers the current state (the heartbeat), never nothing:
+// a client looping on `read statewait` always has a state to show.
+TEST(Conversation, StatewaitHeartbeatIsTheCurrentState) {
+  World w;
+  auto a = w.agent(w.session("work"), "main");
+  auto f = w.open(a + "/statewait");
+  auto r = f.read(64);
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(*r, "idle\n");
+}
+
 TEST(Conversation, AToolRoundRunsTheShippedToolUnderToolsrv) {
   World w;
   write_file(w.project + "/notes.txt", "alpha\nbeta\n");

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The o REPL as a person uses it: a real tmux with a real (pseudo-)terminal attached, the real
+# olliesrv and ollie-9p, the fake provider standing in for the model. Keys are typed with
+# send-keys and the panes read with capture-pane.
+#   o.test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1 build=$2
+root=$(mktemp -d /tmp/ollie-o-XXXXXX)
+pids=()
+cleanup() {
+  tmux kill-server 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP-}" ] || rm -rf "$root"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; echo "--- olliesrv log" >&2; tail -20 "$root/olliesrv.log" >&2 || true; exit 1; }
+
+# within(seconds, command...): retries the check until it holds; tmux has no event to wait on.
+# The command is run anew each time: put any $(...) inside a function.
+within() {
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done
+}
+
+export HOME=$root/home XDG_CONFIG_HOME=$root/home/.config XDG_DATA_HOME=$root/home/.local/share
+export XDG_RUNTIME_DIR=$root/run NAMESPACE=$root/ns TMUX_TMPDIR=$root/tmux TERM=xterm-256color
+export PATH=$build/bin:$src/data/scripts:$PATH
+unset TMUX
+cfg=$XDG_CONFIG_HOME/ollie
+mkdir -p "$cfg" "$XDG_DATA_HOME" "$root/project/my proj" "$TMUX_TMPDIR"
+mkdir -m 700 "$XDG_RUNTIME_DIR" "$NAMESPACE"
+cp "$src/data/sandbox.yaml" "$cfg/"
+ln -s "$build/tools" "$cfg/tools"
+ln -s "$src/data/agents" "$cfg/agents"
+ln -s "$src/data/prompts" "$cfg/prompts"
+
+# o -h explains itself
+o -h | grep -q 'o \[session \[agent\]\]' || fail "o -h does not show the usage"
+if o -x 2>/dev/null; then fail "o -x exits 0"; fi
+
+echo '{"loop":true,"responses":[{"text":"Hello from the fake model."}]}' >"$root/say.json"
+"$build/tests/fakeprovider/fakeprovider" --port 0 --script "$root/say.json" >"$root/fake.out" &
+pids+=($!)
+within 10 grep -qs listening "$root/fake.out" || fail "the fake provider did not start"
+url=$(sed -n 's/.*listening on //p' "$root/fake.out")
+OLLIE_BACKEND=openai OLLIE_OPENAI_URL=$url/v1 OLLIE_OPENAI_KEY=x OLLIE_MODEL=fake-model \
+  olliesrv 2>"$root/olliesrv.log" &
+pids+=($!)
+within 10 ollie-9p read session/idx >/dev/null 2>&1 || fail "olliesrv did not start"
+
+# o in a terminal of its own, from the project directory: it creates the session there
+mkfifo "$root/keys"
+exec 3<>"$root/keys"
+(cd "$root/project/my proj" && exec script -qfec "stty rows 40 cols 140; o work" /dev/null <"$root/keys" >"$root/term.out" 2>&1) &
+pids+=($!)
+t==o-work-main
+within 10 tmux has-session -t "$t" 2>/dev/null || fail "o did not open its tmux session: $(cat "$root/term.out")"
+clients() { [ "$(tmux list-clients -t "$t:" | wc -l)" -ge "$1" ]; }
+within 10 clients 1 || fail "o did not attach: $(cat "$root/term.out")"
+ollie-9p read session/idx | grep -q "^work	.*	$root/project/my proj	" || fail "session cwd: $(ollie-9p read session/idx)"
+ollie-9p read session/work/agent/idx | grep -q '^main	' || fail "agent main not created"
+
+chat() { tmux capture-pane -p -J -S - -t "$t:0.0"; }
+has() { chat | grep -qF -- "$1"; }
+
+# a prompt typed in reaches the model; its answer streams into the chat pane
+tmux send-keys -t "$t:0.1" 'what is here?' Enter
+within 20 has 'Hello from the fake model.' || fail "no answer in the chat pane: $(chat)"
+has 'what is here?' || fail "the prompt is not in the chat pane"
+
+# the status line follows the agent: the model and the context
+status_shows() { tmux show -v -t "$t:" status-right | grep -q "$1"; }
+within 10 status_shows 'idle · fake-model · ctx [0-9]*% · \$0' ||
+  fail "status line: $(tmux show -v -t "$t:" status-right)"
+
+# /model runs the ctl verb at once; its reply is an info block in the chat
+tmux send-keys -t "$t:0.1" '/model' Enter
+within 10 has 'fake-model' ||
+  fail "/model did not answer in the chat: $(chat)"
+
+# a second o on the same pair attaches to the same tmux session instead of making another
+(cd "$root" && script -qfec "stty rows 40 cols 140; o work main" /dev/null <"$root/keys" >"$root/term2.out" 2>&1) &
+pids+=($!)
+within 10 clients 2 || fail "a second o did not attach: $(tmux list-clients)"
+[ "$(tmux list-sessions | wc -l)" -eq 1 ] || fail "a second tmux session: $(tmux list-sessions)"
+
+# !q leaves: the tmux session ends and o's terminals close; the agent stays
+tmux send-keys -t "$t:0.1" '!q' Enter
+gone() { ! tmux has-session -t "$t" 2>/dev/null; }
+within 10 gone || fail "!q did not close the tmux session"
+ollie-9p read session/work/agent/main/log.raw | grep -q '"role":"assistant"' || fail "the agent lost its history"
+echo "o: ok"
