@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ollie's one entry point for a newcomer on Debian 12:
-#   ./dev.sh run    set up, build (release) and start olliesrv in the foreground
+#   ./dev.sh run    set up, build (release), install for this user and start olliesrv
+#   ./dev.sh demo   a first conversation with no account: the fake provider stands in for a model
 #   ./dev.sh test   set up, build (dev: Debug, ASan+UBSan) and run every test
 #   ./dev.sh setup  install the Debian packages the project needs (idempotent)
 #   ./dev.sh bench  build (release) and run the benchmarks
@@ -13,7 +14,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-14 libclang-rt-14-dev
   libasio-dev nlohmann-json3-dev libcurl4-openssl-dev libspdlog-dev libyaml-cpp-dev
   libssl-dev uuid-dev libsqlite3-dev libelf-dev googletest libgtest-dev libgmock-dev
-  libgumbo-dev ripgrep universal-ctags clangd jq tmux
+  libgumbo-dev ripgrep universal-ctags clangd jq tmux emacs-nox
 )
 
 setup() {
@@ -50,13 +51,17 @@ fuzz() {
 # is no longer shipped is removed.
 install_ollie() {
   local build=$1 cfg=${XDG_CONFIG_HOME:-$HOME/.config}/ollie bin=${OLLIE_BIN:-$HOME/.local/bin}
+  local units=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user
   local manifest=$cfg/.installed f p i line src dst mode
   for p in olliesrv ollie-9p toolsrv; do
     [ -x "$build/bin/$p" ] || { echo "install: $build/bin/$p is missing: build it first" >&2; return 1; }
   done
   local -a srcs=() dsts=() present=()
   while IFS= read -r -d '' f; do srcs+=("$f") dsts+=("$cfg/${f#data/}")
-  done < <(find data -type f ! -path 'data/tools/*' ! -path 'data/scripts/*' -print0)
+  done < <(find data -type f ! -path 'data/tools/*' ! -path 'data/scripts/*' ! -path 'data/services/*' -print0)
+  for f in data/services/*; do
+    [ -f "$f" ] && srcs+=("$f") dsts+=("$units/${f##*/}")
+  done
   for f in "$build"/tools/*; do
     [ -f "$f" ] && [[ $f != *.cmake ]] || continue
     srcs+=("$f") dsts+=("$cfg/tools/${f##*/}")
@@ -114,15 +119,63 @@ install_ollie() {
   echo "install: config root $cfg: $added added, $updated updated, $same unchanged"
   echo "install: programs in $bin"
   case ":$PATH:" in *":$bin:"*) ;; *) echo "install: $bin is not on PATH: add it" ;; esac
+  echo "install: systemd user unit in $units: systemctl --user daemon-reload && systemctl --user enable --now olliesrv"
+  [ "$bin" = "$HOME/.local/bin" ] || echo "install: the unit runs %h/.local/bin/olliesrv: edit its ExecStart for $bin"
+}
+
+# Builds the release preset's programs and tools (targets given are built too) and installs them.
+build_install() {
+  setup
+  cmake --preset release >/dev/null
+  # the compiled tools: every executable ninja links into tools/
+  mapfile -t tools < <(ninja -C build/release -t targets all | sed -n 's|^tools/\([^/:]*\): CXX_EXECUTABLE_LINKER.*|\1|p')
+  cmake --build --preset release --target olliesrv ollie-9p toolsrv "${tools[@]}" "$@"
+  install_ollie build/release
+}
+
+# One command, no account: the fake provider stands in for a model that calls the sandboxed
+# `shell` tool once and answers; a private olliesrv (its own config, data and socket in a
+# temporary directory) runs the turn; the agent's chat is printed. Nothing of yours is touched.
+demo() {
+  setup
+  cmake --preset release >/dev/null
+  mapfile -t tools < <(ninja -C build/release -t targets all | sed -n 's|^tools/\([^/:]*\): CXX_EXECUTABLE_LINKER.*|\1|p')
+  cmake --build --preset release --target olliesrv ollie-9p toolsrv fakeprovider "${tools[@]}" >/dev/null
+  local d; d=$(mktemp -d /tmp/ollie-demo-XXXXXX)
+  local b=$PWD/build/release pids=()
+  trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$d"' RETURN
+  mkdir -p "$d/config/ollie" "$d/data" "$d/project" && mkdir -m 700 "$d/ns" "$d/run"
+  cp data/sandbox.yaml "$d/config/ollie/"
+  ln -s "$b/tools" "$d/config/ollie/tools"
+  ln -s "$PWD/data/agents" "$d/config/ollie/agents"
+  ln -s "$PWD/data/prompts" "$d/config/ollie/prompts"
+  printf 'a README\n' >"$d/project/README"
+  echo '{"loop":true,"responses":[{"tool_calls":[{"id":"c1","name":"shell","arguments":{"cmd":"ls -l"}}]},
+    {"text":"The directory holds one file, README (the listing above came from a sandboxed shell)."}]}' >"$d/say.json"
+  "$b/tests/fakeprovider/fakeprovider" --script "$d/say.json" >"$d/fake.out" & pids+=($!)
+  until grep -qs listening "$d/fake.out"; do sleep 0.05; done
+  export XDG_CONFIG_HOME=$d/config XDG_DATA_HOME=$d/data XDG_RUNTIME_DIR=$d/run NAMESPACE=$d/ns PATH=$b/bin:$PATH
+  OLLIE_BACKEND=openai OLLIE_OPENAI_URL=$(sed -n 's/.*listening on //p' "$d/fake.out")/v1 OLLIE_OPENAI_KEY=demo \
+    OLLIE_MODEL=fake-model olliesrv & pids+=($!)
+  until ollie-9p read session/idx >/dev/null 2>&1; do sleep 0.05; done
+  printf "name=demo cwd='%s'\n" "$d/project" | ollie-9p rdwr session/new >/dev/null
+  echo name=main | ollie-9p rdwr session/demo/agent/new >/dev/null
+  local a=session/demo/agent/main
+  ollie-9p read "$a/chat" & pids+=($!)
+  ollie-9p read -l "$a/statewait" >"$d/states" & pids+=($!)
+  echo 'What is in this directory?' | ollie-9p write "$a/prompt"
+  until grep -qx idle "$d/states"; do sleep 0.05; done
+  sleep 0.1  # the chat reader's last bytes
+  echo "--- $a/stats"
+  ollie-9p read "$a/stats" | grep -E '^(input|output|requests)='
 }
 
 case "${1:-}" in
   setup) setup ;;
   run)
-    setup
-    cmake --preset release >/dev/null
-    cmake --build --preset release --target olliesrv ollie-9p
-    shift; exec build/release/bin/olliesrv "$@" ;;
+    build_install
+    shift; exec "${OLLIE_BIN:-$HOME/.local/bin}/olliesrv" "$@" ;;
+  demo) demo ;;
   test)
     setup
     fuzz "${FUZZ_SECONDS:-30}"
@@ -137,11 +190,6 @@ case "${1:-}" in
     fuzz "${2:-60}" ;;
   install)
     if [ "${2:-}" = --no-build ]; then install_ollie "${3:-build/release}"; exit; fi
-    setup
-    cmake --preset release >/dev/null
-    # the compiled tools: every executable ninja links into tools/
-    mapfile -t tools < <(ninja -C build/release -t targets all | sed -n 's|^tools/\([^/:]*\): CXX_EXECUTABLE_LINKER.*|\1|p')
-    cmake --build --preset release --target olliesrv ollie-9p toolsrv "${tools[@]}"
-    install_ollie build/release ;;
-  *) sed -n '2,8p' "$0" >&2; exit 2 ;;
+    build_install ;;
+  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac

@@ -1,14 +1,17 @@
 #include "server.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <spdlog/spdlog.h>
@@ -16,6 +19,10 @@
 
 #include "codec.hpp"
 #include "errors.hpp"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77  // Linux 6.5 (asm-generic value); Debian 12's headers predate it
+#endif
 
 namespace p9 {
 
@@ -790,6 +797,40 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
 namespace {
 
+// The `NoNewPrivs:` line of /proc/<pid>/status is `0`: false; anything else, or no such line or file: true.
+bool status_says_no_new_privs(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while (text.size() < (1 << 16) && (n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const std::string key = "\nNoNewPrivs:";
+  auto at = text.find(key);
+  if (at == std::string::npos) return true;
+  at += key.size();
+  while (at < text.size() && (text[at] == ' ' || text[at] == '\t')) at++;
+  return text.compare(at, 2, "0\n") != 0;
+}
+
+// Whether the process at the other end runs with no_new_privs. A pidfd pins that process
+// (SO_PEERPIDFD, Linux 6.5; else pidfd_open of the SO_PEERCRED pid, which leaves only the moment
+// between connect and accept): while it is not reaped its pid names no other process, so a
+// status read before the pidfd is seen to name a live process is that process's.
+bool peer_no_new_privs(int sock, pid_t pid) {
+  int pidfd = -1;
+  socklen_t len = sizeof pidfd;
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return errno == ENOSYS ? status_says_no_new_privs(pid) : true;
+  const bool nnp = status_says_no_new_privs(pid);
+  // (glibc 2.36 declares the pidfd calls without C linkage: the system calls themselves)
+  const bool alive = ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+  ::close(pidfd);
+  return nnp || !alive;
+}
+
 Peer peer_of(int fd) {
   Peer p;
   ucred cred{};
@@ -799,6 +840,7 @@ Peer peer_of(int fd) {
     p.pid = cred.pid;
     p.uid = cred.uid;
     p.gid = cred.gid;
+    p.no_new_privs = peer_no_new_privs(fd, cred.pid);
   }
   return p;
 }

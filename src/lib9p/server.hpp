@@ -27,6 +27,10 @@ struct Peer {
   pid_t pid = -1;
   uid_t uid = static_cast<uid_t>(-1);
   gid_t gid = static_cast<gid_t>(-1);
+  /// It runs with no_new_privs (as every sandboxed tool does), read at accept from the `NoNewPrivs:`
+  /// line of /proc/<pid>/status and confirmed to be that process's through a pidfd; a process
+  /// that cannot be read, or that was gone by then, counts as yes.
+  bool no_new_privs = true;
 };
 
 /// A fid of one connection. The library owns num, qid, omode and the directory-read cursor;

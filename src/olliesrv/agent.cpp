@@ -101,6 +101,8 @@ AgentRecord Agent::record() const {
   r.params = overrides;
   r.tools = tools;
   r.plan = plan;
+  r.peers = peers;
+  r.feed = feed;
   r.block_counter = transcript.counter();
   r.usage = stats.totals;
   r.messages = history;
@@ -177,18 +179,24 @@ bool Agent::submit(Submission s) {
 // signal, so that `stop` interrupts exactly the turn that runs when it arrives.
 void Agent::start_next() {
   Submission s;
+  bool ended = false;
   {
     std::lock_guard lock(mu);
-    if (turn_active_) return;  // its end starts the next one
+    if (turn_active_ || held_) return;  // its end (or release) starts the next one
     if (queue_.empty() || killed || hub.stopping) {
       running_ = false;
       cancel_.reset();
-      return;
+      ended = true;
+    } else {
+      s = std::move(queue_.front());
+      queue_.pop_front();
+      cancel_ = std::make_shared<asio::cancellation_signal>();
+      turn_active_ = true;
     }
-    s = std::move(queue_.front());
-    queue_.pop_front();
-    cancel_ = std::make_shared<asio::cancellation_signal>();
-    turn_active_ = true;
+  }
+  if (ended) {
+    idle_signal->notify();
+    return;
   }
   asio::co_spawn(ex, run(std::move(s)),
                  asio::bind_cancellation_slot(cancel_->slot(), [self = shared_from_this()](std::exception_ptr e) {
@@ -208,15 +216,83 @@ void Agent::start_next() {
                  }));
 }
 
+std::optional<Submission> Agent::pop_queued() {
+  std::lock_guard lock(mu);
+  if (queue_.empty()) return std::nullopt;
+  Submission s = std::move(queue_.front());
+  queue_.pop_front();
+  return s;
+}
+
 bool Agent::stop() {
   {
     std::lock_guard lock(mu);
+    inject_.reset();
     if (!running_) return false;
   }
   asio::post(ex, [self = shared_from_this()] {
     if (self->cancel_) self->cancel_->emit(asio::cancellation_type::terminal);
   });
   return true;
+}
+
+bool Agent::inject(std::string text) {
+  std::lock_guard lock(mu);
+  if (!running_ || killed) return false;
+  inject_ = std::move(text);
+  return true;
+}
+
+void Agent::deliver_inject() {
+  std::lock_guard lock(mu);
+  // The last message is the round's last result, in call order.
+  if (!inject_ || history.empty() || history.back().msg.role != backend::Role::tool) return;
+  history.back().msg.content += "\n\n<system-user-interruption>\n" + *inject_ + "\n</system-user-interruption>";
+  inject_.reset();
+}
+
+void Agent::requeue_inject() {
+  if (!inject_) return;
+  queue_.push_front({std::move(*inject_), "inject", true});
+  inject_.reset();
+}
+
+bool Agent::hold() {
+  std::lock_guard lock(mu);
+  if (running_ || killed) return false;
+  running_ = held_ = true;
+  return true;
+}
+
+void Agent::release() {
+  {
+    std::lock_guard lock(mu);
+    held_ = false;
+    requeue_inject();
+    if (!queue_.empty()) {
+      asio::post(ex, [self = shared_from_this()] { self->start_next(); });
+      return;
+    }
+    running_ = false;
+  }
+  idle_signal->notify();
+}
+
+p9::Result<std::shared_ptr<backend::Backend>> Agent::build_backend(const std::string& b, const std::string& m) const {
+  auto settings = backend::resolve_backend(b, hub.conf(), hub.env);
+  if (!settings) return p9::error(settings.error().message);
+  if (!m.empty()) settings->model = m;
+  auto made = backend::make_backend(std::move(*settings), hub.http);
+  if (!made) return p9::error(made.error().message);
+  return std::shared_ptr<backend::Backend>(std::move(*made));
+}
+
+void Agent::use_backend(const std::string& b, std::shared_ptr<backend::Backend> be) {
+  std::lock_guard lock(mu);
+  backend_name = b;
+  model = be->model();
+  backend_ = std::move(be);
+  stats.context_length = 128000;  // unknown until the next request asks the provider
 }
 
 void Agent::clear() {
@@ -234,6 +310,7 @@ void Agent::kill() {
   stop();
   transcript.close();
   state_signal_->notify();
+  feed_signal_->notify();
 }
 
 void Agent::save() {

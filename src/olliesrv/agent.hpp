@@ -8,6 +8,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "procs.hpp"
 #include "profile.hpp"
 #include "store.hpp"
 #include "toolhost.hpp"
@@ -31,6 +33,7 @@ struct Hub;
 struct Submission {
   std::string text;
   std::string origin;
+  bool shown = false;  ///< its `user` block exists already (an undelivered inject, §8.8)
 };
 
 /// The usage and context figures of `stats` (§2.8.2).
@@ -51,6 +54,12 @@ class Agent : public std::enable_shared_from_this<Agent> {
   const std::weak_ptr<Session> session;
   const std::string id;
   const std::string secret;  ///< §1.5: fresh at creation and at restore, never persisted
+  /// Principal group `subagent`, not `agent` (§1.6): a transient agent of `agent/new prompt=`.
+  /// Set before the agent joins its session, never changed.
+  bool subagent = false;
+  /// agent/idx's `parent` (§2.6): the `parent=` agent's id, else the issuing agent's, else "".
+  /// Set before the agent joins its session, never changed; not persisted.
+  std::string parent;
   const asio::any_io_executor ex;
   Transcript transcript;
 
@@ -63,6 +72,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::string overrides = "{}";          ///< cfg parameter overrides (JSON object text)
   std::vector<std::string> tools;        ///< loaded tool names (persisted)
   std::string plan;
+  std::uint32_t plan_version = 0;        ///< Qid.vers of `plan`: bumped when its content changes
+  std::vector<std::string> peers;        ///< linked peers' ids (§8.11: ctl peeradd/peerdel), persisted
+  std::string feed;                      ///< the feed value (§8.12), persisted
+  std::map<int, std::shared_ptr<BgProc>> procs;  ///< background processes toolsrv still tracks (§6.10)
   std::int64_t created = 0;
   std::vector<HistoryMessage> history;
   Stats stats;
@@ -81,6 +94,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   }
   std::string state() const;
   std::shared_ptr<virtfs::Signal> state_signal() const { return state_signal_; }
+  /// Notified when the feed value changes and when the agent is killed.
+  std::shared_ptr<virtfs::Signal> feed_signal() const { return feed_signal_; }
+  /// Notified whenever running() turns false (a sub-agent's request waits on it).
+  const std::shared_ptr<virtfs::Signal> idle_signal = std::make_shared<virtfs::Signal>();
   bool running() const;
   std::string effective_cwd() const;  ///< override, else the session's cwd
   std::string stats_text() const;
@@ -94,8 +111,22 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void resolve_prompts();
   /// Submits a prompt: starts a turn when idle, else queues it. False when the queue is full.
   bool submit(Submission s);
-  /// Interrupts the running turn (§8.9). True when one was running.
+  /// Takes the head of the prompt queue (a `fifo` read, §2.8.5); nullopt when it is empty.
+  std::optional<Submission> pop_queued();
+  /// Interrupts the running turn (§8.9) and discards a pending inject. True when one was running.
   bool stop();
+  /// `inject` (§8.8): while running, makes `text` the pending inject (replacing an undelivered
+  /// one) and returns true; idle, returns false (the caller submits it instead).
+  bool inject(std::string text);
+  /// For an idle-only change that waits (profile switch, cwd, cfg, compact): marks the agent
+  /// running so that prompts queue and idle-only verbs are refused meanwhile. False when it runs.
+  bool hold();
+  /// Ends hold(): what was queued (or injected) meanwhile starts.
+  void release();
+  /// A backend for (backend, model) without installing it (model "" = the backend's default).
+  p9::Result<std::shared_ptr<backend::Backend>> build_backend(const std::string& backend, const std::string& model) const;
+  /// Installs a built backend: backend_name, model (the backend's) and a context length asked anew.
+  void use_backend(const std::string& backend, std::shared_ptr<backend::Backend> be);
   /// Empties the history (`clear`).
   void clear();
   /// Kill: interrupt, readers EOF; the caller removes it from its session.
@@ -111,13 +142,20 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void set_state(const std::string& s);
   void start_next();
   asio::awaitable<void> run(Submission s);
+  /// Appends the pending inject to the last result of the round just run (§8.8).
+  void deliver_inject();
+  /// Under mu: an undelivered inject becomes the head of the queue (the turn ended without another round).
+  void requeue_inject();
 
   std::string state_ = "idle";
   std::shared_ptr<virtfs::Signal> state_signal_ = std::make_shared<virtfs::Signal>();
+  std::shared_ptr<virtfs::Signal> feed_signal_ = std::make_shared<virtfs::Signal>();
   std::deque<Submission> queue_;
   bool running_ = false;      // a turn runs or is about to (the queue is being drained)
   bool turn_active_ = false;  // a turn's coroutine exists (set by start_next, cleared at its end)
+  bool held_ = false;         // hold(): no turn starts until release()
   std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn
+  std::optional<std::string> inject_;                  ///< the pending inject (§8.8)
   std::shared_ptr<backend::Backend> backend_;
 };
 

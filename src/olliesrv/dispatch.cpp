@@ -107,10 +107,7 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
     }
     const bool on = it->get<bool>();
     args.erase(it);
-    if (on) {
-      c.preset = std::string("error: ") + flag + " calls are not available in this version of olliesrv";
-      return c;
-    }
+    (std::string_view(flag) == "background" ? c.background : c.bypass) = on;
   }
   if (auto it = args.find("sandbox"); it != args.end()) {
     if (!it->is_string()) {
@@ -121,6 +118,7 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
   }
   if (auto it = args.find("path"); it != args.end() && it->is_string()) c.path = clean_path(it->get<std::string>(), cwd);
   if (c.scope == "write" && c.path.empty()) c.scope = "global";
+  if (c.background) c.scope = "read";  // a background call takes no path lock (§6.7)
   c.args = args.dump();
   return c;
 }

@@ -22,6 +22,8 @@ struct Call {
   bool unknown = false;        ///< not among the agent's loaded tools
   std::string scope = "read", tier = "hot", format;
   std::optional<int> timeout;  ///< the `timeout` flag
+  bool background = false;     ///< the `background` flag: proc/new.bg, no lock (§6.10)
+  bool bypass = false;         ///< the `bypass` flag: run unsandboxed once approved (§6.9)
   std::string path;            ///< the `path` argument made absolute and clean ("" = none)
   std::optional<std::string> preset;  ///< a result decided without running anything
   std::optional<ToolOutcome> result;

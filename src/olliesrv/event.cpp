@@ -83,6 +83,7 @@ p9::Status Subscription::request(const std::string& text) {
     if (j > i) {
       auto p = Pattern::parse(text.substr(i, j - i));
       if (!p) return p.error();
+      if (pats.size() == MAX_PATTERNS) return p9::error("too many patterns (limit " + std::to_string(MAX_PATTERNS) + ")");
       pats.push_back(std::move(*p));
     }
     i = j + 1;

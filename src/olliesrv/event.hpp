@@ -42,6 +42,8 @@ class Bus {
 /// One `event` fid: a Streaming Rdwr cursor whose request is the filter.
 class Subscription : public virtfs::Cursor {
  public:
+  static constexpr std::size_t MAX_PATTERNS = 256;  ///< every publish matches each of them
+
   virtfs::Chunk read(std::size_t max) override;
   std::shared_ptr<virtfs::Signal> signal() override { return signal_; }
   /// Sets the filter: patterns separated by blanks or newlines; events already buffered that do

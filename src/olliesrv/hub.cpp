@@ -42,19 +42,27 @@ p9::Status Hub::add(std::shared_ptr<Session> s) {
     std::lock_guard sl(s->mu);
     n = s->name;
   }
-  std::lock_guard lock(mu);
-  if (by_name_.count(n)) return p9::error("session already exists: " + n);
-  by_name_[n] = s;
-  by_id_[s->id] = std::move(s);
+  {
+    std::lock_guard lock(mu);
+    if (by_name_.count(n)) return p9::error("session already exists: " + n);
+    by_name_[n] = s;
+    by_id_[s->id] = s;
+  }
+  bypass.attach(s);
   return {};
 }
 
 void Hub::remove(const std::string& id) {
-  std::lock_guard lock(mu);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return;
-  std::erase_if(by_name_, [&](const auto& kv) { return kv.second == it->second; });
-  by_id_.erase(it);
+  std::shared_ptr<Session> gone;
+  {
+    std::lock_guard lock(mu);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) return;
+    gone = it->second;
+    std::erase_if(by_name_, [&](const auto& kv) { return kv.second == it->second; });
+    by_id_.erase(it);
+  }
+  bypass.detach(*gone);
 }
 
 p9::Status Hub::rename(const std::shared_ptr<Session>& s, const std::string& n) {

@@ -15,6 +15,8 @@
 
 #include "backend/config.hpp"
 #include "backend/http.hpp"
+#include "bypass.hpp"
+#include "caches.hpp"
 #include "event.hpp"
 #include "lib9p/dirs.hpp"
 #include "store.hpp"
@@ -26,12 +28,13 @@ class Session;
 struct Hub {
   Hub(Bus& b, std::string data_root, std::string config_root, std::string toolsrv, std::vector<asio::any_io_executor> ex)
       : bus(b), store(data_root + "/sessions"), config_root(std::move(config_root)), toolsrv(std::move(toolsrv)),
-        executors(std::move(ex)) {}
+        bypass(*this, data_root), executors(std::move(ex)) {}
 
   Bus& bus;
   Store store;
   backend::HttpEngine http;
   asio::thread_pool blocking{2};  ///< blocking calls only, never 9P or the engine
+  Caches caches;                  ///< model lists, profiles, tool catalog: root `ctl invalidate` drops them
   std::string config_root;        ///< $XDG_CONFIG_HOME/ollie
   std::string toolsrv;            ///< the toolsrv executable
   std::string addr;               ///< OLLIE_ADDR for tools: olliesrv's first Unix address
@@ -39,6 +42,7 @@ struct Hub {
   /// Seconds of the retry table (§8.2) are this long: shortened by tests only.
   std::chrono::milliseconds retry_unit{1000};
   std::atomic<bool> stopping{false};
+  Bypass bypass;  ///< the bypass broker and policies (§6.9.2), after what it uses
 
   /// backends.conf as last read (root `ctl invalidate` re-reads it).
   backend::BackendsConf conf() const {

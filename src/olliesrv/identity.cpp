@@ -2,19 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <fstream>
-
 #include "ids.hpp"
 
 namespace ollie {
-
-bool has_no_new_privs(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.starts_with("NoNewPrivs:")) return line.find('0') == std::string::npos;
-  return true;
-}
 
 p9::Status Identity::auth(const std::string& uname, const std::string&) const {
   if (uname == hostowner_) return p9::error(p9::err::auth_not_required);
@@ -27,16 +17,17 @@ p9::Result<virtfs::Principal> Identity::attach(const virtfs::AttachRequest& r) c
   if (r.uname != hostowner_) {
     auto key = agent_key ? agent_key(r.uname) : std::nullopt;
     if (!key) return p9::error("unknown user: " + r.uname);
-    if (!r.has_afid || r.afid_uname != r.uname) return p9::error(p9::err::auth_required);
+    if (!r.has_afid) return p9::error(p9::err::auth_required);
     std::string presented = r.secret;
     while (!presented.empty() && (presented.back() == '\n' || presented.back() == '\r')) presented.pop_back();
-    if (!same_secret(presented, key->secret)) {
-      spdlog::warn("attach as agent {}: authentication failed", r.uname);
+    // An afid made for another uname holds no secret of this agent.
+    if (r.afid_uname != r.uname || !same_secret(presented, key->secret)) {
+      spdlog::warn("attach as agent {} (pid {}): authentication failed", r.uname, r.peer.pid);
       return p9::error(p9::err::auth_failed);
     }
     return virtfs::Principal{r.uname, key->group, false};
   }
-  if (check_peers_ && r.peer.known && has_no_new_privs(r.peer.pid))
+  if (check_peers_ && r.peer.known && r.peer.no_new_privs)
     return p9::error("permission denied: sandboxed clients attach as their agent");
   return virtfs::Principal{r.uname, "", true};
 }

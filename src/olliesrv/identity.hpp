@@ -11,9 +11,6 @@
 
 namespace ollie {
 
-/// Whether a process runs with no_new_privs; a status that cannot be read counts as yes.
-bool has_no_new_privs(pid_t pid);
-
 class Identity {
  public:
   /// hostowner: the login name olliesrv runs as. check_peers is false when olliesrv itself

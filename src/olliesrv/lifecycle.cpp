@@ -1,12 +1,17 @@
 #include "lifecycle.hpp"
 
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 
+#include "containment.hpp"
+#include "dispatch.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "request.hpp"
@@ -57,7 +62,7 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   std::string name = kv->get("name");
   if (name.empty()) name = default_name(id);
   if (!valid_name(name)) co_return p9::error("invalid name: " + name);
-  if (!kv->get("remote").empty()) co_return p9::error("remote: remote sessions are not available in this version");
+  if (!kv->get("remote").empty()) co_return p9::error("remote: not supported yet");
   if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
   if (hub.find(name)) co_return p9::error("session already exists: " + name);
 
@@ -85,30 +90,156 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   co_return id + "\n";
 }
 
+namespace {
+
+/// `timeout=` (§4.2): whole seconds, 0 = none.
+std::optional<int> parse_timeout(const std::string& v) {
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoi(v);
+}
+
+bool all_blank(const std::string& t) {
+  return std::all_of(t.begin(), t.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+}
+
+/// A sub-agent's end (§4.2 step 5): killed, its registry dropped, `agent.<id>.kill`. Nothing to
+/// do when `ctl kill` already destroyed it.
+void destroy_subagent(Hub& hub, const std::shared_ptr<Session>& s, const std::shared_ptr<Agent>& a) {
+  {
+    std::lock_guard lock(a->mu);
+    if (a->killed) return;
+  }
+  const std::string path = agent_path(*s, *a);
+  a->kill();
+  s->remove(a->id);
+  hub.bus.publish("agent." + a->id + ".kill", path);
+  asio::co_spawn(a->ex, s->host->forget(a->id), asio::detached);
+}
+
+/// Kills the sub-agent however its request ends: reply, error, Tflush or a closed connection.
+class SubagentGuard {
+ public:
+  SubagentGuard(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a) : hub_(hub), s_(std::move(s)), a_(std::move(a)) {}
+  SubagentGuard(const SubagentGuard&) = delete;
+  SubagentGuard& operator=(const SubagentGuard&) = delete;
+  ~SubagentGuard() { destroy_subagent(hub_, s_, a_); }
+
+ private:
+  Hub& hub_;
+  std::shared_ptr<Session> s_;
+  std::shared_ptr<Agent> a_;
+};
+
+/// Sub-agent mode, steps 3-4: submits the prompt, waits for the turn's end (or the timeout) and
+/// answers the final assistant message exactly.
+asio::awaitable<p9::Result<std::string>> run_subagent(std::shared_ptr<Agent> a, std::string prompt, int timeout) {
+  Submission work;  // no braced list in a coroutine (GCC 12)
+  work.text = std::move(prompt);
+  if (!a->submit(std::move(work))) co_return p9::error("subagent interrupted");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
+  bool timed_out = false;
+  for (;;) {
+    const auto ver = a->idle_signal->version();
+    {
+      std::lock_guard lock(a->mu);
+      if (a->killed) co_return p9::error("subagent interrupted");
+    }
+    if (!a->running()) break;
+    if (timeout == 0) {
+      co_await a->idle_signal->wait(ver);
+      continue;
+    }
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= decltype(left)::zero()) {
+      timed_out = true;
+      break;
+    }
+    co_await a->idle_signal->wait(ver, left);
+  }
+  if (timed_out) co_return p9::error("subagent timeout after " + std::to_string(timeout) + "s");
+  if (auto info = a->transcript.last("info"); info && info->content == "interrupted")
+    co_return p9::error("subagent interrupted");
+  {
+    std::lock_guard lock(a->mu);
+    if (!a->history.empty()) {
+      const auto& m = a->history.back().msg;
+      if (m.role == backend::Role::assistant && m.tool_calls.empty()) co_return m.content;
+    }
+  }
+  if (auto err = a->transcript.last("error")) co_return p9::error("subagent failed: " + err->content);
+  co_return p9::error("subagent failed: the turn ended without an answer");
+}
+
+}  // namespace
+
 asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Session> s, virtfs::Principal who,
                                                    std::string request) {
-  (void)who;
   auto kv = parse_agent_request(request);
   if (!kv) co_return kv.error();
-  if (kv->prompt) co_return p9::error("agent/new: sub-agents (prompt=) are not available in this version");
-  if (kv->has("timeout")) co_return p9::error("timeout requires prompt");
-  if (!kv->get("parent").empty()) co_return p9::error("agent/new: parent= is not available in this version");
+  const bool sub = kv->prompt.has_value();
+  if (sub && all_blank(*kv->prompt)) co_return p9::error("empty prompt");
+  int timeout = 600;
+  if (const std::string t = kv->get("timeout"); !t.empty()) {
+    if (!sub) co_return p9::error("timeout requires prompt");
+    auto n = parse_timeout(t);
+    if (!n) co_return p9::error("invalid timeout: " + t);
+    timeout = *n;
+  }
   const std::string id = new_uuid();
   std::string name = kv->get("name");
   if (name.empty()) name = default_name(id);
   if (!valid_name(name)) co_return p9::error("invalid name: " + name);
   if (s->find(name)) co_return p9::error("agent already exists: " + name);
-  std::string cwd_override;
+  // The agent that sends the request (null for the hostowner), contained by §4.2's rules.
+  auto called_by = new_agent_caller(*s, who, kv->get("parent"));
+  if (!called_by) co_return called_by.error();
+  const std::shared_ptr<Agent> caller = *called_by;
+  std::shared_ptr<Agent> parent;
+  if (const std::string p = kv->get("parent"); !p.empty()) {
+    parent = s->find(p);
+    if (!parent) co_return p9::error("no such agent: " + p);
+  }
+
+  // cwd (§4.3): cwd= → the parent's effective cwd → the caller's → the session's.
+  std::string cwd;
   if (!kv->get("cwd").empty()) {
     auto d = check_dir(kv->get("cwd"), hub.env);
     if (!d) co_return d.error();
-    if (*d != s->cwd) cwd_override = *d;
+    cwd = *d;
+  } else if (parent) {
+    cwd = parent->effective_cwd();
+  } else {
+    cwd = s->cwd;
   }
-  const std::string profile_name = kv->get("agent").empty() ? "default" : kv->get("agent");
-  auto profile = load_profile(hub.config_root, profile_name);
+  std::string cwd_override = cwd == s->cwd ? std::string() : cwd;
+  if (caller) {  // a caller's parent= is itself: the default is its cwd, and it stays inside it
+    // Named first: GCC 12 destroys a temporary of a co_await expression twice.
+    std::string asked = kv->get("cwd").empty() ? std::string() : cwd;
+    auto contained = co_await contained_cwd(hub, s, caller, std::move(asked));
+    if (!contained) co_return contained.error();
+    cwd_override = *contained;
+  }
+
+  // profile (§4.3): agent= → the parent's → default. Read on the blocking pool.
+  SettingsInput in;
+  std::string profile_name = kv->get("agent");
+  std::vector<HistoryMessage> seeded;
+  if (parent) {
+    std::lock_guard lock(parent->mu);
+    if (profile_name.empty()) profile_name = parent->profile.name;
+    in.parent_backend = parent->backend_name;
+    in.parent_model = parent->model;
+    seeded = parent->history;  // §8.10.2: the parent's history at this moment
+  }
+  if (profile_name.empty()) profile_name = "default";
+  drop_unanswered(seeded);
+  // In an optional: co_spawn's result must be default-constructible.
+  auto read_profile = [&hub, profile_name]() -> asio::awaitable<std::optional<p9::Result<Profile>>> {
+    co_return load_profile(hub.config_root, profile_name);
+  };
+  auto profile = *co_await asio::co_spawn(hub.blocking, read_profile, asio::use_awaitable);
   if (!profile) co_return profile.error();
   if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
-  SettingsInput in;
   in.backend = kv->get("backend");
   in.model = kv->get("model");
   in.profile = &*profile;
@@ -121,6 +252,9 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (!choice) co_return choice.error();
 
   auto a = std::make_shared<Agent>(hub, s, id, hub.next_executor());
+  a->subagent = sub;
+  a->parent = parent ? parent->id : caller ? caller->id : std::string();
+  if (sub) a->transcript.on_final = nullptr;  // never persisted (§7.7)
   {
     std::lock_guard lock(a->mu);
     a->name = name;
@@ -128,9 +262,12 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     a->backend_name = choice->backend;
     a->model = choice->model;
     a->cwd_override = cwd_override;
+    a->history = std::move(seeded);
   }
   if (auto st = a->make_backend(); !st) co_return st.error();
   if (auto st = s->add(a); !st) co_return st.error();
+  std::optional<SubagentGuard> destroy;  // from now on a sub-agent is destroyed however this ends
+  if (sub) destroy.emplace(hub, s, a);
   if (!cwd_override.empty()) s->host->set_agent_cwd(id, cwd_override);
   // autoLoad: one toolsrv load per name; a name that cannot be loaded is an info warning.
   std::vector<std::string> loaded;
@@ -151,8 +288,9 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     co_return;
   };
   co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+  hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
+  if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
   s->save_soon();
-  hub.bus.publish("agent." + id + ".new", "session/" + s->current_name() + "/agent/" + name);
   co_return id + "\n";
 }
 
@@ -221,6 +359,8 @@ std::size_t restore(Hub& hub) {
         a->overrides = ar.params.empty() ? "{}" : ar.params;
         a->tools = want;
         a->plan = ar.plan;
+        a->peers = ar.peers;
+        a->feed = ar.feed;
         a->created = ar.created;
         a->history = std::move(ar.messages);
         a->stats.totals = ar.usage;

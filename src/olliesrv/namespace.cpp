@@ -1,11 +1,17 @@
 #include "namespace.hpp"
 
+#include "agent_cfg.hpp"
+#include "agent_files.hpp"
 #include "backend/text.hpp"
+#include "bypass_files.hpp"
+#include "generate.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "lifecycle.hpp"
 #include "olliesrv.hpp"
+#include "root.hpp"
 #include "session.hpp"
+#include "session_files.hpp"
 #include "verbs.hpp"
 #include "virtfs/ctl.hpp"
 
@@ -17,30 +23,9 @@ using D = virtfs::Dsl<Ctx>;
 using Reply = asio::awaitable<p9::Result<std::string>>;
 using Text = p9::Result<std::string>;
 
-// ---- root ctl (spec §3.1) -------------------------------------------------------------------
-
-Text stop_server(Ctx& c, const virtfs::Command&) {
-  c.srv->shutdown();  // the reply still goes out: connections close after their last write
-  return std::string("ok\n");
-}
-
-Text invalidate(Ctx& c, const virtfs::Command&) {
-  c.srv->hub().reload_conf();
-  return std::string("ok\n");
-}
-
-constexpr virtfs::Verb<Text (*)(Ctx&, const virtfs::Command&)> root_verbs[] = {
-    {.name = "invalidate", .run = invalidate},
-    {.name = "kill", .run = stop_server},
-};
-
-Reply root_ctl(Ctx& c, std::string request) {
-  auto m = virtfs::match(root_verbs, request);
-  if (!m) co_return m.error();
-  co_return m->verb->run(c, m->command);
-}
-
 // ---- objects gone under an open fid (§1.5) -----------------------------------------------------
+
+}  // namespace
 
 p9::Status gone(const Ctx& c) {
   if (c.session) {
@@ -53,6 +38,8 @@ p9::Status gone(const Ctx& c) {
   }
   return {};
 }
+
+namespace {
 
 /// A Read handler that answers `session killed` / `agent killed` for a gone object.
 template <class F>
@@ -119,7 +106,7 @@ std::string agent_idx(Ctx& c) {
     const std::string state = a->state(), cwd = a->effective_cwd();
     std::lock_guard lock(a->mu);
     out += a->name + "\t" + a->id + "\t" + state + "\t" + or_dash(a->profile.name) + "\t" + or_dash(a->backend_name) + "\t" +
-           or_dash(a->model) + "\t" + cwd + "\t-\n";
+           or_dash(a->model) + "\t" + cwd + "\t" + or_dash(a->parent) + "\n";
   }
   return out;
 }
@@ -148,15 +135,7 @@ Reply agent_new(Ctx& c, std::string request) {
 p9::Status rename_agent(Ctx& c, std::string text) {
   if (auto st = gone(c); !st) return st;
   const std::string n(backend::trim(text));
-  if (!valid_name(n)) return p9::error("invalid name: " + n);
-  const std::string old = c.agent->current_name();
-  if (old == n) return {};
-  if (auto st = c.session->rename_agent(c.agent, n); !st) return st;
-  const std::string sn = c.session->current_name();
-  c.srv->hub().bus.publish("agent." + c.agent->id + ".rename",
-                           "session/" + sn + "/agent/" + old + " session/" + sn + "/agent/" + n);
-  c.agent->save();
-  return {};
+  return set_agent_name(c.srv->hub(), c.session, c.agent, n);
 }
 
 Reply agent_ctl_file(Ctx& c, std::string request) {
@@ -188,15 +167,20 @@ std::string agent_owner(const Ctx& c) { return c.agent->id; }
 virtfs::Node<Ctx> declare() {
   using namespace virtfs;
   auto agent_dir = D::Template(
-      "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup),
+      "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup), Rename(rename_agent),
       D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read(alive([](Ctx& c) { return Text(c.agent->id + "\n"); }))),
       D::Leaf("name", Mode{0644}, Doc{"the agent's name; write to rename"},
               Read(alive([](Ctx& c) { return Text(c.agent->current_name() + "\n"); })), Write(rename_agent)),
-      D::Leaf("ctl", Mode{0600}, Owner(agent_owner), Doc{"agent control; verbs: stop kill clear tools tool_load model backend name systemprompt"},
+      D::Leaf("ctl", Mode{0600}, Owner(agent_owner), Doc{"agent control; verbs: stop kill compact clear inject agent model models backend tools tool_load cwd name systemprompt peeradd peerdel"},
               Rdwr(agent_ctl_file)),
-      D::Leaf("cfg", Mode{0444}, Doc{"the effective configuration, key=value"},
-              Read(alive([](Ctx& c) { return Text(c.agent->cfg_text()); }))),
+      D::Leaf("cfg", Mode{0644}, Doc{"the effective configuration, key=value; write key=value tokens to change it (idle only)"},
+              Read(alive([](Ctx& c) { return Text(c.agent->cfg_text()); })),
+              Write([](Ctx& c, std::string text) -> asio::awaitable<p9::Status> {
+                if (auto st = gone(c); !st) co_return st;
+                co_return co_await write_cfg(c.srv->hub(), c.session, c.agent, std::move(text));
+              })),
       D::Leaf("prompt", Mode{0200}, Doc{"submit a prompt; /verb and !cmd run at once"}, Write(prompt)),
+      fifo_file(), feed_file(),
       D::Leaf("statewait", Mode{0444}, Doc{"the state when it changes; the current state every 5 s"},
               Read(alive([](Ctx& c) { return Text(c.agent->state() + "\n"); })),  // the 5 s heartbeat
               BlockOnce(alive([](Ctx& c) { return Text(c.agent->state() + "\n"); }),
@@ -222,29 +206,36 @@ virtfs::Node<Ctx> declare() {
       D::Leaf("log.raw", Mode{0440}, Doc{"JSONL of every finalized block"},
               Read(alive([](Ctx& c) { return Text(c.agent->transcript.log_raw()); })), Vers(log_vers),
               Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log_raw().size(); })),
-      D::Leaf("block", Mode{0660}, Doc{"write a block id, read that block as JSON"}, Rdwr(block)));
+      D::Leaf("block", Mode{0660}, Doc{"write a block id, read that block as JSON"}, Rdwr(block)),
+      plan_file(), peer_dir(), proc_dir());
 
   auto session_dir = D::Template(
       "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
+      Rename(rename_session),
       D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read(alive([](Ctx& c) { return Text(c.session->id + "\n"); }))),
       D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
               Read(alive([](Ctx& c) { return Text(c.session->current_name() + "\n"); })), Write(rename_session)),
-      D::Leaf("ctl", Mode{0600}, Doc{"session control; verbs: kill save"}, Rdwr(session_ctl_file)),
+      D::Leaf("ctl", Mode{0600}, Doc{"session control; verbs: kill save invalidate"}, Rdwr(session_ctl_file)),
+      D::Leaf("env", Mode{0600}, Doc{"the tools' environment additions, KEY=VALUE; write KEY=VALUE tokens, KEY= unsets"},
+              Read(alive([](Ctx& c) { return Text(read_env(*c.session)); })),
+              Write([](Ctx& c, std::string text) { return write_env(*c.session, text); })),
+      D::Leaf("goal", Mode{0644}, Doc{"the session's goal, exactly as last written; write to set it"},
+              Read(alive([](Ctx& c) { return Text(read_goal(*c.session)); })),
+              Write([](Ctx& c, std::string text) { return write_goal(*c.session, std::move(text)); })),
+      session_bypass_file(),
       D::Dir("agent", Mode{0555}, Doc{"the session's agents"},
-             D::Leaf("new", Mode{0666}, Doc{"create an agent: name= cwd= agent= backend= model=; reply: its id"},
+             D::Leaf("new", Mode{0666}, Doc{"create an agent: name= cwd= agent= backend= model= parent=; reply: its id; with timeout= prompt=<rest>: a sub-agent's answer"},
                      Rdwr(agent_new)),
              D::Leaf("idx", Mode{0444}, Doc{"name id state profile backend model cwd parent, one agent per line"},
                      Read(alive([](Ctx& c) { return Text(agent_idx(c)); }))),
              std::move(agent_dir)));
 
-  return D::Dir("/", Mode{0555}, Doc{"the olliesrv namespace"},
-      D::Leaf("help", Mode{0444}, Doc{"this list: path, kind, mode and doc of every file"},
-              Read([](Ctx& c) { return p9::Result<std::string>(c.srv->help()); })),
-      D::Leaf("ctl", Mode{0600}, Doc{"server control; verbs: invalidate kill"}, Rdwr(root_ctl)),
+  return D::Dir("/", Mode{0555}, Doc{"the olliesrv namespace"}, root_files(),
       D::Leaf("event", Mode{0666}, Doc{"events from open on, one per line; write topic patterns first to filter"},
               StreamRdwr([](Ctx& c) { return p9::Result<std::shared_ptr<Cursor>>(c.srv->bus().subscribe()); })),
+      generate_files(), bypass_dir(),
       D::Dir("session", Mode{0555}, Doc{"the sessions"},
-             D::Leaf("new", Mode{0600}, Doc{"create a session: cwd= (required) name= backend= model=; reply: its id"},
+             D::Leaf("new", Mode{0600}, Doc{"create a session: cwd= (required) name= backend= model= remote=; reply: its id"},
                      Rdwr(session_new)),
              D::Leaf("idx", Mode{0444}, Doc{"name id cwd remote backend model agents, one session per line"},
                      Read([](Ctx& c) { return Text(session_idx(c)); })),

@@ -8,6 +8,7 @@ namespace ollie {
 class Olliesrv;
 class Session;
 class Agent;
+struct BgProc;
 
 /// What every handler sees: the server and the principal of the fid.
 struct Ctx {
@@ -15,7 +16,12 @@ struct Ctx {
   virtfs::Principal who;
   std::shared_ptr<Session> session;  ///< inside session/{session}/
   std::shared_ptr<Agent> agent;      ///< inside …/agent/{agent}/
+  std::shared_ptr<Agent> peer;       ///< …/peer/{agent}: the linked peer
+  std::shared_ptr<BgProc> proc;      ///< inside …/proc/{pid}/
 };
+
+/// `session killed` / `agent killed` for a gone object (§1.5), else ok.
+p9::Status gone(const Ctx& c);
 
 virtfs::Node<Ctx> declare();
 

@@ -5,14 +5,17 @@
 //   ollie-9p [-a address] read [-l] path
 //   ollie-9p [-a address] write path      (stdin; the file's handler runs at close)
 //   ollie-9p [-a address] rdwr path       (stdin is the request; prints the reply)
+//   ollie-9p [verb] -h                    (help)
 //
 // The address defaults to $OLLIE_ADDR, else the service `ollie` in the plan9port namespace
 // directory. It attaches as $OLLIE_UNAME (else the login name), authenticating with
-// $OLLIE_AUTH when the server asks for it.
+// $OLLIE_AUTH when the server asks for it. Exit status: 0 done, 1 an error (printed as
+// `ollie-9p: <what>: <reason>`), 2 a usage error.
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,11 +35,53 @@ const char* usage_text =
     "       ollie-9p [-a address] stat path\n"
     "       ollie-9p [-a address] read [-l] path\n"
     "       ollie-9p [-a address] write path\n"
-    "       ollie-9p [-a address] rdwr path\n";
+    "       ollie-9p [-a address] rdwr path\n"
+    "       ollie-9p [verb] -h\n";
+
+const char* common_help =
+    "\n-a address: a dial string (unix!/path, tcp!host!port), a socket path or a service name in\n"
+    "the namespace directory; default $OLLIE_ADDR, else ollie. It attaches as $OLLIE_UNAME (else\n"
+    "your login name) and authenticates with $OLLIE_AUTH when the server asks.\n"
+    "Exit status: 0 done; 1 an error, printed as `ollie-9p: <what>: <reason>`; 2 a usage error.\n";
 
 [[noreturn]] void usage() {
   std::fputs(usage_text, stderr);
   std::exit(2);
+}
+
+struct Help {
+  const char* verb;
+  const char* text;
+};
+
+constexpr Help helps[] = {
+    {"ls", "ollie-9p ls [-l] [path]: the entries of a directory (or the file itself), sorted; -l as\n"
+           "`ls -l`: mode, uid, gid, length, time, name.\n"},
+    {"stat", "ollie-9p stat path: the file's whole 9P stat, as plan9port's `9p stat` prints it.\n"},
+    {"read", "ollie-9p read [-l] path: prints what the file gives, each reply as it arrives, so it\n"
+             "follows a stream (chat, event) token by token until it ends.\n"
+             "-l follows a changing value: at the end of each value it reads the file again from its\n"
+             "start; on statewait or feed that waits for the next change, so each change is printed\n"
+             "as it happens (and the 5 s heartbeat). It stops when a stream ends or when a plain file\n"
+             "gives back the same content at once.\n"},
+    {"write", "ollie-9p write path: sends stdin to the file and closes it; the file's handler runs at\n"
+              "the close and its error is printed (exit 1). `echo stop | ollie-9p write .../ctl`.\n"},
+    {"rdwr", "ollie-9p rdwr path: one request and its reply: stdin is the request, written whole, then\n"
+             "the reply is printed as it arrives (on event: the filter, then the stream).\n"
+             "`echo name=main | ollie-9p rdwr session/work/agent/new` prints the new agent's id.\n"},
+};
+
+[[noreturn]] void help(const std::string& verb) {
+  for (const auto& h : helps)
+    if (verb == h.verb) {
+      std::fputs(h.text, stdout);
+      std::fputs(common_help, stdout);
+      std::exit(0);
+    }
+  if (!verb.empty()) usage();
+  std::fputs(usage_text, stdout);
+  std::fputs(common_help, stdout);
+  std::exit(0);
 }
 
 [[noreturn]] void fail(const std::string& what, const std::string& why) {
@@ -181,33 +226,35 @@ int cmd_stat(const p9::CFid& root, const std::vector<std::string>& args) {
   return 0;
 }
 
+using Clock = std::chrono::steady_clock;
+
+// Each pass reads the file from its start to its end of file, printing every reply as it arrives.
+
 int cmd_read(const p9::CFid& root, std::vector<std::string> args) {
-  bool lines = false;
+  bool follow = false;
   if (!args.empty() && args[0] == "-l") {
-    lines = true;
+    follow = true;
     args.erase(args.begin());
   }
   if (args.size() != 1) usage();
   auto f = open_path(root, args[0], p9::OREAD);
-  std::string pending;  // -l: bytes of an unfinished line
-  for (;;) {
+  std::string first_of_last;  // -l: the first reply of the previous pass
+  for (bool again = false;; again = true) {
+    f.seek(0);
+    const auto start = Clock::now();
     auto r = f.read();
     if (!r) fail(args[0], r.ename());
-    if (r->empty()) break;
-    if (!lines) {
+    // A later pass that ends at once, or gives a plain file's same content back at once, is the end.
+    if (again && (r->empty() || (*r == first_of_last && Clock::now() - start < std::chrono::seconds(1)))) return 0;
+    first_of_last = *r;
+    while (!r->empty()) {
       put(*r);
       std::fflush(stdout);
-      continue;
+      r = f.read();
+      if (!r) fail(args[0], r.ename());
     }
-    pending += *r;
-    auto nl = pending.rfind('\n');
-    if (nl == std::string::npos) continue;
-    put(pending.substr(0, nl + 1));
-    pending.erase(0, nl + 1);
-    std::fflush(stdout);
+    if (!follow) return 0;
   }
-  put(pending);
-  return 0;
 }
 
 int cmd_write(const p9::CFid& root, const std::vector<std::string>& args) {
@@ -248,8 +295,10 @@ int main(int argc, char** argv) {
     args.erase(args.begin(), args.begin() + 2);
   }
   if (args.empty()) usage();
+  if (args[0] == "-h" || args[0] == "--help") help("");
   std::string verb = args[0];
   args.erase(args.begin());
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) help(verb);
   if (verb != "ls" && verb != "stat" && verb != "read" && verb != "write" && verb != "rdwr") usage();
   if (address.find('!') == std::string::npos && address.find('/') != std::string::npos) address = "unix!" + address;
   p9::CFid root = mount(address);

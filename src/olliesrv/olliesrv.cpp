@@ -6,6 +6,7 @@
 #include <atomic>
 #include <spdlog/spdlog.h>
 
+#include "firstrun.hpp"
 #include "hub.hpp"
 #include "identity.hpp"
 #include "lifecycle.hpp"
@@ -71,7 +72,7 @@ p9::Status Olliesrv::start() {
     if (text.rfind("unix!", 0) == 0 && m.hub->addr.empty()) m.hub->addr = text;
   m.identity.agent_key = [hub = m.hub.get()](const std::string& uname) -> std::optional<Identity::AgentKey> {
     for (const auto& s : hub->sessions())
-      if (auto a = s->find(uname); a && a->id == uname) return Identity::AgentKey{a->secret, "agent"};
+      if (auto a = s->find(uname); a && a->id == uname) return Identity::AgentKey{a->secret, a->subagent ? "subagent" : "agent"};
     return std::nullopt;
   };
   auto tree = virtfs::build(declare());
@@ -126,6 +127,7 @@ int run(Options opt) {
     std::fprintf(stderr, "olliesrv: %s\n", st.ename().c_str());
     return 1;
   }
+  if (auto w = first_run_warning(srv.hub())) spdlog::warn("{}", *w);  // the main thread is free to wait
   srv.wait();
   return 0;
 }

@@ -86,7 +86,8 @@ SessionRecord Session::record() const {
     r.goal = goal;
     r.bypass = bypass;
     r.bypass_counter = bypass_counter;
-    for (const auto& [aid, a] : agents_) list.push_back(a);
+    for (const auto& [aid, a] : agents_)
+      if (!a->subagent) list.push_back(a);  // sub-agents are never persisted (§7.7)
   }
   for (const auto& a : list) r.agents.push_back(a->record());
   return r;

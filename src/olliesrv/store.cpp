@@ -135,8 +135,40 @@ ojson agent_json(const AgentRecord& a) {
                      {"estimated", u.estimated},
                      {"costLast", u.cost_last},
                      {"costSession", u.cost_session}};
-  j["messages"] = messages_json(a.messages);
+  j["messages"] = ojson::array();  // to_json splices the messages in (session_text)
   return j;
+}
+
+/// Whether two messages are equal in every field, those message_json leaves out included: a
+/// saved text is reused only for an equal message. A field added to HistoryMessage or
+/// backend::Message belongs here too.
+bool same_message(const HistoryMessage& x, const HistoryMessage& y) {
+  const auto& a = x.msg;
+  const auto& b = y.msg;
+  if (a.role != b.role || a.content != b.content || a.tool_call_id != b.tool_call_id || a.reasoning != b.reasoning ||
+      a.reasoning_items != b.reasoning_items || a.reasoning_backend != b.reasoning_backend ||
+      x.tool_name != y.tool_name || x.tier != y.tier || x.collapsed != y.collapsed ||
+      a.tool_calls.size() != b.tool_calls.size())
+    return false;
+  for (std::size_t i = 0; i < a.tool_calls.size(); i++)
+    if (a.tool_calls[i].id != b.tool_calls[i].id || a.tool_calls[i].name != b.tool_calls[i].name ||
+        a.tool_calls[i].arguments != b.tool_calls[i].arguments)
+      return false;
+  return true;
+}
+
+/// One message as session.json holds it: ojson's dump(1) of it four levels deep (session,
+/// agents, agent, messages), without the indentation of its first line.
+std::string message_text(const HistoryMessage& m) {
+  const std::string flat = message_json(m).dump(1, ' ', false, replace);
+  std::string out;
+  out.reserve(flat.size() + flat.size() / 4);
+  // Strings hold their newlines escaped: every newline of the text is one of the layout's.
+  for (char c : flat) {
+    out += c;
+    if (c == '\n') out.append(4, ' ');
+  }
+  return out;
 }
 
 // --- parsing: every error names the field ---
@@ -461,7 +493,16 @@ std::atomic<std::uint64_t> temp_counter{0};
 
 }  // namespace
 
-std::string to_json(const SessionRecord& s) {
+struct Store::MessageTexts {
+  std::map<std::string, std::vector<std::pair<HistoryMessage, std::string>>> agents;  // by agent id
+};
+
+namespace {
+
+/// The text of session.json: ojson's dump(1) of the whole record, built from the session and
+/// agent fields dumped by ojson and each agent's messages spliced in as their texts. A message
+/// equal to the one at its index in `last` reuses that text; `now` gets every message's text.
+std::string session_text(const SessionRecord& s, Store::MessageTexts* last, Store::MessageTexts& now) {
   ojson j = ojson::object();
   j["id"] = s.id;
   j["name"] = s.name;
@@ -478,7 +519,58 @@ std::string to_json(const SessionRecord& s) {
   ojson agents = ojson::array();
   for (const auto& a : s.agents) agents.push_back(agent_json(a));
   j["agents"] = std::move(agents);
-  return j.dump(1, ' ', false, replace) + "\n";
+  const std::string frame = j.dump(1, ' ', false, replace);
+  // Each agent's (empty) messages member, in agent order: a member of an agent object sits at
+  // three spaces at the start of a line, where nothing else does (params' members sit deeper).
+  static constexpr std::string_view slot = "\n   \"messages\": []";
+  std::string out;
+  out.reserve(frame.size() + 1);
+  std::size_t from = 0;
+  for (const auto& a : s.agents) {
+    const std::size_t at = frame.find(slot, from);
+    if (at == std::string::npos) {  // not the layout expected: the whole record through ojson
+      for (std::size_t i = 0; i < s.agents.size(); i++) j["agents"][i]["messages"] = messages_json(s.agents[i].messages);
+      now.agents.clear();
+      return j.dump(1, ' ', false, replace) + "\n";
+    }
+    out.append(frame, from, at + slot.size() - 2 - from);
+    from = at + slot.size();
+    std::vector<std::pair<HistoryMessage, std::string>> before, texts;
+    if (last)
+      if (auto it = last->agents.find(a.id); it != last->agents.end()) {
+        before = std::move(it->second);
+        last->agents.erase(it);
+      }
+    texts.reserve(a.messages.size());
+    for (std::size_t i = 0; i < a.messages.size(); i++) {
+      if (i < before.size() && same_message(before[i].first, a.messages[i]))
+        texts.push_back(std::move(before[i]));
+      else
+        texts.emplace_back(a.messages[i], message_text(a.messages[i]));
+    }
+    if (texts.empty()) {
+      out += "[]";
+    } else {
+      out += "[\n";
+      for (std::size_t i = 0; i < texts.size(); i++) {
+        if (i) out += ",\n";
+        out.append(4, ' ');
+        out += texts[i].second;
+      }
+      out += "\n   ]";
+    }
+    now.agents[a.id] = std::move(texts);
+  }
+  out.append(frame, from);
+  out += '\n';
+  return out;
+}
+
+}  // namespace
+
+std::string to_json(const SessionRecord& s) {
+  Store::MessageTexts texts;
+  return session_text(s, nullptr, texts);
 }
 
 p9::Result<SessionRecord> parse_session(std::string_view text) {
@@ -498,7 +590,21 @@ p9::Status Store::save(const SessionRecord& s) {
   if (!plain_component(s.id)) return p9::error("invalid session id: " + s.id.substr(0, 64));
   std::string dir = root_ + "/" + s.id;
   if (auto st = make_dirs(dir); !st) return st;
-  std::string text = to_json(s);
+  std::shared_ptr<MessageTexts> last;
+  {
+    std::lock_guard lk(texts_mu_);
+    if (auto it = texts_.find(s.id); it != texts_.end()) {
+      last = std::move(it->second);  // taken: a save of the same session at once starts afresh
+      texts_.erase(it);
+    }
+  }
+  auto now = std::make_shared<MessageTexts>();
+  std::string text = session_text(s, last.get(), *now);
+  last.reset();
+  {
+    std::lock_guard lk(texts_mu_);
+    texts_[s.id] = std::move(now);
+  }
   std::string tmp = dir + "/.session.json.tmp." + std::to_string(::getpid()) + "." +
                     std::to_string(temp_counter.fetch_add(1));
   std::string final_path = dir + "/session.json";
@@ -558,6 +664,10 @@ p9::Status Store::append_compaction(const std::string& session_id, const std::st
 
 p9::Status Store::remove_session(const std::string& session_id) {
   if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
+  {
+    std::lock_guard lk(texts_mu_);
+    texts_.erase(session_id);
+  }
   std::error_code ec;
   std::filesystem::remove_all(root_ + "/" + session_id, ec);
   if (ec) return p9::error(session_id + ": " + ec.message());

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,7 +68,8 @@ struct LoadedSession {
 };
 
 /// Every member does blocking file I/O (fsync included): call it off the I/O threads.
-/// Stateless apart from the root, so safe to use from several threads at once.
+/// Safe to use from several threads at once. It keeps the serialised messages of each session's
+/// last save, so that the save after a tool round serialises what changed, not the whole history.
 class Store {
  public:
   /// root: the `sessions/` directory (created 0700 when needed).
@@ -90,8 +93,13 @@ class Store {
   /// skipped, logged, its files left untouched, and named in `skipped` ("<dir>: <reason>").
   std::vector<LoadedSession> load_all(std::vector<std::string>* skipped = nullptr) const;
 
+  /// Per agent id: each message of the last save with its text in session.json.
+  struct MessageTexts;
+
  private:
   std::string root_;
+  std::mutex texts_mu_;
+  std::map<std::string, std::shared_ptr<MessageTexts>> texts_;  // by session id, under texts_mu_
 };
 
 }  // namespace ollie

@@ -30,9 +30,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <set>
 
@@ -117,6 +119,7 @@ int high_fd(int fd) {
 // ---- one toolsrv process and its connection ---------------------------------------------------
 
 struct Instance {
+  std::uint64_t number = 0;  ///< 1, 2, … per ToolHost: which toolsrv a background pid belongs to
   pid_t pid = -1;
   int pidfd = -1;  ///< owned; valid until destruction, so a signal never reaches a reused pid
   std::string sock;
@@ -194,15 +197,18 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   std::map<std::string, std::string> agent_cwd;             // agent → dir
   std::map<std::string, std::set<std::string>> agent_tools;  // agent → wanted tools
   std::map<std::string, int> tool_timeout;                  // from the last listing
+  std::map<std::string, std::pair<std::string, std::vector<ToolInfo>>> listed;  // agent → last tools reply, parsed
   std::vector<std::pair<std::string, std::string>> sandbox_ok;  // approved overrides
   std::uint64_t version = 0;                                // bumped by every wish change
   std::uint64_t stops = 0;                                  // bumped by stop()
+  std::uint64_t launched = 0;                               // instances made (their numbers)
   std::shared_ptr<Instance> inst;
   bool starting = false;
   std::vector<std::shared_ptr<p9::Handoff<StartResult>>> waiters;
   std::deque<std::pair<std::shared_ptr<Instance>, std::string>> pushes;
   bool pushing = false;
   std::vector<std::shared_ptr<p9::Handoff<bool>>> drained;  // needs waiting for the pushes
+  std::function<void(std::uint64_t)> started;               // on_start()
 
   std::shared_ptr<Instance> current() {
     std::lock_guard lk(mu);
@@ -272,17 +278,19 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       r = p9::error(std::string("start failed: ") + x.what());
     }
     std::vector<std::shared_ptr<p9::Handoff<StartResult>>> ws;
+    std::function<void(std::uint64_t)> started;
     {
       std::lock_guard lk(s->mu);
       if (r && s->stops != stops_before) {
         (*r)->lose("stopped", SIGTERM);
         r = p9::error("tool server stopped");
       }
-      if (r) s->inst = *r;
+      if (r) s->inst = *r, started = s->started;
       s->starting = false;
       ws.swap(s->waiters);
     }
     if (!r) spdlog::warn("session {}: toolsrv: {}", s->cfg.session_id, r.ename());
+    if (started) started((*r)->number);
     for (auto& w : ws) w->set(r);
   }
 
@@ -344,6 +352,10 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     if (sock.size() >= 100) co_return p9::error(sock + ": socket path too long");
 
     auto i = std::make_shared<Instance>();
+    {
+      std::lock_guard lk(mu);
+      i->number = ++launched;
+    }
     i->sock = sock;
     const std::string secret = new_secret();
     if (auto st2 = spawn(i, c, secret); !st2) co_return st2.error();
@@ -770,6 +782,16 @@ void ToolHost::want_tools(const std::string& agent, std::vector<std::string> too
   s_->changed();
 }
 
+void ToolHost::on_start(std::function<void(std::uint64_t)> f) {
+  std::shared_ptr<Instance> i;
+  {
+    std::lock_guard lk(s_->mu);
+    s_->started = f;
+    if (s_->inst && s_->inst->usable()) i = s_->inst;
+  }
+  if (i && f) f(i->number);
+}
+
 void ToolHost::set_sandbox_ok(std::vector<std::pair<std::string, std::string>> pairs) {
   std::string line;
   {
@@ -862,6 +884,7 @@ asio::awaitable<void> ToolHost::forget(std::string agent) {
     std::lock_guard lk(s->mu);
     s->agent_tools.erase(agent);
     s->agent_cwd.erase(agent);
+    s->listed.erase(agent);
     s->changed();
   }
   s->push("forget " + agent);
@@ -873,10 +896,15 @@ asio::awaitable<p9::Result<std::vector<ToolInfo>>> ToolHost::tools(std::string a
   if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
   auto r = co_await s->need_rdwr("tools", agent);
   if (!r) co_return r.error();
+  {  // read before every LLM request (§8.1.3) and nearly always the same: parsed once per text
+    std::lock_guard lk(s->mu);
+    if (auto it = s->listed.find(agent); it != s->listed.end() && it->second.first == *r) co_return it->second.second;
+  }
   auto t = parse_tools(*r);
   if (t) {
     std::lock_guard lk(s->mu);
     for (const auto& e : *t) s->tool_timeout[e.name] = e.timeout;
+    s->listed[agent] = {std::move(*r), *t};
   }
   co_return t;
 }
@@ -926,6 +954,7 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   }
   std::string request = "tool=" + req.tool + "\nagent=" + req.agent + "\n";
   if (req.timeout) request += "timeout=" + std::to_string(*req.timeout) + "\n";
+  if (req.bypass) request += "bypass=true\n";
   if (!req.auth.empty()) request += "auth=" + req.auth + "\n";
   request += "\n" + (req.args.empty() ? std::string("{}") : req.args);
 
@@ -941,6 +970,47 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   if (!p) co_return ToolOutcome{"error: " + p.ename(), true};
   auto c = convert_reply(*p, timeout);
   co_return ToolOutcome{std::move(c.text), c.error};
+}
+
+asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(ToolCallRequest req) {
+  auto s = s_;
+  if (!valid_word(req.tool)) co_return p9::error("unknown tool: " + valid_utf8(req.tool.substr(0, 64)));
+  if (!valid_word(req.agent)) co_return p9::error("no such agent: " + valid_utf8(req.agent.substr(0, 64)));
+  if (!req.auth.empty() && !valid_secret(req.auth)) co_return p9::error("invalid auth");
+  auto i = co_await s->need();
+  if (!i) co_return p9::error("tool server unavailable: " + i.ename());
+  // No timeout header: background processes have none (§6.5.1).
+  std::string request = "tool=" + req.tool + "\nagent=" + req.agent + "\n";
+  if (req.bypass) request += "bypass=true\n";
+  if (!req.auth.empty()) request += "auth=" + req.auth + "\n";
+  request += "\n" + (req.args.empty() ? std::string("{}") : req.args);
+  auto r = co_await (*i)->root->call("proc/new.bg", std::move(request));
+  if (!r) {
+    std::string why;
+    if (s->lost(*i, r.ename(), why)) co_return p9::error("tool server lost: " + why);
+    co_return p9::error(valid_utf8(r.ename()));
+  }
+  // The reply is `pid=<n>\n`.
+  const std::string& t = *r;
+  const char* const last = t.data() + t.size();
+  int pid = 0;
+  const auto [after, ec] = std::from_chars(t.data() + std::min<std::size_t>(4, t.size()), last, pid);
+  if (t.rfind("pid=", 0) != 0 || ec != std::errc{} || pid <= 0 || std::string_view(after, last - after) != "\n")
+    co_return p9::error("bad proc/new.bg reply: " + valid_utf8(t.substr(0, 64)));
+  co_return Background{pid, (*i)->number};
+}
+
+asio::awaitable<p9::Result<p9::AsyncFid>> ToolHost::open(std::uint64_t instance, std::string path, int mode) {
+  auto s = s_;
+  auto i = s->current();
+  if (!i || i->number != instance) co_return p9::error("tool server lost");
+  auto f = co_await i->root->walk(path);
+  std::string why;
+  if (!f) co_return s->lost(i, f.ename(), why) ? p9::error("tool server lost: " + why) : f.error();
+  if (mode >= 0)
+    if (auto st = co_await f->open(static_cast<std::uint8_t>(mode)); !st)
+      co_return s->lost(i, st.ename(), why) ? p9::error("tool server lost: " + why) : st.error();
+  co_return std::move(*f);
 }
 
 bool ToolHost::running() const { return s_->current() != nullptr; }

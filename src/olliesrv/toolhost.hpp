@@ -10,6 +10,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib9p/async_client.hpp"
 #include "lib9p/result.hpp"
 
 namespace ollie {
@@ -35,6 +37,7 @@ struct ToolCallRequest {
   std::string tool, agent, auth;
   std::string args;                ///< the JSON object text
   std::optional<int> timeout;      ///< seconds; nullopt = the tool's default
+  bool bypass = false;             ///< ask the hostowner to run it unsandboxed (§6.9)
 };
 
 /// A call's result as the model reads it (§8.3.4): `text` already converted, prefixed and cut.
@@ -65,6 +68,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// The approved project sandbox overrides (`ctl sandboxok`, §7.3.3): (sha256, absolute dir)
   /// pairs, replacing the previous set. Never starts toolsrv.
   void set_sandbox_ok(std::vector<std::pair<std::string, std::string>> pairs);
+  /// Runs `f` with the instance number after every start of toolsrv, and at once when one runs
+  /// (the bypass broker follows each instance's bypass/pending). Never starts toolsrv.
+  void on_start(std::function<void(std::uint64_t instance)> f);
 
   // ---- needs: each starts toolsrv when it is not running ----
   /// Starts (and syncs) toolsrv unless it runs. The error is the reason.
@@ -89,6 +95,19 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// failure or a lost toolsrv (those are results); throws operation_aborted when the awaiting
   /// coroutine is cancelled, after flushing the request.
   asio::awaitable<ToolOutcome> call(ToolCallRequest req);
+
+  /// A started background process (§6.10): its pid in toolsrv instance `instance`.
+  struct Background {
+    int pid = 0;
+    std::uint64_t instance = 0;
+  };
+  /// proc/new.bg (§6.5.1): the error is toolsrv's (`bypass denied`, `start failed: …`) or
+  /// `tool server unavailable: …`. Cancellation flushes the request, so nothing starts.
+  asio::awaitable<p9::Result<Background>> start_background(ToolCallRequest req);
+  /// Walks to `path` in toolsrv instance `instance` and opens it with `mode` (negative: walk
+  /// only); for the files of a background pid. Never starts toolsrv and never reaches another
+  /// instance, whose pids are other processes: `tool server lost` once that one is gone.
+  asio::awaitable<p9::Result<p9::AsyncFid>> open(std::uint64_t instance, std::string path, int mode);
 
   /// Whether a toolsrv process runs now.
   bool running() const;

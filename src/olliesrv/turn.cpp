@@ -131,6 +131,8 @@ class Turn {
   bool unavailable_noted_ = false;
   double provider_cost_ = 0, table_cost_ = 0;
   bool any_provider_cost_ = false;
+  std::vector<ToolInfo> schemas_for_;      ///< the tool list schemas_ was made from
+  std::vector<backend::Tool> schemas_;     ///< its schemas as sent, dispatch flags added
 };
 
 asio::awaitable<void> Agent::run(Submission sub) {
@@ -173,7 +175,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     lock.unlock();
     if (fresh && !up.empty()) a.transcript.append(make_block("context", up, "userPrompts"));
   }
-  a.transcript.append(make_block("user", sub.text, sub.origin));
+  if (!sub.shown) a.transcript.append(make_block("user", sub.text, sub.origin));
 
   std::string failure;
   bool interrupt = false;
@@ -228,6 +230,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
         calls.push_back(std::move(c));
       }
       co_await dispatch(std::move(calls), tools);
+      a.deliver_inject();  // §8.8
       s_->save_soon();
       if (r.stop == backend::StopReason::filtered) {
         failure = "stopped: " + r.stop_raw;
@@ -267,6 +270,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     t.cost_session += t.cost_last;
     // Idle from here on when nothing is queued, so an idle-only verb right after the `idle`
     // state is accepted; a submission arriving now waits for this turn's end (start_next).
+    a.requeue_inject();  // §8.8: no round took it, so it is the next prompt
     if (a.queue_.empty()) a.running_ = false;
   }
   a.set_state("idle");
@@ -361,7 +365,12 @@ backend::ChatRequest Turn::build(const std::vector<ToolInfo>& tools) {
     bytes += m.msg.content.size();
     for (const auto& c : m.msg.tool_calls) bytes += c.name.size() + c.arguments.size();
   }
-  for (const auto& t : tools) req.tools.push_back({t.name, t.description, with_dispatch_flags(t.parameters)});
+  if (!same_tools(tools, schemas_for_)) {  // the schemas with dispatch flags, made once per tool list
+    schemas_.clear();
+    for (const auto& t : tools) schemas_.push_back({t.name, t.description, with_dispatch_flags(t.parameters)});
+    schemas_for_ = tools;
+  }
+  req.tools = schemas_;
   a.stats.context_tokens = static_cast<std::int64_t>(bytes / 4);
   return req;
 }
@@ -546,11 +555,15 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
     join->left++;
     auto cancel = std::make_shared<asio::cancellation_signal>();
     join->cancels.push_back(cancel);
-    ToolCallRequest req{batch[i].name, a.id, a.secret, batch[i].args, batch[i].timeout};
+    ToolCallRequest req{batch[i].name, a.id, a.secret, batch[i].args, batch[i].timeout, batch[i].bypass};
     auto host = s_->host;
+    auto agent = batch[i].background ? a_ : nullptr;  // proc/new.bg (§6.10)
     asio::co_spawn(
         ex,
-        [host, req, outcomes, i]() -> asio::awaitable<void> { (*outcomes)[i] = co_await host->call(req); },
+        [host, agent, req, outcomes, i]() -> asio::awaitable<void> {
+          if (agent) (*outcomes)[i] = co_await start_background(agent, req);
+          else (*outcomes)[i] = co_await host->call(req);
+        },
         asio::bind_cancellation_slot(cancel->slot(), [join](std::exception_ptr) {
           join->left--;
           join->signal->notify();

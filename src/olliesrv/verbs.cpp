@@ -8,8 +8,11 @@
 
 #include <algorithm>
 
+#include "agent_cfg.hpp"
 #include "backend/config.hpp"
 #include "backend/text.hpp"
+#include "caches.hpp"
+#include "compaction.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "lifecycle.hpp"
@@ -41,9 +44,24 @@ Reply session_save(SessionCall& c, const virtfs::Command&) {
   co_return std::string("saved\n");
 }
 
+// Re-syncs with toolsrv (§3.2): a rescan, then every agent's tool list fetched again and its
+// system prompt rendered again. olliesrv keeps no tool-result cache to clear.
+Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
+  (void)co_await c.s->host->catalog();  // `tools *` rescans the tool directories
+  for (const auto& a : c.s->agents()) {
+    {
+      std::lock_guard lock(a->mu);
+      a->last_tools.clear();  // render_for renders again when the list differs
+    }
+    (void)co_await system_prompt(a, c.s);
+  }
+  co_return std::string("ok\n");
+}
+
 constexpr virtfs::Verb<Reply (*)(SessionCall&, const virtfs::Command&)> session_verbs[] = {
     {.name = "kill", .run = session_kill},
     {.name = "save", .run = session_save},
+    {.name = "invalidate", .run = session_invalidate},
 };
 
 // ---- agent ctl (§3.3) --------------------------------------------------------------------------
@@ -54,18 +72,119 @@ struct AgentCall {
   std::shared_ptr<Agent> a;
 };
 
+p9::Error running(const virtfs::Command& cmd) { return p9::error("cannot " + cmd.verb + " while agent is running"); }
+
 Reply verb_stop(AgentCall& c, const virtfs::Command&) { co_return std::string(c.a->stop() ? "stopped\n" : "idle\n"); }
 
+// Unlinks the agent's peers on both sides (§8.11: killing either agent removes the link).
+void unlink_peers(Session& s, Agent& a) {
+  std::vector<std::string> peers;
+  {
+    std::lock_guard lock(a.mu);
+    peers.swap(a.peers);
+  }
+  for (const auto& id : peers) {
+    auto p = s.find(id);
+    if (!p) continue;
+    std::lock_guard lock(p->mu);
+    std::erase(p->peers, a.id);
+  }
+}
+
 Reply verb_kill(AgentCall& c, const virtfs::Command&) {
+  unlink_peers(*c.s, *c.a);
   co_await kill_agent(c.hub, c.s, c.a);
   co_return std::string("killed\n");
 }
 
-Reply verb_clear(AgentCall& c, const virtfs::Command&) {
+Reply verb_compact(AgentCall& c, const virtfs::Command& cmd) {
+  Hold held(*c.a);
+  if (!held.ok) co_return running(cmd);
+  if (!compactable(*c.a)) co_return std::string("nothing to compact\n");
+  auto n = co_await compact(c.a, c.s);
+  if (!n) co_return n.error();
+  co_return "compacted " + std::to_string(*n) + " messages\n";
+}
+
+Reply verb_clear(AgentCall& c, const virtfs::Command& cmd) {
+  Hold held(*c.a);
+  if (!held.ok) co_return running(cmd);
   c.a->clear();
   c.a->note("info", "cleared");
   c.a->save();
   co_return std::string("cleared\n");
+}
+
+// §8.8: during a turn the pending inject (its `user` block at once); idle, an ordinary prompt.
+Reply verb_inject(AgentCall& c, const virtfs::Command& cmd) {
+  const std::string text(backend::trim(cmd.args.empty() ? std::string() : cmd.args[0]));
+  if (text.empty()) co_return cmd.usage();
+  if (c.a->inject(text)) {
+    c.a->transcript.append(make_block("user", text, "inject"));
+    co_return std::string("injected\n");
+  }
+  if (!c.a->submit({text, "inject"})) co_return p9::error("prompt queue full");
+  co_return std::string("submitted\n");
+}
+
+Reply verb_agent(AgentCall& c, const virtfs::Command& cmd) {
+  if (!cmd.args.empty()) {
+    Hold held(*c.a);
+    if (!held.ok) co_return running(cmd);
+    auto p = co_await read_profile(c.hub, cmd.args[0]);
+    if (!p) co_return p.error();
+    if (auto st = co_await apply_change(c.hub, c.s, c.a, profile_switch(*c.a, std::move(*p))); !st) co_return st.error();
+  }
+  std::lock_guard lock(c.a->mu);
+  co_return c.a->profile.name + "\n";
+}
+
+Reply verb_model(AgentCall& c, const virtfs::Command& cmd) {
+  if (!cmd.args.empty()) {
+    Hold held(*c.a);
+    if (!held.ok) co_return running(cmd);
+    SettingsChange change;
+    {
+      std::lock_guard lock(c.a->mu);
+      if (cmd.args[0] != c.a->model) change.target = BackendChoice{c.a->backend_name, cmd.args[0]};
+    }
+    if (auto st = co_await apply_change(c.hub, c.s, c.a, std::move(change)); !st) co_return st.error();
+  }
+  std::lock_guard lock(c.a->mu);
+  co_return c.a->model + "\n";
+}
+
+Reply verb_models(AgentCall& c, const virtfs::Command&) {
+  std::string b;
+  {
+    std::lock_guard lock(c.a->mu);
+    b = c.a->backend_name;
+  }
+  auto models = co_await backend_models(c.hub, b);
+  if (!models) {
+    const std::string e = models.ename();
+    co_return p9::error(e.rfind(b + ": ", 0) == 0 ? e : b + ": " + e);
+  }
+  std::string out;
+  for (const auto& m : *models) out += m + "\n";
+  co_return out;
+}
+
+// The model becomes that backend's default (§7.4); naming the current backend changes nothing.
+Reply verb_backend(AgentCall& c, const virtfs::Command& cmd) {
+  if (!cmd.args.empty()) {
+    if (auto st = check_backend(cmd.args[0]); !st) co_return st.error();
+    Hold held(*c.a);
+    if (!held.ok) co_return running(cmd);
+    SettingsChange change;
+    {
+      std::lock_guard lock(c.a->mu);
+      if (cmd.args[0] != c.a->backend_name) change.target = BackendChoice{cmd.args[0], ""};
+    }
+    if (auto st = co_await apply_change(c.hub, c.s, c.a, std::move(change)); !st) co_return st.error();
+  }
+  std::lock_guard lock(c.a->mu);
+  co_return c.a->backend_name + "\n";
 }
 
 Reply verb_tools(AgentCall& c, const virtfs::Command&) {
@@ -97,70 +216,28 @@ Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
   co_return out;
 }
 
-Reply verb_model(AgentCall& c, const virtfs::Command& cmd) {
+// `cwd dir` sets the override (checked and set on the tool host), `cwd -` clears it.
+Reply verb_cwd(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
-    std::string old;
-    {
-      std::lock_guard lock(c.a->mu);
-      old = c.a->model;
-      c.a->model = cmd.args[0];
+    SettingsChange change;
+    if (cmd.args[0] == "-") {
+      change.cwd = "";
+    } else {
+      auto d = cwd_argument(c.hub, *c.s, cmd.args[0]);
+      if (!d) co_return d.error();
+      change.cwd = *d;
     }
-    if (auto st = c.a->make_backend(); !st) {
-      std::lock_guard lock(c.a->mu);
-      c.a->model = old;
-      co_return st.error();
-    }
-    c.a->save();
+    Hold held(*c.a);
+    if (!held.ok) co_return running(cmd);
+    if (auto st = co_await apply_change(c.hub, c.s, c.a, std::move(change)); !st) co_return st.error();
   }
-  std::lock_guard lock(c.a->mu);
-  co_return c.a->model + "\n";
-}
-
-Reply verb_backend(AgentCall& c, const virtfs::Command& cmd) {
-  if (!cmd.args.empty()) {
-    const std::string& b = cmd.args[0];
-    if (auto st = check_backend(b); !st) co_return st.error();
-    // The model becomes that backend's default (§7.4).
-    auto settings = backend::resolve_backend(b, c.hub.conf(), c.hub.env);
-    if (!settings) co_return p9::error(settings.error().message);
-    std::string old_b, old_m;
-    {
-      std::lock_guard lock(c.a->mu);
-      old_b = c.a->backend_name;
-      old_m = c.a->model;
-      c.a->backend_name = b;
-      c.a->model = settings->model;
-    }
-    if (auto st = c.a->make_backend(); !st) {
-      std::lock_guard lock(c.a->mu);
-      c.a->backend_name = old_b;
-      c.a->model = old_m;
-      co_return st.error();
-    }
-    c.a->save();
-  }
-  std::lock_guard lock(c.a->mu);
-  co_return c.a->backend_name + "\n";
+  co_return c.a->effective_cwd() + "\n";
 }
 
 Reply verb_name(AgentCall& c, const virtfs::Command& cmd) {
-  if (!cmd.args.empty()) {
-    const std::string& n = cmd.args[0];
-    if (!valid_name(n)) co_return p9::error("invalid name: " + n);
-    const std::string old = c.a->current_name();
-    if (old != n) {
-      if (auto st = c.s->rename_agent(c.a, n); !st) co_return st.error();
-      const std::string sn = c.s->current_name();
-      c.hub.bus.publish("agent." + c.a->id + ".rename", "session/" + sn + "/agent/" + old + " session/" + sn + "/agent/" + n);
-      {
-        std::lock_guard lock(c.a->mu);
-        c.a->last_tools.clear();  // the Environment section names the agent: re-render
-      }
-      c.a->save();
-    }
-  }
-  std::lock_guard lock(c.a->mu);
-  co_return c.a->name + "\n";
+  if (!cmd.args.empty())
+    if (auto st = set_agent_name(c.hub, c.s, c.a, cmd.args[0]); !st) co_return st.error();
+  co_return c.a->current_name() + "\n";
 }
 
 Reply verb_systemprompt(AgentCall& c, const virtfs::Command&) {
@@ -169,19 +246,65 @@ Reply verb_systemprompt(AgentCall& c, const virtfs::Command&) {
   co_return text;
 }
 
+bool linked(const Agent& a, const std::string& peer_id) {
+  std::lock_guard lock(a.mu);
+  return std::find(a.peers.begin(), a.peers.end(), peer_id) != a.peers.end();
+}
+
+// §8.11: both ways, by id (persisted with the session).
+Reply verb_peeradd(AgentCall& c, const virtfs::Command& cmd) {
+  const std::string& n = cmd.args[0];
+  auto p = c.s->find(n);
+  if (!p) co_return p9::error("no such agent: " + n);
+  if (p == c.a) co_return p9::error("cannot peer with self");
+  if (p->subagent) co_return p9::error("not a persistent agent: " + n);
+  if (c.a->subagent) co_return p9::error("not a persistent agent: " + c.a->current_name());
+  {
+    std::scoped_lock lock(c.a->mu, p->mu);
+    if (std::find(c.a->peers.begin(), c.a->peers.end(), p->id) != c.a->peers.end())
+      co_return p9::error("already peers: " + n);
+    c.a->peers.push_back(p->id);
+    if (std::find(p->peers.begin(), p->peers.end(), c.a->id) == p->peers.end()) p->peers.push_back(c.a->id);
+  }
+  c.a->save();
+  co_return "peer " + p->current_name() + "\n";
+}
+
+Reply verb_peerdel(AgentCall& c, const virtfs::Command& cmd) {
+  const std::string& n = cmd.args[0];
+  auto p = c.s->find(n);
+  if (!p || !linked(*c.a, p->id)) co_return p9::error("not a peer: " + n);
+  {
+    std::scoped_lock lock(c.a->mu, p->mu);
+    std::erase(c.a->peers, p->id);
+    std::erase(p->peers, c.a->id);
+  }
+  c.a->save();
+  co_return "unpeered " + p->current_name() + "\n";
+}
+
+using virtfs::Idle;
+using virtfs::Self;
+
+// The columns of §3.3: Self (the agent's own principal), Idle only.
 constexpr virtfs::Verb<Reply (*)(AgentCall&, const virtfs::Command&)> agent_verbs[] = {
     {.name = "stop", .run = verb_stop},
     {.name = "kill", .run = verb_kill},
-    {.name = "clear", .idle = virtfs::Idle::yes, .run = verb_clear},
-    {.name = "tools", .self = virtfs::Self::yes, .run = verb_tools},
-    {.name = "tool_load", .synopsis = "<name>...", .min_args = 1, .max_args = virtfs::MANY, .self = virtfs::Self::yes,
+    {.name = "compact", .idle = Idle::yes, .run = verb_compact},
+    {.name = "clear", .idle = Idle::yes, .run = verb_clear},
+    {.name = "inject", .synopsis = "<text>", .min_args = 1, .max_args = 1, .free_text = true, .run = verb_inject},
+    {.name = "agent", .synopsis = "[profile]", .max_args = 1, .self = Self::query, .idle = Idle::set, .run = verb_agent},
+    {.name = "model", .synopsis = "[name]", .max_args = 1, .self = Self::query, .idle = Idle::set, .run = verb_model},
+    {.name = "models", .self = Self::yes, .run = verb_models},
+    {.name = "backend", .synopsis = "[name]", .max_args = 1, .self = Self::query, .idle = Idle::set, .run = verb_backend},
+    {.name = "tools", .self = Self::yes, .run = verb_tools},
+    {.name = "tool_load", .synopsis = "<name>...", .min_args = 1, .max_args = virtfs::MANY, .self = Self::yes,
      .run = verb_tool_load},
-    {.name = "model", .synopsis = "[name]", .max_args = 1, .self = virtfs::Self::query, .idle = virtfs::Idle::set,
-     .run = verb_model},
-    {.name = "backend", .synopsis = "[name]", .max_args = 1, .self = virtfs::Self::query, .idle = virtfs::Idle::set,
-     .run = verb_backend},
-    {.name = "name", .synopsis = "[new]", .max_args = 1, .self = virtfs::Self::query, .run = verb_name},
-    {.name = "systemprompt", .self = virtfs::Self::yes, .run = verb_systemprompt},
+    {.name = "cwd", .synopsis = "[dir|-]", .max_args = 1, .self = Self::query, .idle = Idle::set, .run = verb_cwd},
+    {.name = "name", .synopsis = "[new]", .max_args = 1, .self = Self::query, .run = verb_name},
+    {.name = "systemprompt", .self = Self::yes, .run = verb_systemprompt},
+    {.name = "peeradd", .synopsis = "<name>", .min_args = 1, .max_args = 1, .run = verb_peeradd},
+    {.name = "peerdel", .synopsis = "<name>", .min_args = 1, .max_args = 1, .run = verb_peerdel},
 };
 
 // `!command` (§3.4): the agent's shell tool, sandboxed, in its effective cwd; an `exec` block.

@@ -1,4 +1,5 @@
 #include "toolsrv/landlock.hpp"
+#include "toolsrv/unixsock.hpp"
 
 #include <fcntl.h>
 #include <linux/landlock.h>
@@ -32,6 +33,7 @@ constexpr std::uint64_t fs_make_sym = 1ULL << 12;
 constexpr std::uint64_t fs_refer = 1ULL << 13;      // ABI 2
 constexpr std::uint64_t fs_truncate = 1ULL << 14;   // ABI 3
 constexpr std::uint64_t fs_ioctl_dev = 1ULL << 15;  // ABI 5
+constexpr std::uint64_t fs_resolve_unix = 1ULL << 16;  // ABI 9 (Linux 7.1): connect/send to pathname sockets
 constexpr std::uint64_t net_bind_tcp = 1ULL << 0;     // ABI 4
 constexpr std::uint64_t net_connect_tcp = 1ULL << 1;  // ABI 4
 constexpr std::uint64_t scope_abstract_unix = 1ULL << 0;  // ABI 6
@@ -54,7 +56,7 @@ constexpr std::uint64_t rights_ro = fs_read_file | fs_read_dir;
 constexpr std::uint64_t rights_rw = rights_ro | fs_write_file | fs_truncate | fs_ioctl_dev | fs_remove_file |
                                     fs_remove_dir | fs_make_reg | fs_make_dir | fs_make_sym | fs_make_fifo |
                                     fs_make_sock | fs_refer;
-constexpr std::uint64_t rights_file = fs_read_file | fs_write_file | fs_execute | fs_truncate | fs_ioctl_dev;
+constexpr std::uint64_t rights_file = fs_read_file | fs_write_file | fs_execute | fs_truncate | fs_ioctl_dev | fs_resolve_unix;
 
 std::uint64_t rights_of(Access a) {
   switch (a) {
@@ -62,6 +64,7 @@ std::uint64_t rights_of(Access a) {
     case Access::rox: return rights_ro | fs_execute;
     case Access::rw: return rights_rw;
     case Access::rwx: return rights_rw | fs_execute;
+    case Access::sock: return fs_resolve_unix;
   }
   return 0;
 }
@@ -86,6 +89,8 @@ const Probe& probe() {
 
 int landlock_abi() { return probe().abi; }
 
+bool landlock_resolves_unix(int abi) { return abi >= landlock_abi_resolve_unix; }
+
 std::string landlock_missing_reason() {
   const auto& p = probe();
   if (p.abi > 0) return {};
@@ -106,13 +111,17 @@ std::optional<std::string> sandbox_unavailable(const SandboxPlan& plan, int abi)
   if (plan.network.restricts() && abi < 4) {
     return "sandbox unavailable: network needs Landlock ABI 4, kernel has " + std::to_string(abi);
   }
+  if (plan.unix_listed && !landlock_resolves_unix(abi) && !unix_notify_available()) {
+    return "sandbox unavailable: unix needs seccomp user notification or Landlock ABI " +
+           std::to_string(landlock_abi_resolve_unix) + ", kernel has " + std::to_string(abi);
+  }
   return std::nullopt;
 }
 
 p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi, bool* as_planned) {
   if (as_planned) *as_planned = true;
   RulesetAttr attr{
-      .handled_access_fs = rights_rw | fs_execute | fs_make_char | fs_make_block,
+      .handled_access_fs = rights_rw | fs_execute | fs_make_char | fs_make_block | fs_resolve_unix,
       .handled_access_net = net_bind_tcp | net_connect_tcp,
       .scoped = scope_abstract_unix | scope_signal,
   };
@@ -132,6 +141,11 @@ p9::Result<UniqueFd> build_ruleset(const SandboxPlan& plan, int abi, bool* as_pl
       [[fallthrough]];
     case 5:
       attr.scoped = 0;
+      [[fallthrough]];
+    case 6:
+    case 7:
+    case 8:
+      attr.handled_access_fs &= ~fs_resolve_unix;
       [[fallthrough]];
     default:
       break;

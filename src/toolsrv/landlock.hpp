@@ -19,8 +19,15 @@ namespace toolsrv {
 /// The newest Landlock ABI this toolsrv knows (7: Linux 6.15).
 inline constexpr int landlock_abi_known = 7;
 
+/// The ABI that adds LANDLOCK_ACCESS_FS_RESOLVE_UNIX (9: Linux 7.1), the right that governs
+/// connect and send to pathname Unix sockets. Below it, toolsrv's seccomp filter does (unixsock.hpp).
+inline constexpr int landlock_abi_resolve_unix = 9;
+
 /// The running kernel's Landlock ABI (0 = none or disabled); asked once.
 int landlock_abi();
+
+/// Whether `abi` mediates pathname Unix sockets (the `sock` rules of the `unix` list).
+bool landlock_resolves_unix(int abi);
 
 /// Why there is no Landlock and what to do about it (empty when there is).
 std::string landlock_missing_reason();

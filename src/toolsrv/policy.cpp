@@ -71,7 +71,7 @@ std::vector<std::uint16_t> get_ports(const YAML::Node& map, const char* key) {
 PolicyFile parse_document(const YAML::Node& doc) {
   PolicyFile file;
   if (!doc || doc.IsNull()) return file;
-  check_keys(doc, "", {"general", "filesystem", "network", "env", "advanced"});
+  check_keys(doc, "", {"general", "filesystem", "network", "env", "unix", "advanced"});
   if (const auto general = doc["general"]; general && !general.IsNull()) {
     check_keys(general, "general", {"best_effort", "log_level"});
     file.best_effort = get_bool(general, "best_effort", "general");
@@ -103,6 +103,13 @@ PolicyFile parse_document(const YAML::Node& doc) {
     for (const auto& item : env) {
       if (!item.IsScalar()) fail(item, "env: expected a list of variable names");
       file.env.push_back(item.Scalar());
+    }
+  }
+  if (const auto sockets = doc["unix"]; sockets && !sockets.IsNull()) {
+    if (!sockets.IsSequence()) fail(sockets, "unix: expected a list of strings");
+    for (const auto& item : sockets) {
+      if (!item.IsScalar()) fail(item, "unix: expected a list of strings");
+      file.unix_sockets.push_back(item.Scalar());
     }
   }
   if (const auto adv = doc["advanced"]; adv && !adv.IsNull()) {
@@ -195,6 +202,7 @@ Policy effective_policy(const PolicyFile& global, const PolicyFile* project) {
     union_into(p.network.bind_tcp, f.bind_tcp);
     union_into(p.network.connect_tcp, f.connect_tcp);
     union_into(p.env, f.env);
+    union_into(p.unix_sockets, f.unix_sockets);
     if (f.ldd) p.ldd = *f.ldd;
     if (f.add_exec) p.add_exec = *f.add_exec;
   };

@@ -36,6 +36,9 @@ struct Policy {
   std::vector<std::string> ro, rox, rw, rwx;  ///< path templates (§7.3.2), not yet expanded
   NetworkPolicy network;
   std::vector<std::string> env;  ///< variables passed from toolsrv's environment
+  /// Pathname Unix sockets, or directories of them (beneath), that tools may connect and send
+  /// to (path templates); {OLLIE_ADDR}'s socket is always added. Empty = no other socket.
+  std::vector<std::string> unix_sockets;
   bool ldd = false;
   bool add_exec = false;
 };
@@ -49,6 +52,7 @@ struct PolicyFile {
   std::optional<bool> net_enabled, net_unrestricted;
   std::vector<std::uint16_t> bind_tcp, connect_tcp;
   std::vector<std::string> env;
+  std::vector<std::string> unix_sockets;
   std::optional<bool> ldd, add_exec;
 };
 

@@ -344,6 +344,7 @@ void ProcessTable::do_start(Command& cmd) {
     cmd.started(proc);
     return;
   }
+  if (child->unix_listener && l.on_unix_listener) l.on_unix_listener(std::move(child->unix_listener));
   auto slot = std::make_unique<Slot>();
   slot->proc = proc;
   slot->child = std::move(*child);

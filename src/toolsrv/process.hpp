@@ -123,6 +123,9 @@ struct Launch {
   /// Called once on the table's thread when the process is finished (status final, output
   /// complete): release locks, reply. Not called when the start failed.
   std::function<void(const std::shared_ptr<Process>&)> on_finish;
+  /// With spec.unix_filter: takes the filter's listener once the child started (on the table's
+  /// thread), to serve its notifications (UnixGuard::adopt).
+  std::function<void(UniqueFd)> on_unix_listener;
 };
 
 class ProcessTable {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -57,7 +58,7 @@ std::string TemplateVars::expand(std::string_view text) const {
 }
 
 SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
-                         const std::string& data_root, const std::string& exe) {
+                         const std::string& data_root, const std::string& exe, const std::string& ollie_socket) {
   SandboxPlan plan;
   plan.network = policy.network;
   plan.best_effort = policy.best_effort;
@@ -96,6 +97,23 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   for (const auto& p : policy.rwx) add(p, Access::rwx);
   for (const auto& d : tool_dirs) add(d, Access::rox);
   if (policy.add_exec && !exe.empty()) add(exe, Access::rox);
+  // Sockets (and directories of them) may appear after the call started: a missing one is kept
+  // for the check at connect time and is not logged as skipped.
+  auto add_socket = [&](const std::string& templ) {
+    const auto expanded = vars.expand(templ);
+    if (expanded.empty() || expanded.front() != '/') {
+      plan.skipped.push_back(templ + ": not absolute (" + expanded + ")");
+      return;
+    }
+    const auto path = clean_path(expanded);
+    if (std::find(plan.unix_sockets.begin(), plan.unix_sockets.end(), path) != plan.unix_sockets.end()) return;
+    plan.unix_sockets.push_back(path);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) plan.rules.push_back({path, Access::sock, st.st_dev, st.st_ino});
+  };
+  if (!ollie_socket.empty()) add_socket(ollie_socket);
+  for (const auto& p : policy.unix_sockets) add_socket(p);
+  plan.unix_listed = !policy.unix_sockets.empty();
   if (policy.ldd && !exe.empty()) {
     for (const auto& lib : linked_libraries(exe, writable_paths(policy, vars))) {
       struct stat st {};

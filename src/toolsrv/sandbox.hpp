@@ -32,8 +32,9 @@ struct TemplateVars {
   std::string expand(std::string_view text) const;
 };
 
-/// The four access classes of the filesystem section.
-enum class Access { ro, rox, rw, rwx };
+/// The four access classes of the filesystem section, and `sock`: a path of the `unix` list
+/// (Landlock's RESOLVE_UNIX, granted only from the ABI that has it).
+enum class Access { ro, rox, rw, rwx, sock };
 
 /// One path to grant, expanded and existing.
 struct PathRule {
@@ -58,6 +59,12 @@ struct SandboxPlan {
   std::vector<PathRule> rules;
   NetworkPolicy network;
   bool best_effort = false;
+  /// The `unix` list expanded (absolute, cleaned, not resolved: the check at connect time
+  /// resolves them), {OLLIE_ADDR}'s socket first when there is one. The `sock` rules among
+  /// `rules` are those of them that exist now.
+  std::vector<std::string> unix_sockets;
+  /// The policy names sockets beyond {OLLIE_ADDR}'s (the best_effort check of §7.3.2).
+  bool unix_listed = false;
   /// Paths that were skipped (`<path>: does not exist` / `<template>: not absolute`), for the
   /// caller's log (once per path).
   std::vector<std::string> skipped;
@@ -69,8 +76,9 @@ struct SandboxPlan {
 /// from a file the model may have written), never on a directory and never on a file inside a
 /// writable path (already granted there). A missing rw path under `data_root` is created (0700).
 /// Every path is stat'ed now (one system call each) and its rule records the file it resolved to.
+/// `ollie_socket` is the path of {OLLIE_ADDR}'s socket ("" = none), always allowed.
 SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
-                         const std::string& data_root, const std::string& exe);
+                         const std::string& data_root, const std::string& exe, const std::string& ollie_socket = "");
 
 /// The rw and rwx paths of the policy expanded for a call, cleaned and symlink-resolved: the
 /// paths the model can write (tool directories inside them are not trusted for bypass or PATH).

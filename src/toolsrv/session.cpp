@@ -35,6 +35,15 @@ std::string clean_search_path(std::string_view path, const std::vector<std::stri
   return out;
 }
 
+// The socket path of OLLIE_ADDR (`unix!<path>`) in a tool's environment, "" for none.
+std::string ollie_socket(const std::vector<std::string>& env) {
+  static const std::string key = "OLLIE_ADDR=unix!";
+  for (const auto& kv : env) {
+    if (kv.rfind(key, 0) == 0) return kv.substr(key.size());
+  }
+  return "";
+}
+
 std::string join(const std::vector<std::string>& v, char sep) {
   std::string out;
   for (const auto& s : v) {
@@ -57,6 +66,11 @@ SessionConfig SessionConfig::from_environment(const std::string& config_root, co
   c.data_root = p9::data_root(env);
   c.tmpdir = p9::runtime_root(env) + "/tmp/" + c.session_id;
   c.tools_path = env("OLLIE_TOOLS_PATH").value_or("");
+  // Tests shorten the bypass timeout of §6.9.1 (whole seconds, at least 1).
+  if (auto t = env("OLLIE_TEST_BYPASS_TIMEOUT")) {
+    const long n = std::strtol(t->c_str(), nullptr, 10);
+    c.bypass_timeout = std::chrono::seconds(n > 0 ? n : 1);
+  }
   return c;
 }
 
@@ -105,6 +119,7 @@ Session::Session(SessionConfig config)
       cwd_(HeldCwd::open(config_.cwd)),
       bypass_(config_.bypass_timeout),
       locks_(LockTable::create()),
+      unix_guard_(unix_notify_available() ? std::make_unique<UnixGuard>() : nullptr),
       procs_(std::make_unique<ProcessTable>(config_.proc_keep)) {
   // Without XDG_RUNTIME_DIR the root is /tmp/ollie-<uid>, in the shared /tmp: checked as §6.1 says.
   if (auto r = p9::ensure_runtime_dir(config_.tmpdir); !r) tmpdir_error_ = r.ename();
@@ -442,7 +457,8 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     else l.spec.argv = {p.tool.exe_path};
     l.spec.no_new_privs = !bypass;
     if (!bypass) {
-      const auto plan = plan_sandbox(p.policy, p.vars, p.tool_dirs, s->config_.data_root, p.tool.exe_path);
+      const auto plan = plan_sandbox(p.policy, p.vars, p.tool_dirs, s->config_.data_root, p.tool.exe_path,
+                                     ollie_socket(l.spec.env));
       for (const auto& skipped : plan.skipped) s->warn_once("sandbox path skipped: " + skipped);
       const int abi = landlock_abi();
       if (auto why = sandbox_unavailable(plan, abi)) {
@@ -458,6 +474,16 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
         auto ruleset = s->rulesets_.get(plan, abi);
         if (!ruleset) return end_early(ProcStatus::failed, "sandbox: " + ruleset.ename());
         l.ruleset = std::move(*ruleset);
+      }
+      if (!landlock_resolves_unix(abi) && s->unix_guard_) {
+        auto access = std::make_shared<UnixAccess>();
+        access->sockets = plan.unix_sockets;
+        if (abi >= 4 && plan.network.restricts()) {
+          access->tcp_connect = plan.network.enabled ? plan.network.connect_tcp : std::vector<std::uint16_t>{};
+        }
+        auto* guard = s->unix_guard_.get();
+        l.spec.unix_filter = true;
+        l.on_unix_listener = [guard, access](UniqueFd fd) { guard->adopt(std::move(fd), access); };
       }
     }
     auto self = shared_from_this();

@@ -24,6 +24,7 @@
 #include "toolsrv/process.hpp"
 #include "toolsrv/request.hpp"
 #include "toolsrv/sandbox.hpp"
+#include "toolsrv/unixsock.hpp"
 
 namespace toolsrv {
 
@@ -140,6 +141,7 @@ class Session {
   std::set<std::string> warned_;
   BypassBroker bypass_;
   std::shared_ptr<LockTable> locks_;
+  std::unique_ptr<UnixGuard> unix_guard_;  // the seccomp unix filters' server (null: no user notification)
   std::unique_ptr<ProcessTable> procs_;  // last: destroyed first, its callbacks touch the rest
 };
 

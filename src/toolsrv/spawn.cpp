@@ -10,14 +10,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "toolsrv/landlock.hpp"
+#include "toolsrv/unixsock.hpp"
 
 namespace toolsrv {
 namespace {
 
 // Steps of the child, reported with errno over the error pipe.
-enum Step : int { step_pgrp = 1, step_pdeathsig, step_parent_gone, step_sigmask, step_nnp, step_landlock, step_dup, step_close, step_chdir, step_exec };
+enum Step : int { step_pgrp = 1, step_pdeathsig, step_parent_gone, step_sigmask, step_nnp, step_landlock, step_unix, step_dup, step_close, step_chdir, step_exec };
 
 const char* step_name(int step) {
   switch (step) {
@@ -27,6 +29,7 @@ const char* step_name(int step) {
     case step_sigmask: return "sigprocmask";
     case step_nnp: return "prctl PR_SET_NO_NEW_PRIVS";
     case step_landlock: return "landlock_restrict_self";
+    case step_unix: return "seccomp unix filter";
     case step_dup: return "dup2";
     case step_close: return "close_range";
     case step_chdir: return "chdir";
@@ -44,8 +47,8 @@ const char* step_name(int step) {
 // Moves `fd` to a number >= 3 so dup2 onto 0-2 cannot clobber another pipe end.
 int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 3); }
 
-[[noreturn]] void run_child(const SpawnSpec& spec, pid_t parent, char* const* argv, char* const* envp,
-                            int in_r, int out_w, int err_w, int errfd) noexcept {
+[[noreturn]] void run_child(const SpawnSpec& spec, const UnixFilter* unix_filter, pid_t parent, char* const* argv,
+                            char* const* envp, int in_r, int out_w, int err_w, int errfd) noexcept {
   if (::setpgid(0, 0) != 0) child_fail(errfd, step_pgrp);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(errfd, step_pdeathsig);
   if (::getppid() != parent) {
@@ -63,6 +66,12 @@ int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLO
     if (const int e = landlock_restrict_self(spec.ruleset_fd); e != 0) {
       errno = e;
       child_fail(errfd, step_landlock);
+    }
+  }
+  if (unix_filter) {
+    if (const int e = unix_filter->install(); e != 0) {
+      errno = e;
+      child_fail(errfd, step_unix);
     }
   }
   in_r = above_stdio(in_r);
@@ -99,6 +108,12 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
   UniqueFd err_r(err[0]), err_w(err[1]);
   if (::pipe2(ep, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
   UniqueFd ep_r(ep[0]), ep_w(ep[1]);
+  std::optional<UnixFilter> unix_filter;
+  if (spec.unix_filter) {
+    auto f = UnixFilter::prepare();
+    if (!f) return f.error();
+    unix_filter = std::move(*f);
+  }
 
   auto argv = c_array(spec.argv);
   auto envp = c_array(spec.env);
@@ -110,7 +125,7 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   const pid_t pid = ::vfork();
-  if (pid == 0) run_child(spec, parent, argv.data(), envp.data(), in_r.get(), out_w.get(), err_w.get(), ep_w.get());
+  if (pid == 0) run_child(spec, unix_filter ? &*unix_filter : nullptr, parent, argv.data(), envp.data(), in_r.get(), out_w.get(), err_w.get(), ep_w.get());
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return p9::error(std::string("vfork: ") + std::strerror(fork_errno));
@@ -143,6 +158,16 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     return p9::error(std::string("pidfd_open: ") + std::strerror(e));
+  }
+  if (unix_filter) {
+    auto listener = unix_filter->take_listener();
+    if (!listener) {
+      ::kill(-pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+      return listener.error();
+    }
+    s.unix_listener = std::move(*listener);
   }
   for (int fd : {in_w.get(), out_r.get(), err_r.get()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   s.stdin_w = std::move(in_w);

@@ -1,7 +1,7 @@
 #pragma once
 /// spawn: vfork and exec one tool process as spec §6.6 says. Between vfork and exec the child (on
 /// our memory, below our stack frame) makes only async-signal-safe system calls: own process
-/// group, parent-death signal, signal dispositions and mask reset, no_new_privs, landlock_restrict_self, the pipes onto 0-2, every other descriptor
+/// group, parent-death signal, signal dispositions and mask reset, no_new_privs, landlock_restrict_self, the Unix-socket seccomp filter (unixsock.hpp), the pipes onto 0-2, every other descriptor
 /// close-on-exec, chdir (fchdir to a held cwd), execve. A failing step is reported over a close-on-exec pipe and nothing
 /// is executed.
 
@@ -24,6 +24,7 @@ struct SpawnSpec {
   std::shared_ptr<const UniqueFd> cwd_dir;  ///< the held cwd: fchdir to it, never resolved again
   int ruleset_fd = -1;            ///< Landlock ruleset to enforce; -1 = unconfined
   bool no_new_privs = true;       ///< false only for an approved bypass call
+  bool unix_filter = false;       ///< the seccomp filter of unixsock.hpp, after Landlock (needs no_new_privs)
 };
 
 /// A started child: its pid (also its process group), a pidfd to reap it, and our pipe ends.
@@ -33,6 +34,7 @@ struct Spawned {
   UniqueFd stdin_w;   ///< non-blocking
   UniqueFd stdout_r;  ///< non-blocking
   UniqueFd stderr_r;  ///< non-blocking
+  UniqueFd unix_listener;  ///< the filter's seccomp notification descriptor (unix_filter)
 };
 
 /// Vforks and execs. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lib9p/result.hpp"
@@ -37,6 +38,8 @@ struct Principal {
 
 template <class Ctx> using ReadFn = std::function<p9::Result<std::string>(Ctx&)>;
 template <class Ctx> using WriteFn = std::function<p9::Status(Ctx&, std::string)>;
+template <class Ctx> using ReadCoFn = std::function<asio::awaitable<p9::Result<std::string>>(Ctx&)>;
+template <class Ctx> using WriteCoFn = std::function<asio::awaitable<p9::Status>(Ctx&, std::string)>;
 template <class Ctx> using RdwrFn = std::function<asio::awaitable<p9::Result<std::string>>(Ctx&, std::string)>;
 template <class Ctx> using SignalFn = std::function<std::shared_ptr<Signal>(Ctx&)>;
 template <class Ctx> using OpenFn = std::function<p9::Result<std::shared_ptr<Cursor>>(Ctx&)>;
@@ -44,6 +47,7 @@ template <class Ctx> using ListFn = std::function<std::vector<std::string>(Ctx&)
 template <class Ctx> using OwnerFn = std::function<std::string(const Ctx&)>;
 template <class Ctx> using VersFn = std::function<std::uint32_t(const Ctx&)>;
 template <class Ctx> using LengthFn = std::function<std::uint64_t(const Ctx&)>;
+template <class Ctx> using RenameFn = std::function<p9::Status(Ctx&, std::string)>;
 
 /// A template instance as Lookup binds it: the context its handlers see, and the object it is
 /// (a session, an agent, a process). The object, never the walked name, is the instance's
@@ -68,6 +72,8 @@ struct Node {
   std::string doc;
   ReadFn<Ctx> read;
   WriteFn<Ctx> write;
+  ReadCoFn<Ctx> read_co;     ///< a Read whose content needs waiting (another server's file)
+  WriteCoFn<Ctx> write_co;   ///< a Write whose handler needs waiting
   RdwrFn<Ctx> rdwr;
   std::optional<std::string> default_request;  ///< Rdwr request of a read without a write
   ReadFn<Ctx> block_read;
@@ -78,6 +84,7 @@ struct Node {
   LengthFn<Ctx> length;      ///< the stat Length; 0 when unset
   ListFn<Ctx> list;
   LookupFn<Ctx> lookup;
+  RenameFn<Ctx> rename;     ///< a template directory's wstat of its name
   std::vector<Node> children;
 
   // Filled in by build().
@@ -90,9 +97,10 @@ struct Node {
     if (is_dir) return "dir";
     if (rdwr) return "Rdwr";
     if (stream) return stream_rdwr ? "StreamRdwr" : "Stream";
-    if (block_read) return write ? "Write+BlockOnce" : "BlockOnce";
-    if (read && write) return "Read+Write";
-    return read ? "Read" : "Write";
+    const bool r = read || read_co, w = write || write_co;
+    if (block_read) return w ? "Write+BlockOnce" : "BlockOnce";
+    if (r && w) return "Read+Write";
+    return r ? "Read" : "Write";
   }
   const Node* child(const std::string& n) const {
     for (auto& c : children)
@@ -122,10 +130,13 @@ template <class F> struct LookupOpt { F f; };
 template <class F> struct OwnerOpt { F f; };
 template <class F> struct VersOpt { F f; };
 template <class F> struct LengthOpt { F f; };
+template <class F> struct RenameOpt { F f; };
 
-/// Non-blocking content, one snapshot per fid taken at its first read.
+/// Non-blocking content, one snapshot per fid taken at its first read. A handler that returns
+/// an awaitable may wait (its first read waits for it; Tflush cancels it).
 template <class F> ReadOpt<F> Read(F f) { return {std::move(f)}; }
-/// Buffered per fid; the handler runs once, at Tclunk, with everything written.
+/// Buffered per fid; the handler runs once, at Tclunk, with everything written. A handler that
+/// returns an awaitable may wait (the Rclunk waits for it).
 template <class F> WriteOpt<F> Write(F f) { return {std::move(f)}; }
 /// An atomic request/response per fid (spec §1.7); the handler is a coroutine.
 template <class F> RdwrOpt<F> Rdwr(F f) { return {std::move(f)}; }
@@ -146,13 +157,26 @@ template <class F> OwnerOpt<F> Owner(F f) { return {std::move(f)}; }
 template <class F> VersOpt<F> Vers(F f) { return {std::move(f)}; }
 /// The Length stat gives, for a file whose size is known (spec §1.5: log, log.raw, plan).
 template <class F> LengthOpt<F> Length(F f) { return {std::move(f)}; }
+/// A template directory renamed by a Twstat that changes only its name, from the hostowner
+/// (spec §1.5): the handler gets the new name, exactly as the wstat gives it.
+template <class F> RenameOpt<F> Rename(F f) { return {std::move(f)}; }
 
 template <class Ctx> void apply(Node<Ctx>& n, Mode o) { n.mode = o.bits; }
 template <class Ctx> void apply(Node<Ctx>& n, Group o) { n.gid = std::move(o.gid); }
 template <class Ctx> void apply(Node<Ctx>& n, Doc o) { n.doc = std::move(o.text); }
 template <class Ctx> void apply(Node<Ctx>& n, DefaultRequest o) { n.default_request = std::move(o.text); }
-template <class Ctx, class F> void apply(Node<Ctx>& n, ReadOpt<F> o) { n.read = std::move(o.f); }
-template <class Ctx, class F> void apply(Node<Ctx>& n, WriteOpt<F> o) { n.write = std::move(o.f); }
+template <class Ctx, class F> void apply(Node<Ctx>& n, ReadOpt<F> o) {
+  if constexpr (std::is_same_v<std::invoke_result_t<F&, Ctx&>, asio::awaitable<p9::Result<std::string>>>)
+    n.read_co = std::move(o.f);
+  else
+    n.read = std::move(o.f);
+}
+template <class Ctx, class F> void apply(Node<Ctx>& n, WriteOpt<F> o) {
+  if constexpr (std::is_same_v<std::invoke_result_t<F&, Ctx&, std::string>, asio::awaitable<p9::Status>>)
+    n.write_co = std::move(o.f);
+  else
+    n.write = std::move(o.f);
+}
 template <class Ctx, class F> void apply(Node<Ctx>& n, RdwrOpt<F> o) { n.rdwr = std::move(o.f); }
 template <class Ctx, class R, class S> void apply(Node<Ctx>& n, BlockOnceOpt<R, S> o) {
   n.block_read = std::move(o.read);
@@ -167,7 +191,12 @@ template <class Ctx, class F> void apply(Node<Ctx>& n, LookupOpt<F> o) { n.looku
 template <class Ctx, class F> void apply(Node<Ctx>& n, OwnerOpt<F> o) { n.owner = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, VersOpt<F> o) { n.vers = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, LengthOpt<F> o) { n.length = std::move(o.f); }
+template <class Ctx, class F> void apply(Node<Ctx>& n, RenameOpt<F> o) { n.rename = std::move(o.f); }
 template <class Ctx> void apply(Node<Ctx>& n, Node<Ctx> child) { n.children.push_back(std::move(child)); }
+/// Several children at once, in order (a part of a tree declared in its own file).
+template <class Ctx> void apply(Node<Ctx>& n, std::vector<Node<Ctx>> children) {
+  for (auto& c : children) n.children.push_back(std::move(c));
+}
 
 /// The node constructors, bound to one context type.
 template <class Ctx>
@@ -190,6 +219,13 @@ struct Dsl {
   template <class... O>
   static Node<Ctx> Template(std::string name, O... o) {
     Node<Ctx> n = Dir(std::move(name), std::move(o)...);
+    n.is_template = true;
+    return n;
+  }
+  /// A file standing for every name List returns (e.g. `peer/{agent}`).
+  template <class... O>
+  static Node<Ctx> TemplateLeaf(std::string name, O... o) {
+    Node<Ctx> n = Leaf(std::move(name), std::move(o)...);
     n.is_template = true;
     return n;
   }
@@ -231,7 +267,8 @@ p9::Status check(Node<Ctx>& n, const Node<Ctx>* parent, std::vector<const Node<C
   auto bad = [&](const std::string& why) { return p9::error(n.path + ": " + why); };
   if (parent && (n.name.empty() || n.name == "." || n.name == ".." || n.name.find('/') != std::string::npos))
     return bad("bad name");
-  bool handlers = n.read || n.write || n.rdwr || n.block_read || n.stream;
+  bool handlers = n.read || n.write || n.read_co || n.write_co || n.rdwr || n.block_read || n.stream;
+  if (n.rename && !(n.is_template && n.is_dir)) return bad("Rename on a node that is not a template directory");
   if (n.is_dir) {
     if (handlers || n.vers || n.length) return bad("directory with file handlers");
     if (n.is_template && !n.list) return bad("template without List");
@@ -239,7 +276,7 @@ p9::Status check(Node<Ctx>& n, const Node<Ctx>* parent, std::vector<const Node<C
     int templates = 0;
     for (std::size_t i = 0; i < n.children.size(); i++) {
       auto& c = n.children[i];
-      if (c.is_template && ++templates > 1) return bad("more than one template directory");
+      if (c.is_template && ++templates > 1) return bad("more than one template");
       for (std::size_t j = 0; j < i; j++)
         if (!c.is_template && n.children[j].name == c.name) return bad("duplicate name " + c.name);
     }
@@ -247,15 +284,20 @@ p9::Status check(Node<Ctx>& n, const Node<Ctx>* parent, std::vector<const Node<C
       if (auto st = check(c, &n, order); !st) return st;
     return {};
   }
-  if (!n.children.empty() || n.list || n.lookup) return bad("file with children");
+  if (!n.children.empty() || (!n.is_template && (n.list || n.lookup))) return bad("file with children");
+  if (n.is_template && (!n.list || !n.lookup)) return bad("template without List or Lookup");
   if (!handlers) return bad("file without a handler");
   if (int(bool(n.block_read)) + int(bool(n.stream)) + int(bool(n.rdwr)) > 1) return bad("more than one blocking variant");
-  if (n.rdwr && (n.read || n.write)) return bad("Rdwr combined with Read or Write");
-  if (n.stream && (n.read || n.write)) return bad("Stream combined with Read or Write");
+  const bool plain = n.read || n.write || n.read_co || n.write_co;
+  if (n.rdwr && plain) return bad("Rdwr combined with Read or Write");
+  if (n.stream && plain) return bad("Stream combined with Read or Write");
+  if (n.read && n.read_co) return bad("two Read handlers");
+  if (n.write && n.write_co) return bad("two Write handlers");
+  if (n.block_read && n.read_co) return bad("BlockOnce with a waiting Read (its heartbeat cannot wait)");
   if (n.block_read && !n.block_signal) return bad("BlockOnce without a signal");
   if (n.default_request && !n.rdwr) return bad("default request without Rdwr");
-  bool reads = n.read || n.rdwr || n.block_read || n.stream;
-  bool writes = n.write || n.rdwr || n.stream_rdwr;
+  bool reads = n.read || n.read_co || n.rdwr || n.block_read || n.stream;
+  bool writes = n.write || n.write_co || n.rdwr || n.stream_rdwr;
   if (reads && !(n.mode & 0444)) return bad(n.kind() + " needs a read permission in its mode");
   if (writes && !(n.mode & 0222)) return bad(n.kind() + " needs a write permission in its mode");
   if (!reads && (n.mode & 0444)) return bad("mode allows reading but nothing serves reads");

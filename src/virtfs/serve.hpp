@@ -179,6 +179,7 @@ class Adapter : public p9::FileServer {
     if (n.rdwr && o->running) co_return co_await await_run(*o, o->running, offset, count);
     if (n.rdwr) co_return co_await run_rdwr(*h, o, count);
     if (n.stream) co_return co_await wait_stream(*o, count);
+    if (n.read_co) co_return co_await read_waiting(*h, o, offset, count);
     co_return co_await wait_blockonce(*h, *o, count);
   }
 
@@ -190,6 +191,7 @@ class Adapter : public p9::FileServer {
     if (auto now = clunk_now(fid)) co_return *now;
     auto h = handle(fid);
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
+    if (h->node->write_co) co_return co_await h->node->write_co(h->ctx, o.request.take());
     auto r = co_await h->node->rdwr(h->ctx, o.request.take());  // a pending Rdwr request runs at clunk
     if (!r) co_return r.error();
     co_return p9::Status{};
@@ -202,11 +204,23 @@ class Adapter : public p9::FileServer {
   }
 
   /// Accepts a wstat that changes nothing, and one that only sets length 0 and/or the times of a
-  /// file the principal may write (what Linux v9fs sends for O_TRUNC and touch, spec §1.5).
+  /// file the principal may write (what Linux v9fs sends for O_TRUNC and touch, spec §1.5); one
+  /// that changes only the name of a template directory with a Rename handler is a rename, the
+  /// hostowner's alone (§1.6), and the fid's stat shows the new name.
   p9::Status wstat(p9::Fid& fid, const p9::Dir& d) override {
     if (p9::is_null_wstat(d)) return {};
     if (fid.qid.type & p9::QTAUTH) return p9::error(p9::err::wstat_not_supported);
     auto h = handle(fid);
+    p9::Dir only_name = p9::Dir::null();
+    only_name.name = d.name;
+    if (!d.name.empty() && d == only_name) {
+      if (d.name == h->name) return {};  // changes nothing
+      if (!h->node->rename) return p9::error(p9::err::wstat_not_supported);
+      if (!h->who->hostowner) return p9::error(p9::err::permission_denied);
+      if (auto st = h->node->rename(h->ctx, d.name); !st) return st;
+      h->name = d.name;
+      return {};
+    }
     p9::Dir only_truncate = p9::Dir::null();
     only_truncate.length = d.length;
     only_truncate.atime = d.atime;
@@ -316,6 +330,7 @@ class Adapter : public p9::FileServer {
       return slice(o.delivered, 0, count);
     }
     if (!o.snapshot) {
+      if (n.read_co) return std::nullopt;  // read_waiting makes it
       auto r = n.read(h->ctx);
       if (!r) return r;
       o.snapshot = std::move(*r);
@@ -349,6 +364,7 @@ class Adapter : public p9::FileServer {
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     const auto& n = *h->node;
     if (n.rdwr && o.pending) return std::nullopt;
+    if (n.write_co && !o.request.empty()) return std::nullopt;  // clunk runs it
     if (n.write && !o.request.empty()) return n.write(h->ctx, o.request.take());
     return p9::Status{};
   }
@@ -394,13 +410,21 @@ class Adapter : public p9::FileServer {
   }
 
   asio::awaitable<p9::Result<std::string>> wait_stream(Open& o, std::uint32_t count) {
-    auto sig = o.cursor->signal();
-    for (;;) {
-      auto ver = sig->version();
-      Chunk c = o.cursor->read(count);
-      if (!c.data.empty() || c.eof) co_return std::move(c.data);
-      co_await sig->wait(ver);
+    auto cursor = o.cursor;
+    Chunk c = co_await cursor->wait(count);
+    co_return std::move(c.data);
+  }
+
+  // The first read of a Read whose handler waits makes the snapshot (two first reads in flight
+  // at once both run it; the first result is kept); later reads are served from it.
+  asio::awaitable<p9::Result<std::string>> read_waiting(Handle& h, std::shared_ptr<Open> o, std::uint64_t offset,
+                                                        std::uint32_t count) {
+    if (!o->snapshot) {
+      auto r = co_await h.node->read_co(h.ctx);
+      if (!r) co_return r.error();
+      if (!o->snapshot) o->snapshot = std::move(*r);
     }
+    co_return slice(*o->snapshot, offset, count);
   }
 
   asio::awaitable<p9::Result<std::string>> wait_blockonce(Handle& h, Open& o, std::uint32_t count) {

@@ -27,9 +27,22 @@ void Signal::notify() {
     version_++;
     wake.swap(waiters_);
   }
-  // A timer is touched only on its own executor (the waiting coroutine's strand).
-  for (auto& weak : wake)
-    if (auto w = weak.lock()) asio::post(w->timer.get_executor(), [w] { w->timer.cancel(); });
+  // A timer is touched only on its own executor (the waiting coroutine's strand). One post per
+  // executor, not per waiter: a thousand readers of one stream over a few connections cost a few
+  // posts per change.
+  std::vector<std::pair<asio::any_io_executor, std::vector<std::shared_ptr<Waiter>>>> groups;
+  for (auto& weak : wake) {
+    auto w = weak.lock();
+    if (!w) continue;
+    auto ex = w->timer.get_executor();
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == ex; });
+    if (g == groups.end()) g = groups.emplace(groups.end(), std::move(ex), std::vector<std::shared_ptr<Waiter>>{});
+    g->second.push_back(std::move(w));
+  }
+  for (auto& [ex, ws] : groups)
+    asio::post(ex, [ws = std::move(ws)] {
+      for (const auto& w : ws) w->timer.cancel();
+    });
 }
 
 asio::awaitable<bool> Signal::wait(std::uint64_t seen, duration timeout) {
@@ -41,13 +54,17 @@ asio::awaitable<bool> Signal::wait(std::uint64_t seen, duration timeout) {
     waiters_.push_back(w);
   }
   co_await w->timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  bool changed;
   {
     std::lock_guard lk(mu_);
-    std::erase_if(waiters_, [&](const std::weak_ptr<Waiter>& x) { return x.expired() || x.lock() == w; });
+    changed = version_ != seen;
+    // A notify since we queued took every entry, ours too: only a timeout or a cancellation
+    // leaves ours behind (and the expired ones of frames destroyed unresumed go with it).
+    if (!changed) std::erase_if(waiters_, [&](const std::weak_ptr<Waiter>& x) { return x.expired() || x.lock() == w; });
   }
   auto cs = co_await asio::this_coro::cancellation_state;
   if (cs.cancelled() != asio::cancellation_type::none) throw std::system_error(asio::error::operation_aborted);
-  co_return version() != seen;
+  co_return changed;
 }
 
 }  // namespace virtfs

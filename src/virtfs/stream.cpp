@@ -4,6 +4,16 @@ namespace virtfs {
 
 p9::Status Cursor::request(const std::string&) { return p9::error("requests not supported"); }
 
+asio::awaitable<Chunk> Cursor::wait(std::size_t max) {
+  auto sig = signal();
+  for (;;) {
+    auto ver = sig->version();
+    Chunk c = read(max);
+    if (!c.data.empty() || c.eof) co_return c;
+    co_await sig->wait(ver);
+  }
+}
+
 void ByteLog::append(std::string_view b) {
   if (b.empty()) return;
   {

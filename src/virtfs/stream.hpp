@@ -25,6 +25,10 @@ class Cursor {
   virtual Chunk read(std::size_t max) = 0;
   /// Notified when bytes arrive or the producer ends.
   virtual std::shared_ptr<Signal> signal() = 0;
+  /// Waits for bytes or the end (a blocked Stream read). The default waits on signal() and
+  /// reads; a cursor over another server's stream overrides it to wait for that server's read.
+  /// Throws operation_aborted when the awaiting coroutine is cancelled (Tflush).
+  virtual asio::awaitable<Chunk> wait(std::size_t max);
   /// A Streaming Rdwr's request (e.g. event's filter), written before the first read.
   virtual p9::Status request(const std::string& req);
 };

@@ -306,9 +306,10 @@ void bench_readers(int readers, int delay_ms) {
   ready.expires_at(Clock::time_point::max());
   deadline.expires_after(std::chrono::seconds(60));
 
+  const std::string user = convo::World::login();  // runs `id -un`: once, not per reader
   auto reader = [&](int i) -> asio::awaitable<void> {
     auto c = clients[static_cast<std::size_t>(i % conns)];
-    auto root = co_await c->attach(convo::World::login());
+    auto root = co_await c->attach(user);
     if (!root) {
       errors++;
       if (first_error.empty()) first_error = "attach: " + root.ename();

@@ -43,7 +43,7 @@ has "$out" "0 updated"
 while IFS= read -r -d '' f; do
   rel=${f#"$repo/data/"}
   check "installed $rel" cmp -s "$f" "$cfg/$rel"
-done < <(find "$repo/data" -type f ! -path '*/data/tools/*' ! -path '*/data/scripts/*' -print0)
+done < <(find "$repo/data" -type f ! -path '*/data/tools/*' ! -path '*/data/scripts/*' ! -path '*/data/services/*' -print0)
 for d in "$cfg" "$cfg/agents" "$cfg/prompts" "$cfg/skills" "$cfg/tools"; do
   check "$d is 0700 (is $(mode "$d"))" [ "$(mode "$d")" = 700 ]
 done
@@ -57,6 +57,17 @@ for p in olliesrv ollie-9p toolsrv ollie-try; do
   check "$bin/$p is 0755" [ "$(mode "$bin/$p" 2>/dev/null)" = 755 ]
 done
 check "scripts are not in the config root" [ ! -e "$cfg/scripts" ]
+unit=$HOME/.config/systemd/user/olliesrv.service
+check "the systemd user unit is installed" cmp -s "$repo/data/services/olliesrv.service" "$unit"
+check "the unit is 0644" [ "$(mode "$unit")" = 644 ]
+check "services are not in the config root" [ ! -e "$cfg/services" ]
+has "$out" "systemctl --user daemon-reload && systemctl --user enable --now olliesrv"
+# systemd itself reads the unit (no user manager needed): keys, and ExecStart = the installed olliesrv
+if command -v systemd-analyze >/dev/null; then
+  mkdir -m 700 "$tmp/run"
+  v=$(XDG_RUNTIME_DIR=$tmp/run systemd-analyze --man=no verify --user "$unit" 2>&1) || fail "systemd-analyze verify: $v"
+  [ -z "$v" ] || fail "systemd-analyze verify warns: $v"
+fi
 check "manifest is 0600" [ "$(mode "$cfg/.installed")" = 600 ]
 check "manifest lists $cfg/agents/default.json" grep -q "^[0-9a-f]\{64\}  $cfg/agents/default.json\$" "$cfg/.installed"
 check "manifest lists $bin/olliesrv" grep -qF "  $bin/olliesrv" "$cfg/.installed"

@@ -281,6 +281,23 @@ TEST(Conversation, APromptWrittenIn4KiBPiecesIsOnePrompt) {
   EXPECT_EQ(body["messages"].back()["content"].get<std::string>().size(), big.size() - 1);  // trailing newline trimmed
 }
 
+// `ollie-9p read -l statewait` prints each state change as it happens, one line each.
+TEST(Conversation, ReadDashLFollowsStatewait) {
+  World w;
+  auto a = w.agent(w.session("work"), "main");
+  testing_support::Child states({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "read", "-l", a + "/statewait"},
+                                w.env());
+  // The reader's fid opens at an unknown moment: prompt until a turn's states reach it.
+  std::string out;
+  for (int i = 0; i < 20 && out.find("thinking\nidle\n") == std::string::npos; i++) {
+    w.fake.push({{"text", "ok"}});
+    ASSERT_TRUE(w.write(a + "/prompt", "hi\n"));
+    ASSERT_TRUE(w.wait_state(a, "idle"));
+    out = states.read_until("thinking\nidle\n", 500);
+  }
+  EXPECT_NE(out.find("thinking\nidle\n"), std::string::npos) << out;
+}
+
 TEST(Conversation, SessionAndAgentErrorsAreTheSpecsStrings) {
   World w;
   EXPECT_EQ(w.rdwr("session/new", "name=x").ename(), "cwd is required");

@@ -55,15 +55,38 @@ TEST_F(Daemon, HelpIsGeneratedFromTheDeclaration) {
   EXPECT_NE(r.out.find("/event\tStreamRdwr\t0666\t"), std::string::npos) << r.out;
 }
 
+// -l on a plain Read file prints its content once and ends (it does not spin on the snapshot).
+TEST_F(Daemon, ReadDashLOnAPlainFileEndsAfterOneCopy) {
+  auto once = o9p({"read", "help"});
+  auto r = o9p({"read", "-l", "help"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, once.out);
+}
+
+TEST(Ollie9p, HelpForEachVerbAndUsageErrors) {
+  auto all = run({built("bin/ollie-9p"), "-h"});
+  EXPECT_EQ(all.status, 0);
+  EXPECT_NE(all.out.find("usage: ollie-9p [-a address] ls [-l] [path]"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("Exit status: 0 done; 1 an error"), std::string::npos) << all.out;
+  for (const char* verb : {"ls", "stat", "read", "write", "rdwr"}) {
+    auto r = run({built("bin/ollie-9p"), verb, "--help"});
+    EXPECT_EQ(r.status, 0) << verb;
+    EXPECT_EQ(r.out.rfind(std::string("ollie-9p ") + verb, 0), 0u) << r.out;  // the verb's own text first
+  }
+  auto bad = run({built("bin/ollie-9p"), "frobnicate", "-h"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("usage: ollie-9p"), std::string::npos) << bad.err;
+}
+
 TEST_F(Daemon, LsListsTheRoot) {
   auto r = o9p({"ls"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "ctl\nevent\nhelp\nsession\n");
+  EXPECT_EQ(r.out, "agents\nbackends\nbypass\ncomplete\nctl\nevent\ngenerate\nhelp\nmodels\nsession\ntools\n");
   auto l = o9p({"ls", "-l", "/"});
   ASSERT_EQ(l.status, 0) << l.err;
   std::string me = p9::login_name();
   EXPECT_NE(l.out.find("--rw------- M 0 " + me + " agent 0 "), std::string::npos) << l.out;
-  EXPECT_TRUE(l.out.ends_with(" session\n")) << l.out;
+  EXPECT_TRUE(l.out.ends_with(" tools\n")) << l.out;
   auto f = o9p({"ls", "help"});
   EXPECT_EQ(f.out, "help\n");
 }
@@ -134,6 +157,26 @@ TEST(DaemonFlags, TcpNeedsInsecureTcp) {
   EXPECT_EQ(l.err, "olliesrv: unknown log level: loud\n");
 }
 
+// A newcomer with no backend configured and no ollama gets one line saying what to do; one
+// with a backend does not. The server serves either way.
+TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
+  testing_support::TempDir dir;
+  const std::string addr = "unix!" + dir.path + "/ollie";
+  const std::vector<std::string> base{"XDG_CONFIG_HOME=" + dir.path + "/config", "XDG_DATA_HOME=" + dir.path + "/data",
+                                      "OLLIE_OLLAMA_URL=http://127.0.0.1:1", "OLLIE_MODEL="};
+  for (const bool configured : {false, true}) {
+    auto env = base;
+    env.push_back(configured ? "OLLIE_BACKEND=openai" : "OLLIE_BACKEND=");
+    Child srv({built("bin/olliesrv"), "-a", addr}, env);
+    ASSERT_TRUE(wait_for(dir.path + "/ollie"));
+    auto r = run({built("bin/ollie-9p"), "-a", addr, "rdwr", "ctl"}, "kill\n");
+    EXPECT_EQ(r.out, "ok\n") << r.err;
+    ASSERT_TRUE(srv.wait());
+    const std::string want = "no model backend: none is configured and no ollama answers at http://127.0.0.1:1. Start ollama";
+    EXPECT_EQ(srv.err_text().find(want) != std::string::npos, !configured) << srv.err_text();
+  }
+}
+
 TEST(DaemonFlags, DefaultAddressIsTheNamespaceService) {
   testing_support::TempDir dir;
   std::string ns = dir.path + "/ns.me";
@@ -146,7 +189,7 @@ TEST(DaemonFlags, DefaultAddressIsTheNamespaceService) {
   EXPECT_EQ(s.st_mode & 0777, 0600u);
   auto r = run({built("bin/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "ctl\nevent\nhelp\nsession\n");
+  EXPECT_EQ(r.out, "agents\nbackends\nbypass\ncomplete\nctl\nevent\ngenerate\nhelp\nmodels\nsession\ntools\n");
   ::kill(srv.pid(), SIGINT);
   ASSERT_TRUE(srv.wait());
   EXPECT_EQ(srv.result().status, 0);
@@ -172,10 +215,10 @@ struct Events : ::testing::Test {
   }
 };
 
-TEST_F(Events, ReadDashLFollowsTheStreamLineByLine) {
+TEST_F(Events, ReadDashLFollowsTheStream) {
   Child reader({built("bin/ollie-9p"), "-a", addr, "read", "-l", "event"});
   auto out = publish_until(reader, {{"session.1.new", "session/one"}}, "session.1.new session/one\n");
-  EXPECT_EQ(out.rfind("session.1.new session/one\n", 0), 0u) << out;  // whole lines only
+  EXPECT_EQ(out.rfind("session.1.new session/one\n", 0), 0u) << out;
   srv.bus().publish("agent.2.state", "idle");
   EXPECT_TRUE(reader.read_until("idle\n").ends_with("agent.2.state idle\n"));
 }

@@ -1,7 +1,9 @@
-// The event bus (spec §5): patterns, filters, per-subscription buffers, overflow, split lines.
+// The event bus (spec §5): patterns, filters, per-subscription buffers, overflow, split lines;
+// then every topic, filter and overflow through the real socket and ollie-9p.
 #include <gtest/gtest.h>
 
 #include "olliesrv/event.hpp"
+#include "olliesrv/world.hpp"
 
 using ollie::Bus;
 using ollie::Pattern;
@@ -57,6 +59,9 @@ TEST(Bus, BadFilterIsRefused) {
   Bus bus;
   auto s = bus.subscribe();
   EXPECT_EQ(s->request("ok.* bad*").ename(), "bad pattern: bad*");
+  std::string many;
+  for (std::size_t i = 0; i <= ollie::Subscription::MAX_PATTERNS; i++) many += "t." + std::to_string(i) + " ";
+  EXPECT_EQ(s->request(many).ename(), "too many patterns (limit 256)");
 }
 
 TEST(Bus, ReadsReturnWholeLinesThatFitAndSplitOnlyLongOnes) {
@@ -91,4 +96,156 @@ TEST(Bus, SlowReaderNeverSlowsThePublisherOrOtherReaders) {
   auto rest = fast->read(1 << 20).data;
   EXPECT_EQ(rest.find("event.overflow"), std::string::npos);
   EXPECT_EQ(slow->read(64).data.substr(0, 20), "event.overflow 4000\n");
+}
+
+// ---- through the real socket (spec §5.1-§5.3) ---------------------------------------------------
+
+namespace {
+
+using convo::World;
+
+std::string id_of(World& w, const std::string& path) { return w.read(path + "/id")->substr(0, 36); }
+
+/// Reads whole lines from an event fid until `n` lines arrived.
+std::vector<std::string> next_lines(p9::CFid& f, std::size_t n, std::string& pending) {
+  std::vector<std::string> out;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (out.size() < n && std::chrono::steady_clock::now() < end) {
+    auto nl = pending.find('\n');
+    if (nl != std::string::npos) {
+      out.push_back(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+      continue;
+    }
+    auto r = f.read(8192);
+    if (!r || r->empty()) break;
+    pending += *r;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(EventBus, EveryTopicWithItsPayload) {
+  World w;
+  auto ev = w.open("event");
+  std::string pending;
+  auto s = w.session("work");
+  const std::string sid = id_of(w, s);
+  EXPECT_EQ(next_lines(ev, 1, pending), std::vector<std::string>{"session." + sid + ".new session/work"});
+  auto a = w.agent(s, "main");
+  const std::string aid = id_of(w, a);
+  EXPECT_EQ(next_lines(ev, 1, pending), std::vector<std::string>{"agent." + aid + ".new session/work/agent/main"});
+  w.fake.push({{"text", "hello"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  auto states = next_lines(ev, 2, pending);
+  EXPECT_EQ(states, (std::vector<std::string>{"agent." + aid + ".state thinking", "agent." + aid + ".state idle"}));
+  ASSERT_TRUE(w.write(a + "/name", "lead"));
+  EXPECT_EQ(next_lines(ev, 1, pending),
+            std::vector<std::string>{"agent." + aid + ".rename session/work/agent/main session/work/agent/lead"});
+  EXPECT_EQ(*w.rdwr(s + "/agent/lead/ctl", "name boss"), "boss\n");
+  EXPECT_EQ(next_lines(ev, 1, pending),
+            std::vector<std::string>{"agent." + aid + ".rename session/work/agent/lead session/work/agent/boss"});
+  auto b = w.agent(s, "other");
+  const std::string bid = id_of(w, b);
+  EXPECT_EQ(next_lines(ev, 1, pending), std::vector<std::string>{"agent." + bid + ".new session/work/agent/other"});
+  EXPECT_EQ(*w.rdwr(b + "/ctl", "kill"), "killed\n");
+  EXPECT_EQ(next_lines(ev, 1, pending), std::vector<std::string>{"agent." + bid + ".kill session/work/agent/other"});
+  ASSERT_TRUE(w.write(s + "/name", "play"));
+  // Renaming a session publishes only its own rename.
+  EXPECT_EQ(next_lines(ev, 1, pending), std::vector<std::string>{"session." + sid + ".rename session/work session/play"});
+  EXPECT_EQ(*w.rdwr("session/play/ctl", "kill"), "killed\n");
+  EXPECT_EQ(next_lines(ev, 2, pending), (std::vector<std::string>{"agent." + aid + ".kill session/play/agent/boss",
+                                                                  "session." + sid + ".kill session/play"}));
+}
+
+TEST(EventBus, FiltersSelectTopicsAndOverflowIsAlwaysDelivered) {
+  World w;
+  auto s = w.session("work");
+  // Patterns before the first read, blanks or newlines between them.
+  auto f = w.walk("event");
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->open(p9::ORDWR));
+  ASSERT_TRUE(f->write("agent.*.new\n session.*.kill"));
+  auto a = w.agent(s, "main");
+  const std::string aid = id_of(w, a);
+  ASSERT_TRUE(w.write(s + "/name", "play"));  // not selected
+  auto other = w.session("other");
+  const std::string oid = id_of(w, other);
+  EXPECT_EQ(*w.rdwr(other + "/ctl", "kill"), "killed\n");
+  std::string pending;
+  // Paths are the names at the moment of the event: the agent was made before the rename.
+  EXPECT_EQ(next_lines(*f, 2, pending), (std::vector<std::string>{"agent." + aid + ".new session/work/agent/main",
+                                                                  "session." + oid + ".kill session/other"}));
+  // After the first read the filter is fixed.
+  EXPECT_EQ(f->write("*").ename(), "filter already set");
+
+  // A last `*` matches one or more segments: everything about one agent.
+  auto g = w.walk("event");
+  ASSERT_TRUE(g && g->open(p9::ORDWR));
+  ASSERT_TRUE(g->write("agent." + aid + ".*"));
+  ASSERT_TRUE(w.write("session/play/agent/main/name", "lead"));
+  ASSERT_TRUE(w.agent("session/play", "unrelated").size());
+  EXPECT_EQ(*w.rdwr("session/play/agent/lead/ctl", "kill"), "killed\n");
+  std::string gp;
+  EXPECT_EQ(next_lines(*g, 2, gp),
+            (std::vector<std::string>{"agent." + aid + ".rename session/play/agent/main session/play/agent/lead",
+                                      "agent." + aid + ".kill session/play/agent/lead"}));
+
+  // 1000 undelivered events per fid: the oldest are dropped and counted, whatever the filter.
+  auto h = w.walk("event");
+  ASSERT_TRUE(h && h->open(p9::ORDWR));
+  ASSERT_TRUE(h->write("session.*.rename"));
+  for (int i = 0; i < 1005; i++) ASSERT_TRUE(w.write("session/" + std::string(i % 2 ? "b" : "play") + "/name", i % 2 ? "play" : "b"));
+  std::string hp;
+  auto first = next_lines(*h, 2, hp);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0], "event.overflow 5");
+  EXPECT_EQ(first[1], "session." + id_of(w, "session/b") + ".rename session/b session/play");  // the 6th
+}
+
+TEST(EventBus, BadPatternIsTheErrorOfTheFirstRead) {
+  World w;
+  for (const std::string bad : {"a*", "agent..state", ".agent", "agent.", "*x.y"}) {
+    auto f = w.walk("event");
+    ASSERT_TRUE(f && f->open(p9::ORDWR));
+    ASSERT_TRUE(f->write("session.* " + bad));
+    EXPECT_EQ(f->read(100).ename(), "bad pattern: " + bad);
+  }
+  // ollie-9p rdwr writes the filter, then reads: the error is printed, exit 1.
+  auto r = testing_support::run({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", "event"}, "ok.* a*b\n");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("bad pattern: a*b"), std::string::npos) << r.err;
+}
+
+TEST(EventBus, OllieRdwrFiltersAndReadStreamsEverything) {
+  World w;
+  auto s = w.session("work");
+  const std::string sid = id_of(w, s);
+  testing_support::Child filtered({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", "event"});
+  filtered.write_stdin("session.*.rename\n");
+  filtered.close_stdin();
+  testing_support::Child all({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "read", "event"});
+  // Renames until both have subscribed (a subscription starts at open).
+  std::string name = "work";
+  int n = 0;
+  auto rename = [&] {
+    const std::string next = "n" + std::to_string(++n);
+    EXPECT_TRUE(w.write("session/" + name + "/name", next));
+    const std::string line = "session." + sid + ".rename session/" + name + " session/" + next + "\n";
+    name = next;
+    return line;
+  };
+  ASSERT_TRUE(convo::eventually([&] {
+    rename();
+    return filtered.read_until(".rename ", 100).find(".rename ") != std::string::npos &&
+           all.read_until(".rename ", 100).find(".rename ") != std::string::npos;
+  }));
+  auto a = w.agent("session/" + name, "main");
+  const std::string made = "agent." + id_of(w, a) + ".new session/" + name + "/agent/main\n";
+  EXPECT_NE(all.read_until(made).find(made), std::string::npos);
+  const std::string last = rename();  // published after the agent's creation
+  EXPECT_NE(filtered.read_until(last).find(last), std::string::npos);
+  EXPECT_EQ(filtered.read_until(last).find(made), std::string::npos);
+  EXPECT_NE(all.read_until(last).find(last), std::string::npos);
 }

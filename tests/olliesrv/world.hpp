@@ -87,8 +87,11 @@ class World {
   }
   World(const World&) = delete;
 
+  /// More variables for olliesrv (set them, then stop_server and start again).
+  std::vector<std::string> extra_env;
+
   std::vector<std::string> env() const {
-    return {"HOME=" + home,
+    std::vector<std::string> e{"HOME=" + home,
             "XDG_CONFIG_HOME=" + home + "/.config",
             "XDG_DATA_HOME=" + home + "/.local/share",
             "XDG_RUNTIME_DIR=" + root + "/run",
@@ -100,6 +103,8 @@ class World {
             "OLLIE_TEST_RETRY_UNIT_MS=5",
             // ollie-9p on PATH, as an installed one is (tools call back with it)
             "PATH=" + testing_support::built("bin") + ":" + std::string(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin")};
+    e.insert(e.end(), extra_env.begin(), extra_env.end());
+    return e;
   }
 
   /// Starts olliesrv and attaches.
@@ -171,6 +176,8 @@ class World {
     f->seek(0);
     return f->read_all();
   }
+  /// A walked, unopened fid (stat, wstat).
+  p9::Result<p9::CFid> walk(const std::string& path) { return root_.walk(path); }
   /// An open Stream fid.
   p9::CFid open(const std::string& path) {
     auto f = root_.walk(path);

@@ -74,6 +74,14 @@ TEST(Build, RefusesBadNames) {
   EXPECT_EQ(refusal(D::Dir("/", Mode{0555}, D::Leaf("..", Mode{0444}, text("x")))), "/..: bad name");
 }
 
+TEST(Build, RefusesRenameOutsideATemplate) {
+  auto rename = Rename([](Ctx&, std::string) { return p9::Status{}; });
+  EXPECT_EQ(refusal(D::Dir("/", Mode{0555}, D::Dir("d", Mode{0555}, rename))),
+            "/d: Rename on a node that is not a template directory");
+  EXPECT_EQ(refusal(D::Dir("/", Mode{0555}, D::Leaf("f", Mode{0444}, text("x"), rename))),
+            "/f: Rename on a node that is not a template directory");
+}
+
 TEST(Build, HelpListsEveryNodeInDeclarationOrder) {
   auto t = build(testing_support::demo_decl());
   ASSERT_TRUE(t);

@@ -295,6 +295,42 @@ TEST(Store, SaveReplacesAndACrashBeforeRenameLeavesTheOldFile) {
   EXPECT_EQ(files, 2u) << "save leaves no temp file behind (only the simulated one)";
 }
 
+TEST(StoreJson, IsThePrettyLayoutOfTheWholeRecord) {
+  auto s = full_session();
+  // Text that looks like the layout the messages are spliced into, in params and in a message.
+  s.agents[1].params = R"({"messages":[],"x":{"messages":[]}})";
+  s.agents[0].messages.push_back(msg(Role::user, "\n   \"messages\": []\n"));
+  const std::string text = to_json(s);
+  EXPECT_EQ(text, nlohmann::ordered_json::parse(text).dump(1) + "\n");
+  auto back = parse_session(text);
+  ASSERT_TRUE(back) << back.ename();
+  expect_same(s, *back);
+  EXPECT_EQ(back->agents[1].params, s.agents[1].params);
+}
+
+TEST(Store, EachSaveWritesTheMessagesAsTheyAreNow) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  auto& ms = s.agents[0].messages;
+  ms[2].collapsed = false;  // changed in place (a collapse undone, a content edited)
+  ms[2].msg.content = "file text, edited";
+  ms[1].msg.tool_calls[0].arguments = R"({"path":"b.txt"})";
+  ms.push_back(msg(Role::user, "more"));
+  s.agents[1].messages.push_back(msg(Role::user, "helper's first"));
+  ASSERT_TRUE(st.save(s));
+  auto all = st.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  expect_same(s, all[0].record);
+  EXPECT_EQ(slurp(dir_of(t, s.id) + "/session.json"), to_json(s));
+  ms.erase(ms.begin());  // a history cut at its front (compaction): every index moves
+  ASSERT_TRUE(st.save(s));
+  all = st.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  expect_same(s, all[0].record);
+}
+
 TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
   Tmp t;
   Store st(t.path + "/sessions");

@@ -1,0 +1,413 @@
+;;; ellie.el --- Emacs client of Ollie, the Plan 9-style agent runtime  -*- lexical-binding: t; -*-
+
+;; Package-Requires: ((emacs "28.1"))
+;; Keywords: tools, processes
+
+;;; Commentary:
+
+;; ellie drives olliesrv through its files, as every other client does: each stream (an agent's
+;; `chat', the `event' file) is one long-running `ollie-9p read' or `ollie-9p rdwr' process
+;; whose output arrives through a process filter, each request is one short `ollie-9p' call.
+;; Nothing polls.
+;;
+;;   M-x ellie            pick or create a session and an agent, and chat with it
+;;   M-x ellie-sessions   the sessions and their agents, live; RET opens, k kills
+;;   M-x ellie-complete   ghost text at point from olliesrv's `complete'; TAB accepts it
+;;   M-x ellie-bypass     decide the session's pending bypass requests
+;;
+;; In a chat buffer the prompt is typed at the bottom.  RET sends it (with a prefix argument it
+;; is queued through the agent's `fifo' instead), C-c C-c stops the turn, C-c C-s shows the
+;; agent's stats, C-c C-b decides pending bypass requests.  Lines starting with /verb or !cmd
+;; are the server's prompt prefixes: /model, /tools, /clear, ... and !ls run at once.
+;;
+;; Put data/elisp (or the config root's elisp/) on `load-path' and (require 'ellie).  ollie-9p
+;; must be on `exec-path'; `ellie-address' names another olliesrv than the default one.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'tabulated-list)
+
+(defgroup ellie nil
+  "Emacs client of Ollie."
+  :group 'tools
+  :prefix "ellie-")
+
+(defcustom ellie-program "ollie-9p"
+  "The ollie-9p executable."
+  :type 'string)
+
+(defcustom ellie-address nil
+  "The olliesrv address given to ollie-9p as -a.
+nil: $OLLIE_ADDR, else the service `ollie' of the plan9port namespace."
+  :type '(choice (const :tag "Default" nil) string))
+
+(defcustom ellie-complete-context 4000
+  "Characters of code sent on each side of point by `ellie-complete'."
+  :type 'integer)
+
+(defface ellie-ghost '((t :inherit shadow))
+  "Face of the ghost text `ellie-complete' shows.")
+
+(defface ellie-notice '((t :inherit font-lock-warning-face))
+  "Face of ellie's own lines in a chat buffer (bypass requests, the end of the stream).")
+
+;;;; Talking to olliesrv
+
+(defun ellie--args (&rest args)
+  (append (and ellie-address (list "-a" ellie-address)) args))
+
+(defun ellie--call (input &rest args)
+  "Run ollie-9p ARGS with INPUT (a string, or nil) on its stdin; return its output.
+A failure is a `user-error' with ollie-9p's message."
+  (let ((err (make-temp-file "ellie-err"))
+        (coding-system-for-read 'utf-8)
+        (coding-system-for-write 'utf-8))
+    (unwind-protect
+        (with-temp-buffer
+          (let ((status (if input
+                            (progn (insert input)
+                                   (apply #'call-process-region (point-min) (point-max) ellie-program
+                                          t (list t err) nil (apply #'ellie--args args)))
+                          (apply #'call-process ellie-program nil (list t err) nil
+                                 (apply #'ellie--args args)))))
+            (unless (eql status 0)
+              (user-error "%s" (string-trim (with-temp-buffer
+                                              (insert-file-contents err)
+                                              (buffer-string)))))
+            (buffer-string)))
+      (delete-file err))))
+
+(defun ellie-read (path)
+  "The content of the olliesrv file PATH."
+  (ellie--call nil "read" path))
+
+(defun ellie-write (path text)
+  "Write TEXT to the olliesrv file PATH (its handler runs at the close)."
+  (ellie--call text "write" path))
+
+(defun ellie-rdwr (path request)
+  "Send REQUEST to the olliesrv Rdwr file PATH; return the reply."
+  (ellie--call request "rdwr" path))
+
+(defun ellie--rows (text)
+  "TEXT's lines split at tabs."
+  (mapcar (lambda (line) (split-string line "\t")) (split-string text "\n" t)))
+
+(defun ellie--follow (name args input filter &optional sentinel)
+  "Start ollie-9p ARGS as process NAME; FILTER gets its output as it arrives.
+With INPUT, that is written to its stdin, which is then closed
+\(`rdwr' on `event')."
+  (let* ((stderr (generate-new-buffer (format " *%s stderr*" name)))
+         (proc (make-process :name name
+                             :command (cons ellie-program (apply #'ellie--args args))
+                             :coding 'utf-8
+                             :connection-type 'pipe
+                             :noquery t
+                             :filter filter
+                             :sentinel (lambda (proc event)
+                                         (when sentinel (funcall sentinel proc event))
+                                         (unless (process-live-p proc) (kill-buffer stderr)))
+                             :stderr stderr)))
+    (process-put proc 'stderr stderr)
+    (when input
+      (process-send-string proc input)
+      (process-send-eof proc))
+    proc))
+
+(defun ellie--quote (s)
+  "S as one token of olliesrv's request grammar."
+  (concat "'" (replace-regexp-in-string "'" "''" s) "'"))
+
+(defun ellie--default-session ()
+  (let ((name (replace-regexp-in-string
+               "\\`[^A-Za-z0-9]+" ""
+               (replace-regexp-in-string "[^A-Za-z0-9._-]" "-"
+                                         (file-name-nondirectory (directory-file-name default-directory))))))
+    (if (string-empty-p name) "ellie" name)))
+
+(defun ellie--sessions ()
+  (mapcar #'car (ellie--rows (ellie-read "session/idx"))))
+
+(defun ellie--agents (session)
+  (mapcar #'car (ignore-errors (ellie--rows (ellie-read (format "session/%s/agent/idx" session))))))
+
+(defun ellie--ensure (session agent)
+  "Create SESSION (working in `default-directory') and its AGENT if missing."
+  (unless (member session (ellie--sessions))
+    (ellie-rdwr "session/new" (format "name=%s cwd=%s\n" session
+                                      (ellie--quote (directory-file-name (expand-file-name default-directory))))))
+  (unless (member agent (ellie--agents session))
+    (ellie-rdwr (format "session/%s/agent/new" session) (format "name=%s\n" agent))))
+
+;;;; Chat buffers
+
+(defvar-local ellie--session nil "The chat buffer's session name.")
+(defvar-local ellie--agent nil "The chat buffer's agent name.")
+(defvar-local ellie--stream nil "The `ollie-9p read chat' process.")
+(defvar-local ellie--output nil "Marker: where the chat's output goes.")
+(defvar-local ellie--input nil "Marker: the start of the text being typed.")
+
+(defvar ellie-chat-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'ellie-send)
+    (define-key map (kbd "C-c C-c") #'ellie-stop)
+    (define-key map (kbd "C-c C-s") #'ellie-stats)
+    (define-key map (kbd "C-c C-b") #'ellie-bypass)
+    map))
+
+(define-derived-mode ellie-chat-mode text-mode "Ellie"
+  "A conversation with an Ollie agent.
+Its chat streams above; the prompt is typed below.
+\\{ellie-chat-mode-map}"
+  (setq-local buffer-undo-list t))
+
+(defun ellie--path (&optional file)
+  (concat (format "session/%s/agent/%s" ellie--session ellie--agent) (and file (concat "/" file))))
+
+(defun ellie--insert-output (buffer text &optional face)
+  "Insert TEXT in chat BUFFER above its prompt, keeping what is being typed."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (let ((inhibit-read-only t)
+            (at-end (>= (point) ellie--input)))
+        (save-excursion
+          (goto-char ellie--output)
+          (insert (propertize text 'read-only t 'front-sticky t 'rear-nonsticky t
+                              'face face)))
+        (when at-end
+          (dolist (w (get-buffer-window-list buffer nil t))
+            (set-window-point w (max (window-point w) ellie--input))))))))
+
+(defun ellie--chat-sentinel (proc event)
+  (let ((buffer (process-get proc 'ellie-buffer)))
+    (unless (process-live-p proc)
+      (ellie--insert-output buffer (format "\n[chat ended: %s]\n" (string-trim event)) 'ellie-notice))))
+
+(defun ellie--chat-buffer (session agent)
+  "The chat buffer of SESSION's AGENT, streaming its `chat'."
+  (let ((buffer (get-buffer-create (format "*ellie %s/%s*" session agent))))
+    (with-current-buffer buffer
+      (unless (and (derived-mode-p 'ellie-chat-mode) (process-live-p ellie--stream))
+        (ellie-chat-mode)
+        (setq ellie--session session ellie--agent agent)
+        (let ((inhibit-read-only t))
+          (erase-buffer)
+          (insert (propertize "> " 'read-only t 'front-sticky t 'rear-nonsticky t 'field 'prompt)))
+        (setq ellie--output (copy-marker (point-min) t))
+        (setq ellie--input (copy-marker (point-max)))
+        (goto-char (point-max))
+        (setq ellie--stream
+              (ellie--follow (format "ellie-chat %s/%s" session agent) (list "read" (ellie--path "chat")) nil
+                             (lambda (proc text) (ellie--insert-output (process-get proc 'ellie-buffer) text))
+                             #'ellie--chat-sentinel))
+        (process-put ellie--stream 'ellie-buffer buffer)
+        (add-hook 'kill-buffer-hook (lambda () (when (process-live-p ellie--stream) (delete-process ellie--stream)))
+                  nil t)
+        (ellie--watch-bypass)))
+    buffer))
+
+;;;###autoload
+(defun ellie (session agent)
+  "Chat with AGENT of SESSION, creating them if they do not exist.
+A new session works in `default-directory'."
+  (interactive
+   (let* ((session (completing-read "Session: " (ellie--sessions) nil nil nil nil (ellie--default-session)))
+          (agent (completing-read "Agent: " (ellie--agents session) nil nil nil nil "main")))
+     (list session agent)))
+  (ellie--ensure session agent)
+  (pop-to-buffer (ellie--chat-buffer session agent)))
+
+(defun ellie-send (&optional queue)
+  "Send the typed text as a prompt.
+With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
+  (interactive "P")
+  (let ((text (string-trim-right (buffer-substring-no-properties ellie--input (point-max)))))
+    (unless (string-empty-p text)
+      (ellie-write (ellie--path (if queue "fifo" "prompt")) (concat text "\n"))
+      (let ((inhibit-read-only t))
+        (delete-region ellie--input (point-max)))
+      (when queue (message "ellie: queued")))))
+
+(defun ellie-stop ()
+  "Stop the agent's running turn."
+  (interactive)
+  (message "ellie: %s" (string-trim (ellie-rdwr (ellie--path "ctl") "stop"))))
+
+(defun ellie-stats ()
+  "Show the agent's usage, context and cost."
+  (interactive)
+  (let ((stats (ellie-read (ellie--path "stats"))))
+    (message "%s" (string-join (split-string stats "\n" t) "  "))
+    stats))
+
+;;;; Bypass requests
+
+(defvar ellie--bypass-watch nil "The process following bypass events.")
+(defvar ellie--bypass-partial "" "An unfinished event line.")
+
+(defun ellie--bypass-filter (_proc text)
+  (setq text (concat ellie--bypass-partial text))
+  (let ((lines (split-string text "\n")))
+    (setq ellie--bypass-partial (car (last lines)))
+    (dolist (line (butlast lines))
+      ;; bypass.<sid>.request <reqid> session/<s>/agent/<a> <tool>
+      (when (string-match "\\`bypass\\.[^.]+\\.request \\([0-9]+\\) session/\\([^/]+\\)/agent/\\([^ ]+\\) \\(.*\\)\\'" line)
+        (let* ((reqid (match-string 1 line)) (session (match-string 2 line))
+               (agent (match-string 3 line)) (tool (match-string 4 line))
+               (summary (or (ellie--pending-summary session reqid) tool))
+               (note (format "[bypass %s] %s wants to run %s outside the sandbox: %s  (C-c C-b to decide)\n"
+                             reqid agent tool summary)))
+          (dolist (buffer (buffer-list))
+            (when (equal (buffer-local-value 'ellie--session buffer) session)
+              (ellie--insert-output buffer note 'ellie-notice)))
+          (message "ellie: %s" (string-trim note)))))))
+
+(defun ellie--watch-bypass ()
+  "Follow bypass requests of every session (once per Emacs)."
+  (unless (process-live-p ellie--bypass-watch)
+    (setq ellie--bypass-partial "")
+    (setq ellie--bypass-watch
+          (ellie--follow "ellie-bypass" (list "rdwr" "event") "bypass.*.request\n" #'ellie--bypass-filter))))
+
+(defun ellie--pending (session)
+  "SESSION's pending bypass requests: (reqid agent tool summary) lists."
+  (ellie--rows (ellie-read (format "bypass/pending/%s" session))))
+
+(defun ellie--pending-summary (session reqid)
+  (nth 3 (assoc reqid (ignore-errors (ellie--pending session)))))
+
+(defun ellie-bypass (session)
+  "Decide each pending bypass request of SESSION.
+Each question shows exactly what would run."
+  (interactive (list (or ellie--session (completing-read "Session: " (ellie--sessions)))))
+  (let ((pending (ellie--pending session)) (decided 0))
+    (if (null pending)
+        (message "ellie: no bypass request is pending in %s" session)
+      (pcase-dolist (`(,reqid ,agent ,tool ,summary) pending)
+        (let ((answer (read-char-choice
+                       (format "%s wants to run %s outside the sandbox:\n  %s\ny: allow once, a: allow always, n: deny, s: skip "
+                               agent tool summary)
+                       '(?y ?a ?n ?s))))
+          (unless (eq answer ?s)
+            (ellie-write (format "bypass/pending/%s" session)
+                         (format "%s %s\n" reqid (pcase answer (?y "allow") (?a "allow always") (?n "deny"))))
+            (cl-incf decided))))
+      (message "ellie: %d of %d decided" decided (length pending)))))
+
+;;;; Completion
+
+(defvar-local ellie--ghost nil "The overlay showing the offered completion.")
+
+(defun ellie--ghost-clear ()
+  (when (overlayp ellie--ghost) (delete-overlay ellie--ghost))
+  (setq ellie--ghost nil))
+
+(defun ellie--show-ghost (buffer pos tick text)
+  (when (and (buffer-live-p buffer) (not (string-empty-p text)))
+    (with-current-buffer buffer
+      (when (and (= (point) pos) (= (buffer-modified-tick) tick))
+        (ellie--ghost-clear)
+        (let ((ghost (propertize text 'face 'ellie-ghost)))
+          (put-text-property 0 1 'cursor t ghost)
+          (setq ellie--ghost (make-overlay pos pos nil t))
+          (overlay-put ellie--ghost 'after-string ghost)
+          (overlay-put ellie--ghost 'ellie-text text))
+        ;; The map's exit (which clears the ghost) comes before the next command runs: the
+        ;; accepting command carries its own copy of the text.
+        (let ((map (make-sparse-keymap))
+              (accept (lambda () "Insert the offered completion." (interactive)
+                        (with-current-buffer buffer (goto-char pos) (insert text)))))
+          (define-key map (kbd "TAB") accept)
+          (define-key map [tab] accept)
+          (set-transient-map map nil
+                             (lambda () (when (buffer-live-p buffer)
+                                          (with-current-buffer buffer (ellie--ghost-clear))))))))))
+
+;;;###autoload
+(defun ellie-complete ()
+  "Ask olliesrv's `complete' for code to insert at point; show it as ghost text.
+TAB accepts it, any other key dismisses it."
+  (interactive)
+  (let* ((buffer (current-buffer)) (pos (point)) (tick (buffer-modified-tick))
+         (code (concat (buffer-substring-no-properties (max (point-min) (- pos ellie-complete-context)) pos)
+                       "{{CURSOR}}"
+                       (buffer-substring-no-properties pos (min (point-max) (+ pos ellie-complete-context)))))
+         (lang (string-remove-suffix "-mode" (symbol-name major-mode)))
+         (reply ""))
+    (ellie--ghost-clear)
+    (ellie--follow "ellie-complete" (list "rdwr" "complete") (format "lang=%s\n\n%s" lang code)
+                   (lambda (_proc text) (setq reply (concat reply text)))
+                   (lambda (proc _event)
+                     (unless (process-live-p proc)
+                       (if (eql (process-exit-status proc) 0)
+                           (ellie--show-ghost buffer pos tick reply)
+                         (message "ellie: complete: %s"
+                                  (with-current-buffer (process-get proc 'stderr)
+                                    (string-trim (buffer-string))))))))
+    (message "ellie: completing...")))
+
+;;;; The session list
+
+(defvar-local ellie--list-watch nil "The process following the events.")
+
+(defun ellie--list-entries ()
+  (cl-loop for (session) in (ellie--rows (ellie-read "session/idx"))
+           for agents = (ignore-errors (ellie--rows (ellie-read (format "session/%s/agent/idx" session))))
+           if agents
+           append (cl-loop for (agent _id state _profile _backend model cwd) in agents
+                           collect (list (cons session agent) (vector session agent state (or model "") (or cwd ""))))
+           else collect (list (cons session nil) (vector session "-" "" "" ""))))
+
+(defvar ellie-sessions-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'ellie-sessions-open)
+    (define-key map (kbd "k") #'ellie-sessions-kill)
+    map))
+
+(define-derived-mode ellie-sessions-mode tabulated-list-mode "Ellie-Sessions"
+  "Ollie's sessions and their agents, kept current by the event stream.
+\\{ellie-sessions-mode-map}"
+  (setq tabulated-list-format [("Session" 16 t) ("Agent" 14 t) ("State" 18 t) ("Model" 20 t) ("Cwd" 0 t)])
+  (setq tabulated-list-sort-key (cons "Session" nil))
+  (add-hook 'tabulated-list-revert-hook (lambda () (setq tabulated-list-entries (ellie--list-entries))) nil t)
+  (tabulated-list-init-header))
+
+;;;###autoload
+(defun ellie-sessions ()
+  "List Ollie's sessions and agents; RET opens a chat, k kills a session."
+  (interactive)
+  (let ((buffer (get-buffer-create "*ellie sessions*")))
+    (with-current-buffer buffer
+      (ellie-sessions-mode)
+      (setq tabulated-list-entries (ellie--list-entries))
+      (tabulated-list-print)
+      (unless (process-live-p ellie--list-watch)
+        (setq ellie--list-watch
+              (ellie--follow "ellie-sessions" (list "rdwr" "event") "session.* agent.*\n"
+                             (lambda (_proc _text)
+                               (when (buffer-live-p buffer)
+                                 (with-current-buffer buffer (revert-buffer))))))
+        (add-hook 'kill-buffer-hook (lambda () (when (process-live-p ellie--list-watch)
+                                                 (delete-process ellie--list-watch)))
+                  nil t)))
+    (pop-to-buffer buffer)))
+
+(defun ellie-sessions-open ()
+  "Open the chat of the agent on this line.
+On a session without agents, an agent `main' is created."
+  (interactive)
+  (pcase-let ((`(,session . ,agent) (tabulated-list-get-id)))
+    (when session (ellie session (or agent "main")))))
+
+(defun ellie-sessions-kill ()
+  "Kill the session on this line, after confirmation."
+  (interactive)
+  (let ((session (car (tabulated-list-get-id))))
+    (when (and session (yes-or-no-p (format "Kill session %s and all its agents? " session)))
+      (message "ellie: %s" (string-trim (ellie-rdwr (format "session/%s/ctl" session) "kill")))
+      (revert-buffer))))
+
+(provide 'ellie)
+;;; ellie.el ends here

@@ -1,0 +1,254 @@
+#include "agent_cfg.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent.hpp"
+#include "hub.hpp"
+#include "ids.hpp"
+#include "session.hpp"
+
+namespace ollie {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// `f()` on the hub's blocking pool (file reads, `!` prompt entries, backend resolution).
+template <class T, class F>
+asio::awaitable<T> off_io(Hub& hub, F f) {
+  // optional: co_spawn needs a default-constructible result. Named: see lifecycle.cpp.
+  auto run = [f = std::move(f)]() -> asio::awaitable<std::optional<T>> { co_return f(); };
+  auto r = co_await asio::co_spawn(hub.blocking, run, asio::use_awaitable);
+  co_return std::move(*r);
+}
+
+/// The system prompt renders again before the next request and for `ctl systemprompt` (§7.6).
+void render_again(Agent& a) {
+  std::lock_guard lock(a.mu);
+  a.last_tools.clear();
+  a.system_prompt.clear();
+}
+
+/// §8.1.4: every tool unloaded, the profile's autoLoad loaded one by one (a name that cannot be
+/// loaded is an `info` warning), the prompt entries resolved, the history cleared.
+asio::awaitable<void> switch_tools_and_prompts(Hub& hub, const std::shared_ptr<Session>& s,
+                                               const std::shared_ptr<Agent>& a, const Profile& p) {
+  std::vector<std::string> old;
+  if (auto r = co_await s->host->tools(a->id)) {
+    for (const auto& t : *r) old.push_back(t.name);
+  } else {
+    std::lock_guard lock(a->mu);
+    old = a->tools;
+  }
+  if (!old.empty()) (void)co_await s->host->unload(a->id, old);
+  std::vector<std::string> loaded;
+  for (const auto& t : p.auto_load) {
+    if (auto st = co_await s->host->load(a->id, std::vector<std::string>(1, t)); !st)
+      a->note("info", "autoLoad " + t + ": " + st.ename());
+    else
+      loaded.push_back(t);
+  }
+  {
+    std::lock_guard lock(a->mu);
+    a->tools = loaded;
+  }
+  for (const auto& w : p.warnings) a->note("info", w);
+  auto resolve = [a]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
+    a->resolve_prompts();
+    co_return;
+  };
+  co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+  a->clear();
+}
+
+std::string expand_home(const std::string& p, const p9::Env& env) {
+  if (p == "~" || p.rfind("~/", 0) == 0) return p9::home_dir(env) + p.substr(1);
+  return p;
+}
+
+}  // namespace
+
+Hold::Hold(Agent& a) : ok(a.hold()), a_(a) {}
+
+Hold::~Hold() {
+  if (ok) a_.release();
+}
+
+asio::awaitable<p9::Result<Profile>> read_profile(Hub& hub, std::string name) {
+  auto load = [root = hub.config_root, name] { return load_profile(root, name); };
+  co_return co_await off_io<p9::Result<Profile>>(hub, load);
+}
+
+SettingsChange profile_switch(const Agent& a, Profile p) {
+  SettingsChange c;
+  std::string backend;
+  {
+    std::lock_guard lock(a.mu);
+    backend = a.backend_name;
+  }
+  if (!p.backend.empty()) c.target = BackendChoice{p.backend, p.model};
+  else if (!p.model.empty()) c.target = BackendChoice{backend, p.model};
+  c.overrides = "{}";
+  c.profile = std::move(p);
+  return c;
+}
+
+p9::Result<std::string> cwd_argument(Hub& hub, const Session& s, const std::string& given) {
+  if (given.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
+  std::string p = expand_home(given, hub.env);
+  if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p == s.cwd ? std::string() : p;
+}
+
+asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a,
+                                         SettingsChange c) {
+  std::shared_ptr<backend::Backend> be;
+  if (c.target) {
+    if (auto st = check_backend(c.target->backend); !st) co_return st;
+    auto build = [a, t = *c.target] { return a->build_backend(t.backend, t.model); };
+    auto made = co_await off_io<p9::Result<std::shared_ptr<backend::Backend>>>(hub, build);
+    if (!made) co_return made.error();
+    be = std::move(*made);
+  }
+  if (c.cwd && !c.cwd->empty()) {
+    // Checked on the tool host, where it is also set (§3.3: pushed to toolsrv as agentcwd).
+    if (auto st = co_await s->host->check_agent_cwd(a->id, *c.cwd); !st) co_return st;
+  }
+  // Nothing can fail from here on.
+  if (be) a->use_backend(c.target->backend, std::move(be));
+  if (c.cwd) {
+    {
+      std::lock_guard lock(a->mu);
+      a->cwd_override = *c.cwd;
+    }
+    if (c.cwd->empty()) s->host->set_agent_cwd(a->id, "");
+  }
+  if (c.overrides) {
+    std::lock_guard lock(a->mu);
+    a->overrides = *c.overrides;
+  }
+  if (c.profile) {
+    {
+      std::lock_guard lock(a->mu);
+      a->profile = *c.profile;
+    }
+    co_await switch_tools_and_prompts(hub, s, a, *c.profile);
+  } else if (c.cwd) {
+    // Prompt entries are resolved again at a cwd change (§7.5.1: `!` entries run in it).
+    auto resolve = [a]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
+      a->resolve_prompts();
+      co_return;
+    };
+    co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+  }
+  if (c.profile || c.cwd) render_again(*a);
+  a->save();
+  co_return p9::Status{};
+}
+
+asio::awaitable<p9::Status> write_cfg(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a,
+                                      std::string request) {
+  auto w = parse_cfg_write(request);
+  if (!w) co_return w.error();
+  Hold held(*a);
+  if (!held.ok) co_return p9::error("cannot change cfg while agent is running");
+  Profile profile;
+  std::string backend, model, cwd, overrides;
+  {
+    std::lock_guard lock(a->mu);
+    profile = a->profile;
+    backend = a->backend_name;
+    model = a->model;
+    cwd = a->cwd_override;
+    overrides = a->overrides;
+  }
+  SettingsInput defaults;  // §4.3 without agent/new's keys: what an unset `backend=`/`model=` goes back to
+  {
+    std::lock_guard lock(s->mu);
+    defaults.session_backend = s->backend;
+    defaults.session_model = s->model;
+  }
+  SettingsChange c;
+  // agent: a switch (§8.1.4) unless it names the current profile.
+  if (w->profile) {
+    const std::string name = w->profile->empty() ? "default" : *w->profile;
+    if (name != profile.name) {
+      auto p = co_await read_profile(hub, name);
+      if (!p) co_return p.error();
+      c = profile_switch(*a, *p);
+      profile = std::move(*p);
+      overrides = "{}";
+      if (c.target) {
+        backend = c.target->backend;
+        model = c.target->model;
+      }
+    }
+  }
+  defaults.profile = &profile;
+  // backend: its default model unless `model` is in the same write.
+  if (w->backend) {
+    std::string b = *w->backend, m;
+    if (b.empty()) {
+      auto choice = resolve_backend_choice(defaults, hub.conf(), hub.env);
+      if (!choice) co_return choice.error();
+      b = choice->backend;
+      m = choice->model;
+    }
+    if (b != backend) {
+      backend = b;
+      model = m;
+      c.target = BackendChoice{backend, model};
+    }
+  }
+  if (w->model) {
+    std::string m = *w->model;
+    if (m.empty()) {
+      SettingsInput in = defaults;
+      in.backend = backend;
+      auto choice = resolve_backend_choice(in, hub.conf(), hub.env);
+      if (!choice) co_return choice.error();
+      m = choice->model;
+    }
+    if (m != model) {
+      model = m;
+      c.target = BackendChoice{backend, model};
+    }
+  }
+  if (w->cwd) {
+    std::string d;
+    if (!w->cwd->empty()) {
+      auto p = cwd_argument(hub, *s, *w->cwd);
+      if (!p) co_return p.error();
+      d = *p;
+    }
+    if (d != cwd) c.cwd = d;
+  }
+  if (!w->params.empty()) {
+    json o = json::parse(overrides, nullptr, false);
+    if (!o.is_object()) o = json::object();
+    for (const auto& [k, v] : w->params) {
+      if (v) o[k] = json::parse(*v);
+      else o.erase(k);
+    }
+    c.overrides = o.dump();
+  }
+  co_return co_await apply_change(hub, s, a, std::move(c));
+}
+
+p9::Status set_agent_name(Hub& hub, const std::shared_ptr<Session>& s, const std::shared_ptr<Agent>& a,
+                          const std::string& n) {
+  if (!valid_name(n)) return p9::error("invalid name: " + n);
+  const std::string old = a->current_name();
+  if (old == n) return {};
+  if (auto st = s->rename_agent(a, n); !st) return st;
+  const std::string sn = s->current_name();
+  hub.bus.publish("agent." + a->id + ".rename", "session/" + sn + "/agent/" + old + " session/" + sn + "/agent/" + n);
+  render_again(*a);  // the Environment section names the agent (§7.6)
+  a->save();
+  return {};
+}
+
+}  // namespace ollie

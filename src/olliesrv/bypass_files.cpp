@@ -1,0 +1,69 @@
+#include "bypass_files.hpp"
+
+#include "hub.hpp"
+#include "olliesrv.hpp"
+#include "session.hpp"
+
+namespace ollie {
+
+namespace {
+
+using D = virtfs::Dsl<Ctx>;
+using Text = p9::Result<std::string>;
+
+std::vector<std::string> session_names(Ctx& c) {
+  std::vector<std::string> out;
+  for (const auto& s : c.srv->hub().sessions()) out.push_back(s->current_name());
+  return out;
+}
+
+std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::string& key) {
+  auto s = c.srv->hub().find(key);
+  if (!s) return std::nullopt;
+  Ctx child = c;
+  child.session = s;
+  return virtfs::Instance<Ctx>{std::move(child), s};
+}
+
+Text read_pending(Ctx& c) {
+  if (auto st = gone(c); !st) return st.error();
+  return c.srv->hub().bypass.pending(*c.session);
+}
+
+p9::Status write_pending(Ctx& c, std::string text) {
+  if (auto st = gone(c); !st) return st;
+  return c.srv->hub().bypass.answer(c.session, text, c.who.uname);
+}
+
+Text read_session_policy(Ctx& c) {
+  if (auto st = gone(c); !st) return st.error();
+  std::lock_guard lock(c.session->mu);
+  return c.session->bypass;
+}
+
+p9::Status write_session_policy(Ctx& c, std::string text) {
+  if (auto st = gone(c); !st) return st;
+  return Bypass::set_session_policy(*c.session, std::move(text));
+}
+
+}  // namespace
+
+virtfs::Node<Ctx> bypass_dir() {
+  using namespace virtfs;
+  return D::Dir(
+      "bypass", Mode{0700}, Doc{"sandbox escapes: the global policy and the requests waiting for the hostowner"},
+      D::Leaf("policy", Mode{0600}, Doc{"the global bypass policy; write to replace it (validated, persisted)"},
+              Read([](Ctx& c) { return Text(c.srv->hub().bypass.policy()); }),
+              Write([](Ctx& c, std::string text) { return c.srv->hub().bypass.set_policy(std::move(text)); })),
+      D::Dir("pending", Mode{0700}, Doc{"the waiting bypass requests, one file per session"},
+             D::TemplateLeaf("{session}", Mode{0600}, Doc{"reqid agent tool summary lines; write <reqid> allow [always] | deny"},
+                         List(session_names), Lookup(session_lookup), Read(read_pending), Write(write_pending))));
+}
+
+virtfs::Node<Ctx> session_bypass_file() {
+  using namespace virtfs;
+  return D::Leaf("bypass", Mode{0600}, Doc{"the session's bypass policy, before the global one; write to replace it"},
+                 Read(read_session_policy), Write(write_session_policy));
+}
+
+}  // namespace ollie

@@ -1,0 +1,36 @@
+#pragma once
+/// What root `ctl invalidate` drops besides backends.conf and the agents' context lengths
+/// (spec §3.1): each backend's model list, the profile list and the global tool catalog, kept
+/// from their first read on (spec §2.1).
+
+#include <asio/awaitable.hpp>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lib9p/result.hpp"
+#include "memo.hpp"
+
+namespace ollie {
+
+struct Hub;
+
+struct Caches {
+  Caches();
+  /// By backend name, one for every supported backend (never inserted into later).
+  std::map<std::string, Memo<std::vector<std::string>>, std::less<>> models;
+  Memo<std::string> agents;  ///< the root `agents` text
+  Memo<std::string> tools;   ///< the root `tools` text
+  void drop() const;
+};
+
+/// The models of backend `name`, sorted (root `models`, agent ctl `models`): the backend
+/// resolved from backends.conf and the environment and asked on the hub's blocking pool, once
+/// until root `invalidate`; its answer or its error (`<backend>: missing key: set <VAR>`, the
+/// provider's error) is kept. An unknown name is check_backend's error.
+asio::awaitable<p9::Result<std::vector<std::string>>> backend_models(Hub& hub, const std::string& name);
+/// Starts the fetch of backend_models without waiting for it.
+void prefetch_models(Hub& hub, const std::string& name);
+
+}  // namespace ollie

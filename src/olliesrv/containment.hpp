@@ -1,0 +1,32 @@
+#pragma once
+/// What an agent may create (spec §4.2 containment, ◆OP-7): a caller other than the hostowner
+/// uses only its own session's `agent/new`, names only itself in `parent=`, and gets a new agent
+/// whose effective cwd is its own or below it, compared after resolving `..` and symlinks.
+
+#include <asio/awaitable.hpp>
+#include <memory>
+#include <string>
+
+#include "lib9p/result.hpp"
+#include "virtfs/dsl.hpp"
+
+namespace ollie {
+
+struct Hub;
+class Session;
+class Agent;
+
+/// The agent that sends an `agent/new` request to session `s`, or null for the hostowner (who is
+/// not contained). `parent` is the request's `parent=` (id or name; empty when absent); one that
+/// names no agent is left to the request (`no such agent`). Errors:
+/// `permission denied: agent/new of another session`, `permission denied: parent must be the caller`.
+p9::Result<std::shared_ptr<Agent>> new_agent_caller(const Session& s, const virtfs::Principal& who, const std::string& parent);
+
+/// The cwd override of a new agent created by `caller`: its effective cwd, `cwd` (the request's
+/// `cwd=`, already checked to be an absolute directory) or else the caller's, resolved (so that a
+/// symlink changed later does not move it); empty when that is the session cwd.
+/// Error: `permission denied: cwd outside <caller cwd>`.
+asio::awaitable<p9::Result<std::string>> contained_cwd(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> caller,
+                                                       std::string cwd);
+
+}  // namespace ollie

@@ -1,0 +1,187 @@
+// An agent's `proc/` (spec §2.7, §6.5.3, §6.5.4): one directory per background process it
+// started that toolsrv still tracks, whose files are toolsrv's own, reached through the
+// session's ToolHost. Every blocked read is a read of toolsrv's file, so a Tflush of it reaches
+// toolsrv.
+#include <charconv>
+
+#include "agent.hpp"
+#include "agent_files.hpp"
+#include "session.hpp"
+
+namespace ollie {
+
+namespace {
+
+using D = virtfs::Dsl<Ctx>;
+using Text = p9::Result<std::string>;
+
+std::string owner(const Ctx& c) { return c.agent->id; }
+
+std::string path_of(const BgProc& p, const char* file) { return "proc/" + std::to_string(p.pid) + "/" + file; }
+
+/// The entry goes when toolsrv no longer has the pid (dismissed, expired, or toolsrv is gone).
+p9::Error no_such_process(const Ctx& c) {
+  {
+    std::lock_guard lock(c.agent->mu);
+    if (auto it = c.agent->procs.find(c.proc->pid); it != c.agent->procs.end() && it->second == c.proc)
+      c.agent->procs.erase(it);
+  }
+  return p9::Error{"no such process: " + std::to_string(c.proc->pid)};
+}
+
+std::shared_ptr<ToolHost> host_of(const Ctx& c) { return c.session->host; }
+
+// ---- out and wait: toolsrv's streams, one toolsrv fid per fid ---------------------------------
+
+class RemoteStream : public virtfs::Cursor {
+ public:
+  RemoteStream(std::weak_ptr<Agent> a, std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p, std::string path)
+      : agent_(std::move(a)), host_(std::move(host)), proc_(std::move(p)), path_(std::move(path)) {}
+
+  // Bytes come only through wait: nothing is buffered here.
+  virtfs::Chunk read(std::size_t) override { return {{}, eof_}; }
+  std::shared_ptr<virtfs::Signal> signal() override { return turn_; }
+
+  asio::awaitable<virtfs::Chunk> wait(std::size_t max) override {
+    // Reads of one fid in flight together take turns on its toolsrv fid.
+    for (;;) {
+      const auto seen = turn_->version();
+      if (!busy_) break;
+      co_await turn_->wait(seen);
+    }
+    busy_ = true;
+    struct Release {
+      RemoteStream& s;
+      ~Release() {
+        s.busy_ = false;
+        s.turn_->notify();
+      }
+    } release{*this};
+    if (eof_ || killed()) co_return end();
+    proc_->touch();
+    // A flushed read may have taken bytes that never reached us: read again from the start.
+    if (in_flight_) remote_.reset();
+    if (!remote_) {
+      auto f = co_await host_->open(proc_->instance, path_, p9::OREAD);
+      if (!f) co_return end();  // dismissed, expired or toolsrv gone: the stream has ended
+      remote_.emplace(std::move(*f));
+      for (std::uint64_t skipped = 0; skipped < pos_;) {
+        auto r = co_await read_remote(static_cast<std::uint32_t>(std::min<std::uint64_t>(pos_ - skipped, 65536)));
+        if (!r || r->empty()) co_return end();
+        skipped += r->size();
+      }
+    }
+    auto r = co_await read_remote(static_cast<std::uint32_t>(std::min<std::size_t>(max, 65536)));
+    if (!r || r->empty()) co_return end();
+    pos_ += r->size();
+    co_return virtfs::Chunk{std::move(*r), false};
+  }
+
+ private:
+  asio::awaitable<p9::Result<std::string>> read_remote(std::uint32_t count) {
+    in_flight_ = true;  // stays set when the read is cancelled
+    auto r = co_await remote_->read(count);
+    in_flight_ = false;
+    co_return r;
+  }
+  virtfs::Chunk end() {
+    eof_ = true;
+    remote_.reset();
+    return {{}, true};
+  }
+  bool killed() const {
+    auto a = agent_.lock();
+    if (!a) return true;
+    std::lock_guard lock(a->mu);
+    return a->killed;
+  }
+
+  std::weak_ptr<Agent> agent_;
+  std::shared_ptr<ToolHost> host_;
+  std::shared_ptr<BgProc> proc_;
+  std::string path_;
+  std::optional<p9::AsyncFid> remote_;
+  std::uint64_t pos_ = 0;  ///< bytes delivered
+  bool eof_ = false, busy_ = false, in_flight_ = false;
+  std::shared_ptr<virtfs::Signal> turn_ = std::make_shared<virtfs::Signal>();
+};
+
+template <const char* File>
+p9::Result<std::shared_ptr<virtfs::Cursor>> open_stream(Ctx& c) {
+  if (auto st = gone(c); !st) return st.error();
+  c.proc->touch();
+  return std::shared_ptr<virtfs::Cursor>(std::make_shared<RemoteStream>(c.agent, host_of(c), c.proc, path_of(*c.proc, File)));
+}
+
+constexpr char out_name[] = "out";
+constexpr char wait_name[] = "wait";
+
+// ---- stat and ctl ------------------------------------------------------------------------------
+
+asio::awaitable<Text> read_stat(Ctx& c) {
+  if (auto st = gone(c); !st) co_return st.error();
+  c.proc->touch();
+  auto f = co_await host_of(c)->open(c.proc->instance, path_of(*c.proc, "stat"), p9::OREAD);
+  if (!f) co_return no_such_process(c);
+  co_return co_await f->read_all();
+}
+
+asio::awaitable<p9::Status> write_ctl(Ctx& c, std::string text) {
+  if (auto st = gone(c); !st) co_return st;
+  c.proc->touch();
+  auto host = host_of(c);
+  auto f = co_await host->open(c.proc->instance, path_of(*c.proc, "ctl"), p9::OWRITE);
+  if (!f) co_return no_such_process(c);
+  if (auto w = co_await f->write(text); !w) co_return w.error();
+  auto st = co_await f->clunk();  // toolsrv's answer: `process has exited`, `invalid signal: x`, …
+  if (text.find("dismiss") != std::string::npos) {
+    // After a dismiss the directory is gone (looked at with a walk, which is not a read).
+    auto there = co_await host->open(c.proc->instance, "proc/" + std::to_string(c.proc->pid), -1);
+    if (!there) (void)no_such_process(c);
+  }
+  co_return st;
+}
+
+// ---- proc/ -------------------------------------------------------------------------------------
+
+std::vector<std::string> pids(Ctx& c) {
+  std::vector<std::string> out;
+  std::lock_guard lock(c.agent->mu);
+  for (const auto& [pid, p] : c.agent->procs) out.push_back(std::to_string(pid));  // numerically: a map by pid
+  return out;
+}
+
+std::optional<virtfs::Instance<Ctx>> pid_lookup(const Ctx& c, const std::string& name) {
+  int pid = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+  if (ec != std::errc{} || end != name.data() + name.size() || name.front() == '0') return std::nullopt;
+  std::shared_ptr<BgProc> p;
+  {
+    std::lock_guard lock(c.agent->mu);
+    auto it = c.agent->procs.find(pid);
+    if (it == c.agent->procs.end()) return std::nullopt;
+    p = it->second;
+  }
+  Ctx child = c;
+  child.proc = p;
+  return virtfs::Instance<Ctx>{std::move(child), p};
+}
+
+}  // namespace
+
+virtfs::Node<Ctx> proc_dir() {
+  using namespace virtfs;
+  return D::Dir(
+      "proc", Mode{0500}, Owner(owner), Doc{"the agent's background processes, by pid"},
+      D::Template("{pid}", Mode{0500}, Owner(owner), Doc{"one background process (toolsrv's proc/{pid})"}, List(pids),
+                  Lookup(pid_lookup),
+                  D::Leaf("out", Mode{0400}, Owner(owner), Doc{"its stdout and stderr interleaved, from the start; EOF after its exit"},
+                          Stream(open_stream<out_name>)),
+                  D::Leaf("wait", Mode{0400}, Owner(owner), Doc{"nothing until it ends, then its status lines"},
+                          Stream(open_stream<wait_name>)),
+                  D::Leaf("stat", Mode{0400}, Owner(owner), Doc{"pid tool agent background status exit signal started runtime output, key=value"},
+                          Read(read_stat)),
+                  D::Leaf("ctl", Mode{0200}, Owner(owner), Doc{"term, kill, signal <N>, dismiss"}, Write(write_ctl))));
+}
+
+}  // namespace ollie

@@ -1,0 +1,218 @@
+// Background processes (spec §6.10): the start through proc/new.bg, the watcher that delivers
+// `<system-proc-interrupt>` at the end, and the entry's life in the agent's `procs` (as long as
+// toolsrv keeps the pid's directory, §6.5.3).
+//
+// The watcher runs on the agent's executor and holds the agent weakly: a killed agent is not
+// kept alive by its processes (toolsrv's `forget` kills them; their streams then end).
+#include "procs.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+#include "agent.hpp"
+#include "result.hpp"
+#include "session.hpp"
+
+namespace ollie {
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+/// Bytes of output the interrupt carries (§6.10).
+constexpr std::size_t interrupt_bytes = 4096;
+/// Characters of the `cmd` attribute (§6.10).
+constexpr std::size_t cmd_chars = 200;
+/// toolsrv keeps an exited process this long past its exit and its last read (§6.5.3).
+constexpr auto toolsrv_keeps = 10min;
+/// How often an exited entry that toolsrv still has is looked at again.
+constexpr auto recheck = 1min;
+
+std::string xml_attr(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+bool continuation(char ch) { return (static_cast<unsigned char>(ch) & 0xC0) == 0x80; }
+
+/// key=value lines (wait's status header, §6.5.2).
+std::map<std::string, std::string> header_of(const std::string& text) {
+  std::map<std::string, std::string> kv;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    auto nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(at, nl - at);
+    at = nl + 1;
+    if (const auto eq = line.find('='); eq != std::string::npos && eq > 0) kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return kv;
+}
+
+/// The end of a process as its `wait` file tells it; "lost" when toolsrv went away first.
+struct Ending {
+  std::string status = "lost", code;
+  std::string output;  ///< the last bytes of the combined output
+  std::uint64_t total = 0;
+};
+
+asio::awaitable<Ending> follow(std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p) {
+  Ending e;
+  const std::string dir = "proc/" + std::to_string(p->pid) + "/";
+  // Both opened first: once the process ends its directory may be dismissed, while open fids
+  // keep reading it.
+  auto out = co_await host->open(p->instance, dir + "out", p9::OREAD);
+  if (!out) co_return e;
+  auto wait = co_await host->open(p->instance, dir + "wait", p9::OREAD);
+  if (!wait) co_return e;
+  for (;;) {
+    auto r = co_await out->read();
+    if (!r) co_return e;
+    if (r->empty()) break;
+    e.total += r->size();
+    e.output += *r;
+    if (e.output.size() > 2 * interrupt_bytes) e.output.erase(0, e.output.size() - interrupt_bytes);
+  }
+  auto w = co_await wait->read_all();
+  if (!w) co_return e;
+  auto kv = header_of(*w);
+  if (!kv.count("status")) co_return e;
+  e.status = kv["status"];
+  e.code = e.status == "exited" ? kv["exit"] : e.status == "signaled" ? kv["signal"] : "";
+  co_return e;
+}
+
+/// Removes the entry (if it is still this one).
+void forget(const std::shared_ptr<Agent>& a, const std::shared_ptr<BgProc>& p) {
+  std::lock_guard lock(a->mu);
+  if (auto it = a->procs.find(p->pid); it != a->procs.end() && it->second == p) a->procs.erase(it);
+}
+
+asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p,
+                            std::string cmd) {
+  Ending e = co_await follow(host, p);
+  const auto ended = Clock::now();
+  {
+    auto a = wa.lock();
+    if (!a) co_return;
+    // Delivered like any prompt: a turn at once when idle, else queued (§6.10).
+    Submission interrupt;
+    interrupt.text = proc_interrupt(p->pid, cmd, e.status, e.code, e.output, e.total);
+    interrupt.origin = "proc";
+    if (!a->submit(std::move(interrupt)))
+      spdlog::warn("agent {}: interrupt of process {} not delivered", a->id, p->pid);
+    if (e.status == "lost") {
+      forget(a, p);
+      co_return;
+    }
+  }
+  // The entry lasts as long as toolsrv's directory: 10 minutes past the exit and the last read.
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  for (auto due = std::max(ended, p->last_read()) + toolsrv_keeps;;) {
+    t.expires_at(due + 1s);
+    co_await t.async_wait(asio::use_awaitable);
+    auto a = wa.lock();
+    if (!a) co_return;
+    {
+      std::lock_guard lock(a->mu);
+      if (a->killed || !a->procs.count(p->pid)) co_return;
+    }
+    const auto read_by_then = std::max(ended, p->last_read()) + toolsrv_keeps;
+    if (read_by_then > due) {
+      due = read_by_then;
+      continue;
+    }
+    auto there = co_await host->open(p->instance, "proc/" + std::to_string(p->pid), -1);  // a walk: no read, no touch
+    if (!there) {
+      forget(a, p);
+      co_return;
+    }
+    due = Clock::now() + recheck;
+  }
+}
+
+}  // namespace
+
+void BgProc::touch() {
+  std::lock_guard lock(mu_);
+  last_read_ = Clock::now();
+}
+
+Clock::time_point BgProc::last_read() const {
+  std::lock_guard lock(mu_);
+  return last_read_;
+}
+
+std::string proc_cmd(const std::string& tool, const std::string& args) {
+  auto j = nlohmann::json::parse(args.empty() ? std::string("{}") : args, nullptr, false);
+  std::string cmd;
+  if (j.is_object() && j.contains("cmd") && j["cmd"].is_string()) cmd = j["cmd"].get<std::string>();
+  else cmd = tool + " " + (j.is_discarded() ? args : j.dump());  // nlohmann's objects keep their keys sorted
+  cmd = valid_utf8(cmd);
+  std::size_t chars = 0, at = 0;
+  for (; at < cmd.size(); at++) {
+    if (continuation(cmd[at])) continue;
+    if (chars++ == cmd_chars) break;
+  }
+  cmd.resize(at);
+  return cmd;
+}
+
+std::string proc_interrupt(int pid, const std::string& cmd, const std::string& status, const std::string& code,
+                           const std::string& output, std::uint64_t total) {
+  std::string head = "<system-proc-interrupt id=\"" + std::to_string(pid) + "\" cmd=\"" + xml_attr(cmd) +
+                     "\" status=\"" + xml_attr(status) + "\"";
+  if (status == "exited") head += " exit=\"" + xml_attr(code) + "\"";
+  if (status == "signaled") head += " signal=\"" + xml_attr(code) + "\"";
+  head += ">\n";
+  std::string tail = output.size() > interrupt_bytes ? output.substr(output.size() - interrupt_bytes) : output;
+  std::size_t lead = 0;
+  while (lead < tail.size() && continuation(tail[lead])) lead++;  // the cut moves forward to a character
+  tail.erase(0, lead);
+  std::string body;
+  if (tail.size() < total)
+    body = "[… " + std::to_string(total - tail.size()) + " bytes omitted; full output in proc/" + std::to_string(pid) + "/out]\n";
+  body += valid_utf8(tail);
+  if (!body.empty() && body.back() != '\n') body += '\n';
+  return head + body + "</system-proc-interrupt>";
+}
+
+asio::awaitable<ToolOutcome> start_background(std::shared_ptr<Agent> a, ToolCallRequest req) {
+  auto s = a->session.lock();
+  if (!s) co_return ToolOutcome{"error: session killed", true};
+  auto host = s->host;
+  const std::string cmd = proc_cmd(req.tool, req.args);
+  auto started = co_await host->start_background(req);
+  if (!started) co_return ToolOutcome{"error: " + started.ename(), true};
+  auto p = std::make_shared<BgProc>();
+  p->pid = started->pid;
+  p->instance = started->instance;
+  p->tool = req.tool;
+  {
+    std::lock_guard lock(a->mu);
+    a->procs[p->pid] = p;
+  }
+  asio::co_spawn(a->ex, watch(a, host, p, cmd), asio::detached);
+  co_return ToolOutcome{"background process " + std::to_string(p->pid) + " started (" + req.tool + ")", false};
+}
+
+}  // namespace ollie

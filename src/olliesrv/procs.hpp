@@ -1,0 +1,54 @@
+#pragma once
+/// Background processes (spec §6.8 `background`, §6.10, §2.7 `proc/`): a call with
+/// `background: true` starts through toolsrv's proc/new.bg; olliesrv keeps one BgProc per
+/// process, watches it (its `out` to the end, then `wait`) and delivers the
+/// `<system-proc-interrupt>` prompt to the agent that started it. The agent's `proc/{pid}/`
+/// files mirror toolsrv's through the session's ToolHost (agent_files.hpp declares them).
+
+#include <asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "toolhost.hpp"
+
+namespace ollie {
+
+class Agent;
+
+/// One background process of an agent, in the toolsrv instance that runs it (pids are
+/// per instance: after a toolsrv restart the same number is another process).
+struct BgProc {
+  int pid = 0;
+  std::uint64_t instance = 0;
+  std::string tool;
+
+  /// When a client last read one of its files (toolsrv keeps an exited process 10 minutes past
+  /// its exit and past the last read, §6.5.3: the entry goes when toolsrv's does).
+  void touch();
+  std::chrono::steady_clock::time_point last_read() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::chrono::steady_clock::time_point last_read_ = std::chrono::steady_clock::now();
+};
+
+/// Runs a call through proc/new.bg (§6.10). The model's result: `background process <pid>
+/// started (<tool>)`, or the error (`error: bypass denied`, `error: start failed: …`). A started
+/// process joins the agent's `procs` and is watched until its end. Cancellation flushes the
+/// start (nothing runs).
+asio::awaitable<ToolOutcome> start_background(std::shared_ptr<Agent> a, ToolCallRequest req);
+
+/// The `<system-proc-interrupt>` text of §6.10 for a process that ended: `cmd` as the
+/// attribute gives it, `status` exited/signaled/lost, `code` the exit code or signal number,
+/// `output` the last bytes of its combined output and `total` how many bytes it had in all.
+std::string proc_interrupt(int pid, const std::string& cmd, const std::string& status, const std::string& code,
+                           const std::string& output, std::uint64_t total);
+
+/// The interrupt's `cmd` attribute: the `cmd` argument when it is a string, else `<tool>
+/// <compact args JSON with sorted keys>`, cut to 200 characters.
+std::string proc_cmd(const std::string& tool, const std::string& args);
+
+}  // namespace ollie

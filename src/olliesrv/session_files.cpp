@@ -1,0 +1,96 @@
+#include "session_files.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+
+#include "hub.hpp"
+#include "session.hpp"
+#include "virtfs/tokenize.hpp"
+
+namespace ollie {
+
+namespace {
+
+/// What olliesrv sets for every tool itself (§2.5, §6.6).
+constexpr std::array<std::string_view, 5> reserved_vars = {"OLLIE_SESSION_ID", "OLLIE_ADDR", "OLLIE_AGENT_ID",
+                                                           "OLLIE_UNAME", "OLLIE_AUTH"};
+
+/// toolsrv's `env` rule (§6.3): `[A-Za-z_][A-Za-z0-9_]*`.
+bool valid_env_name(const std::string& k) {
+  auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  if (k.empty() || k.size() > 256 || !alpha(k[0])) return false;
+  return std::all_of(k.begin(), k.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+}
+
+bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+}  // namespace
+
+std::string read_env(const Session& s) {
+  std::map<std::string, std::string> all;
+  {
+    std::lock_guard lock(s.mu);
+    all = s.env;
+  }
+  all["OLLIE_SESSION_ID"] = s.id;
+  all["OLLIE_ADDR"] = s.hub.addr;
+  std::string out;
+  for (const auto& [k, v] : all) out += k + "=" + v + "\n";
+  return out;
+}
+
+p9::Status write_env(Session& s, const std::string& request) {
+  auto toks = virtfs::tokenize(request);
+  if (!toks) return toks.error();
+  std::map<std::string, std::string> changes;  // "" unsets
+  for (const auto& tok : *toks) {
+    const auto eq = tok.find('=');
+    if (eq == std::string::npos || eq == 0) return p9::error("bad token: " + tok);
+    std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
+    if (!valid_env_name(key)) return p9::error("invalid env name: " + key);
+    if (std::find(reserved_vars.begin(), reserved_vars.end(), key) != reserved_vars.end())
+      return p9::error("reserved: " + key);
+    if (changes.count(key)) return p9::error("duplicate key: " + key);
+    // toolsrv takes the value as the rest of one ctl line, and execve as a C string.
+    if (value.size() > MAX_ENV_VALUE || value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos)
+      return p9::error("invalid env value: " + key);
+    changes.emplace(std::move(key), std::move(value));
+  }
+  {
+    std::lock_guard lock(s.mu);
+    if (s.killed) return p9::error("session killed");
+    auto next = s.env;
+    for (const auto& [k, v] : changes) {
+      if (v.empty()) next.erase(k);
+      else next[k] = v;
+    }
+    if (next.size() > MAX_ENV_VARS)
+      return p9::error("env: too many variables (limit " + std::to_string(MAX_ENV_VARS) + ")");
+    s.env = std::move(next);
+  }
+  for (const auto& [k, v] : changes) s.host->set_env(k, v);
+  s.save_soon();
+  return {};
+}
+
+std::string read_goal(const Session& s) {
+  std::lock_guard lock(s.mu);
+  return s.goal;
+}
+
+p9::Status write_goal(Session& s, std::string text) {
+  if (std::all_of(text.begin(), text.end(), blank)) return p9::error("empty goal");
+  if (text.size() > MAX_GOAL) return p9::error("goal too long (limit " + std::to_string(MAX_GOAL) + " bytes)");
+  {
+    std::lock_guard lock(s.mu);
+    if (s.killed) return p9::error("session killed");
+    s.goal = std::move(text);
+  }
+  s.save_soon();
+  // The goal workflow of §8.13 (the engine issue) starts here: create or reuse the agent
+  // `conductor` and submit the goal to it. The stored goal is never altered by it.
+  return {};
+}
+
+}  // namespace ollie

@@ -1,0 +1,108 @@
+#pragma once
+/// Pathname Unix sockets under a Landlock that cannot mediate them (below ABI 9, spec §7.3.2):
+/// a seccomp filter, installed in the tool's process after Landlock and inherited by everything
+/// it starts, hands connect, sendto with an address, sendmsg and sendmmsg to toolsrv through
+/// seccomp user notification. UnixGuard, a thread of toolsrv, decides each one and, for what it
+/// allows, acts on the tool's behalf:
+///
+/// - connect to a pathname socket: resolved in the tool's view (its cwd; its root and mount
+///   namespace must be toolsrv's), opened O_PATH (so a symlink or a path swapped after the check
+///   changes nothing), checked against the call's `unix` list, then connected through
+///   /proc/self/fd/<the O_PATH descriptor> by toolsrv's connector process (no_new_privs, so a
+///   server that asks SO_PEERCRED, as olliesrv does, sees a sandboxed peer); a stream or seqpacket
+///   socket is a new one installed over the tool's descriptor (SECCOMP_IOCTL_NOTIF_ADDFD), a
+///   datagram socket is the tool's own. Abstract addresses are refused: toolsrv cannot connect
+///   them inside the tool's Landlock domain, and letting the kernel go on after a check of the
+///   tool's memory would let a second thread rewrite the address into a path.
+/// - connect of any other socket (TCP, UDP, ...): performed by toolsrv on the tool's own socket
+///   (never continued in the kernel, for the same reason), with Landlock's TCP port rules applied
+///   here; a blocking connect is waited for without blocking anything.
+/// - sendto with an address: likewise (a datagram to a pathname socket through the connector).
+/// - sendmsg with an address on a Unix datagram socket: as sendto; other sendmsg and sendmmsg
+///   calls continue in the kernel (see doc/sandbox.md for what that leaves).
+///
+/// Refused calls fail with EACCES. Notifications are served one at a time, at most
+/// per_round of one filter before the next filter's, and at most pending_max waits are open.
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lib9p/result.hpp"
+#include "toolsrv/fd.hpp"
+
+namespace toolsrv {
+
+/// Whether the kernel has seccomp user notification (SECCOMP_RET_USER_NOTIF); asked once.
+bool unix_notify_available();
+
+/// What one call's processes may reach.
+struct UnixAccess {
+  /// Absolute paths (SandboxPlan::unix_sockets): a socket, or a directory whose sockets
+  /// (beneath, at any depth) are allowed. Resolved at every check.
+  std::vector<std::string> sockets;
+  /// TCP connect ports Landlock would allow: nullopt = any, else only these (empty = none).
+  std::optional<std::vector<std::uint16_t>> tcp_connect;
+};
+
+/// The filter of one spawn, made in toolsrv before the fork: the socket pair that carries the
+/// listener back and the two BPF programs (the filter, and the seal that closes the one sendmsg
+/// the filter lets through, the child's hand-over of the listener).
+class UnixFilter {
+ public:
+  static p9::Result<UnixFilter> prepare();
+  /// In the child, after no_new_privs and Landlock: installs the filter, sends its listener to
+  /// toolsrv, seals. Async-signal-safe; returns 0 or an errno value.
+  int install() const noexcept;
+  /// In toolsrv once the child has exec'd: the listener it sent.
+  p9::Result<UniqueFd> take_listener();
+
+ private:
+  UniqueFd ours_, theirs_;
+  std::vector<sock_filter> filter_, seal_;
+};
+
+class UnixGuard {
+ public:
+  /// Notifications of one filter handled before the next filter's turn.
+  static constexpr int per_round = 8;
+  /// Connects and sends waiting for a socket at once; beyond it a call gets EAGAIN.
+  static constexpr std::size_t pending_max = 256;
+
+  UnixGuard();
+  /// Stops the thread and the connector; tools still under a filter then get ENOSYS.
+  ~UnixGuard();
+  UnixGuard(const UnixGuard&) = delete;
+  UnixGuard& operator=(const UnixGuard&) = delete;
+
+  /// Serves `listener` (one call's filter) with `access` until no process is left under it.
+  void adopt(UniqueFd listener, std::shared_ptr<const UnixAccess> access);
+
+  /// Filters being served, for tests.
+  std::size_t watching() const;
+
+  struct Watch;
+  struct Pending;
+
+ private:
+  void loop();
+  void wake();
+
+  UniqueFd epoll_, event_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<UniqueFd, std::shared_ptr<const UnixAccess>>> incoming_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::size_t> watching_{0};
+  std::thread thread_;
+};
+
+}  // namespace toolsrv

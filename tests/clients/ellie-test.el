@@ -1,0 +1,182 @@
+;;; ellie-test.el --- ellie against the real olliesrv  -*- lexical-binding: t; -*-
+
+;; Each test starts its own world: the fake provider with a script, a real olliesrv with a
+;; private config root, data root and socket, the built tools under Landlock. ellie runs as a
+;; person uses it: keys typed into its buffers with `execute-kbd-macro'.
+;;   emacs --batch -Q -L data/elisp -l tests/clients/ellie-test.el -f ert-run-tests-batch-and-exit
+;; with OLLIE_BUILD_DIR and OLLIE_SOURCE_DIR set.
+
+;;; Code:
+
+(require 'ert)
+(require 'json)
+(require 'ellie)
+
+(defvar ellie-test-build (or (getenv "OLLIE_BUILD_DIR") (error "OLLIE_BUILD_DIR is not set")))
+(defvar ellie-test-source (or (getenv "OLLIE_SOURCE_DIR") (error "OLLIE_SOURCE_DIR is not set")))
+
+(defun ellie-test-until (pred &optional seconds)
+  "Process output until PRED holds or SECONDS (default 20) pass; PRED's last value."
+  (let ((end (+ (float-time) (or seconds 20))) value)
+    (while (and (not (setq value (funcall pred))) (< (float-time) end))
+      (accept-process-output nil 0.05))
+    value))
+
+(defun ellie-test-contains (buffer text)
+  (with-current-buffer buffer
+    (save-excursion (goto-char (point-min)) (search-forward text nil t))))
+
+(defmacro ellie-test-with-world (responses &rest body)
+  "Run BODY against a fresh olliesrv whose model answers with RESPONSES (fake provider JSON).
+In BODY, `root' is the world's directory and `project' the session's working directory."
+  (declare (indent 1))
+  `(let* ((root (make-temp-file "ellie-test-" t))
+          (project (expand-file-name "project" root))
+          (config (expand-file-name "config/ollie" root))
+          (script (expand-file-name "script.json" root))
+          (procs nil)
+          (process-environment (copy-sequence process-environment))
+          (exec-path (cons (expand-file-name "bin" ellie-test-build) exec-path))
+          (ellie-address (concat "unix!" root "/ns/ollie")))
+     (unwind-protect
+         (progn
+           (dolist (d (list project config (expand-file-name "data" root)))
+             (make-directory d t))
+           (dolist (d '("ns" "run"))
+             (make-directory (expand-file-name d root))
+             (set-file-modes (expand-file-name d root) #o700))
+           (copy-file (expand-file-name "data/sandbox.yaml" ellie-test-source) (expand-file-name "sandbox.yaml" config))
+           (make-symbolic-link (expand-file-name "tools" ellie-test-build) (expand-file-name "tools" config))
+           (make-symbolic-link (expand-file-name "data/agents" ellie-test-source) (expand-file-name "agents" config))
+           (make-symbolic-link (expand-file-name "data/prompts" ellie-test-source) (expand-file-name "prompts" config))
+           (with-temp-file script (insert (json-encode (list :responses (vconcat ,responses)))))
+           (dolist (kv (list (concat "XDG_CONFIG_HOME=" root "/config") (concat "XDG_DATA_HOME=" root "/data")
+                             (concat "XDG_RUNTIME_DIR=" root "/run") (concat "NAMESPACE=" root "/ns")
+                             (concat "PATH=" ellie-test-build "/bin:" (getenv "PATH"))))
+             (push kv process-environment))
+           (let* ((fake-out (generate-new-buffer " *fake*"))
+                  (fake (make-process :name "fake" :buffer fake-out :noquery t
+                                      :command (list (expand-file-name "tests/fakeprovider/fakeprovider" ellie-test-build)
+                                                     "--port" "0" "--script" script))))
+             (push fake procs)
+             (should (ellie-test-until (lambda () (ellie-test-contains fake-out "listening on")) 10))
+             (let ((url (with-current-buffer fake-out
+                          (goto-char (point-min))
+                          (re-search-forward "listening on \\(http://[^ \n]+\\)")
+                          (match-string 1))))
+               (let ((process-environment (append (list "OLLIE_BACKEND=openai" (concat "OLLIE_OPENAI_URL=" url "/v1")
+                                                        "OLLIE_OPENAI_KEY=sk-test" "OLLIE_MODEL=fake-model")
+                                                  process-environment)))
+                 (push (make-process :name "olliesrv" :buffer (generate-new-buffer " *olliesrv*") :noquery t
+                                     :command (list (expand-file-name "bin/olliesrv" ellie-test-build)))
+                       procs))))
+           (should (ellie-test-until (lambda () (ignore-errors (ellie-read "session/idx") t)) 10))
+           (let ((default-directory (file-name-as-directory project)))
+             ,@body))
+       (dolist (b (buffer-list))
+         (when (string-prefix-p "*ellie" (buffer-name b)) (kill-buffer b)))
+       (dolist (p (process-list))
+         (when (string-prefix-p "ellie" (process-name p)) (delete-process p)))
+       (dolist (p procs) (when (process-live-p p) (signal-process p 'SIGKILL)))
+       (delete-directory root t))))
+
+(defun ellie-test-type (buffer text &optional keys)
+  "Type TEXT, then KEYS (a `kbd' string, default RET), in BUFFER, as a person would."
+  (with-current-buffer buffer
+    (goto-char (point-max))
+    (execute-kbd-macro (vconcat text (kbd (or keys "RET"))))))
+
+(defun ellie-test-state (session agent)
+  (nth 2 (assoc agent (ellie--rows (ellie-read (format "session/%s/agent/idx" session))))))
+
+(ert-deftest ellie-chat-streams-the-answer-to-a-typed-prompt ()
+  (ellie-test-with-world (list '(:text "Hello from the fake model."))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (should chat)
+      (should (equal (nth 2 (assoc "work" (ellie--rows (ellie-read "session/idx")))) project))
+      (ellie-test-type chat "what is here?")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "Hello from the fake model."))))
+      (should (ellie-test-contains chat "user: what is here?"))
+      ;; the prompt line is empty again, below the chat
+      (with-current-buffer chat
+        (should (equal (buffer-substring-no-properties ellie--input (point-max)) "")))
+      ;; /verb is the server's: the reply arrives in the chat
+      (ellie-test-type chat "/model")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "fake-model"))))
+      ;; C-c C-s shows the stats
+      (with-current-buffer chat
+        (should (string-match-p "^requests=1$" (ellie-stats)))))))
+
+(ert-deftest ellie-stop-ends-a-running-turn ()
+  (ellie-test-with-world (list '(:fault "hang"))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (ellie-test-type chat "take your time")
+      (should (ellie-test-until (lambda () (equal (ellie-test-state "work" "main") "thinking"))))
+      (ellie-test-type chat "" "C-c C-c")
+      (should (ellie-test-until (lambda () (equal (ellie-test-state "work" "main") "idle")) 5)))))
+
+(ert-deftest ellie-queues-through-the-fifo-with-a-prefix-argument ()
+  (ellie-test-with-world (list '(:fault "hang"))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (ellie-test-type chat "first")
+      (should (ellie-test-until (lambda () (equal (ellie-test-state "work" "main") "thinking"))))
+      (ellie-test-type chat "later" "C-u RET")
+      ;; the queued prompt is the fifo's head: reading it pops it
+      (should (equal (string-trim (ellie-read "session/work/agent/main/fifo")) "later")))))
+
+(ert-deftest ellie-bypass-requests-are-shown-and-approved ()
+  (ellie-test-with-world
+      (list '(:tool_calls [(:id "c1" :name "shell" :arguments (:cmd "echo outside > escaped.txt" :bypass t))])
+            '(:text "It ran."))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (ellie-test-type chat "escape please")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "[bypass "))))
+      (should (ellie-test-contains chat "echo outside > escaped.txt"))
+      (cl-letf (((symbol-function 'read-char-choice)
+                 (lambda (prompt _chars)
+                   (should (string-match-p "echo outside > escaped.txt" prompt))
+                   ?y)))
+        (ellie-test-type chat "" "C-c C-b"))
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "It ran."))))
+      (should (file-exists-p (expand-file-name "escaped.txt" project))))))
+
+(ert-deftest ellie-complete-shows-ghost-text-that-tab-accepts ()
+  (ellie-test-with-world (list '(:text "a + b;") '(:text "a - b;"))
+    (with-temp-buffer
+      (switch-to-buffer (current-buffer))
+      (insert "int add(int a, int b) { return  }")
+      (goto-char (- (point-max) 2))
+      (ellie-complete)
+      (should (ellie-test-until (lambda () (overlayp ellie--ghost))))
+      (should (equal (overlay-get ellie--ghost 'ellie-text) "a + b;"))
+      (execute-kbd-macro (kbd "TAB"))
+      (should (equal (buffer-string) "int add(int a, int b) { return a + b; }"))
+      (should-not ellie--ghost)
+      ;; any other key dismisses the offer and does its own work
+      (ellie-complete)
+      (should (ellie-test-until (lambda () (overlayp ellie--ghost))))
+      (execute-kbd-macro (kbd "x"))
+      (should-not ellie--ghost)
+      (should (equal (buffer-string) "int add(int a, int b) { return a + b;x }")))))
+
+(ert-deftest ellie-sessions-lists-agents-and-kills-after-confirmation ()
+  (ellie-test-with-world (list '(:text "hi"))
+    (ellie-rdwr "session/new" (format "name=alpha cwd=%s\n" (ellie--quote project)))
+    (ellie-rdwr "session/alpha/agent/new" "name=main\n")
+    (ellie-sessions)
+    (with-current-buffer "*ellie sessions*"
+      (should (ellie-test-until (lambda () (ellie-test-contains (current-buffer) "alpha"))))
+      ;; a session made elsewhere appears through the event stream
+      (ellie-rdwr "session/new" (format "name=beta cwd=%s\n" (ellie--quote project)))
+      (should (ellie-test-until (lambda () (ellie-test-contains (current-buffer) "beta"))))
+      (goto-char (point-min))
+      (search-forward "alpha")
+      (cl-letf (((symbol-function 'yes-or-no-p) (lambda (_prompt) t)))
+        (execute-kbd-macro (kbd "k")))
+      (should-not (member "alpha" (ellie--sessions))))))
+
+;;; ellie-test.el ends here

@@ -1,0 +1,510 @@
+// The agent ctl verbs (spec §3.3), cfg reads and writes (§2.8.3), the prompt prefixes (§3.4),
+// renames (§2.7), the profile switch (§8.1.4), inject (§8.8) and peers (§8.11), through the real
+// socket: the real olliesrv with its real toolsrv running the shipped tools, and the fake
+// provider.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<json> blocks_of(World& w, const std::string& agent) {
+  std::vector<json> out;
+  auto r = w.read(agent + "/log.raw");
+  if (!r) return out;
+  std::size_t pos = 0;
+  while (pos < r->size()) {
+    auto nl = r->find('\n', pos);
+    if (nl == std::string::npos) break;
+    out.push_back(json::parse(r->substr(pos, nl - pos)));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+/// The contents of the agent's blocks of `role` (and `name`, when given), oldest first.
+std::vector<std::string> contents(World& w, const std::string& agent, const std::string& role,
+                                  const std::optional<std::string>& name = std::nullopt) {
+  std::vector<std::string> out;
+  for (const auto& b : blocks_of(w, agent))
+    if (b["role"] == role && (!name || b.value("name", "") == *name)) out.push_back(b["content"]);
+  return out;
+}
+
+/// Waits for a block of `role` with exactly `content`.
+bool wait_block(World& w, const std::string& agent, const std::string& role, const std::string& content) {
+  return eventually([&] {
+    for (const auto& c : contents(w, agent, role))
+      if (c == content) return true;
+    return false;
+  });
+}
+
+std::vector<json> chat_bodies(World& w) {
+  std::vector<json> out;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(json::parse(r.body));
+  return out;
+}
+
+std::string ctl(World& w, const std::string& agent, const std::string& request) {
+  auto r = w.rdwr(agent + "/ctl", request);
+  return r ? *r : "error: " + r.ename();
+}
+
+std::string cfg_value(World& w, const std::string& agent, const std::string& key) {
+  auto c = w.read(agent + "/cfg");
+  if (!c) return "error: " + c.ename();
+  const std::string k = "\n" + key + "=";
+  const std::string text = "\n" + *c;
+  auto p = text.find(k);
+  if (p == std::string::npos) return "missing";
+  p += k.size();
+  return text.substr(p, text.find('\n', p) - p);
+}
+
+/// A prompt answered with `text`; returns once the agent is idle again.
+void converse(World& w, const std::string& agent, const std::string& prompt, const std::string& text) {
+  w.fake.push({{"text", text}});
+  ASSERT_TRUE(w.write(agent + "/prompt", prompt));
+  ASSERT_TRUE(wait_block(w, agent, "assistant", text));
+  ASSERT_TRUE(w.wait_state(agent, "idle"));
+}
+
+/// A shell call that runs until the file `go` exists in the project directory.
+json wait_for_go(const std::string& id) {
+  return {{"id", id}, {"name", "shell"}, {"arguments", {{"cmd", "while [ ! -e go ]; do sleep 0.02; done; echo ran"}}}};
+}
+
+/// Replaces the shipped profiles by a private copy plus `extra` (name → JSON text).
+void own_profiles(World& w, const std::map<std::string, std::string>& extra) {
+  std::filesystem::remove(w.config + "/agents");
+  std::filesystem::create_directories(w.config + "/agents");
+  for (const auto& e : std::filesystem::directory_iterator(source("data/agents")))
+    std::filesystem::copy_file(e.path(), w.config + "/agents/" + e.path().filename().string());
+  for (const auto& [n, text] : extra) write_file(w.config + "/agents/" + n + ".json", text);
+}
+
+/// The peers of agent `name` in its session's session.json.
+std::vector<std::string> peers_saved(World& w, const std::string& session_id, const std::string& name) {
+  auto j = json::parse(read_file(w.data + "/sessions/" + session_id + "/session.json"), nullptr, false);
+  for (const auto& a : j["agents"])
+    if (a["name"] == name) return a["peers"].get<std::vector<std::string>>();
+  return {"no agent " + name};
+}
+
+}  // namespace
+
+TEST(AgentCtl, QueryVerbsAndTheirErrors) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.agent(s, "other");
+  EXPECT_EQ(ctl(w, a, "model"), "fake-model\n");
+  EXPECT_EQ(ctl(w, a, "backend"), "openai\n");
+  EXPECT_EQ(ctl(w, a, "agent"), "default\n");
+  EXPECT_EQ(ctl(w, a, "cwd"), w.project + "\n");
+  EXPECT_EQ(ctl(w, a, "name"), "main\n");
+  EXPECT_EQ(ctl(w, a, "models"), "fake-model\n");
+  EXPECT_EQ(ctl(w, a, "stop"), "idle\n");
+  EXPECT_EQ(ctl(w, a, "compact"), "nothing to compact\n");
+  auto tools = ctl(w, a, "tools");
+  EXPECT_NE(tools.find("file_read\t"), std::string::npos) << tools;
+  EXPECT_NE(tools.find("\nshell\t"), std::string::npos) << tools;
+  auto sp = ctl(w, a, "systemprompt");
+  EXPECT_NE(sp.find("- Working directory: " + w.project + "\n"), std::string::npos) << sp;
+  EXPECT_NE(sp.find("- Agent: main ("), std::string::npos) << sp;
+  EXPECT_EQ(sp.back(), '\n');
+  // The grammar of §3 and §1.8.
+  EXPECT_EQ(ctl(w, a, "frob"), "error: unknown command: frob");
+  EXPECT_EQ(ctl(w, a, "model a\nmodel b"), "error: one command per request");
+  EXPECT_EQ(ctl(w, a, "model a b"), "error: usage: model [name]");
+  EXPECT_EQ(ctl(w, a, "tool_load"), "error: usage: tool_load <name>...");
+  EXPECT_EQ(ctl(w, a, "peeradd"), "error: usage: peeradd <name>");
+  EXPECT_EQ(ctl(w, a, "peerdel a b"), "error: usage: peerdel <name>");
+  EXPECT_EQ(ctl(w, a, "inject"), "error: usage: inject <text>");
+  EXPECT_EQ(ctl(w, a, "inject    "), "error: usage: inject <text>");
+  EXPECT_EQ(ctl(w, a, "stop now"), "error: usage: stop");
+  EXPECT_EQ(ctl(w, a, "model 'x"), "error: unterminated quote");
+  EXPECT_EQ(ctl(w, a, "agent nosuch"), "error: unknown agent profile: nosuch");
+  EXPECT_EQ(ctl(w, a, "backend nosuch"),
+            "error: unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
+  EXPECT_EQ(ctl(w, a, "backend anthropic").rfind("error: anthropic: missing key: set ", 0), 0u);
+  EXPECT_EQ(ctl(w, a, "backend"), "openai\n");  // nothing changed
+  EXPECT_EQ(ctl(w, a, "tool_load nosuch_tool"), "error: unknown tool: nosuch_tool");
+  EXPECT_EQ(ctl(w, a, "cwd rel/dir"), "error: cwd must be absolute: rel/dir");
+  EXPECT_EQ(ctl(w, a, "cwd /nonexistent-dir"), "error: cwd: /nonexistent-dir: not a directory");
+  EXPECT_EQ(ctl(w, a, "name bad/name"), "error: invalid name: bad/name");
+  EXPECT_EQ(ctl(w, a, "name new"), "error: invalid name: new");
+  EXPECT_EQ(ctl(w, a, "name other"), "error: agent already exists: other");
+}
+
+TEST(AgentCtl, ModelBackendAndToolLoadChangeWhatTheNextRequestUses) {
+  World w;
+  w.extra_env = {"OLLIE_OLLAMA_URL=http://127.0.0.1:1"};  // nothing listens there
+  w.stop_server(SIGTERM);
+  w.start();
+  auto s = w.session("work");
+  auto a = w.agent(s, "main", "agent=observer");
+  EXPECT_EQ(ctl(w, a, "model other-model"), "other-model\n");
+  EXPECT_EQ(cfg_value(w, a, "model"), "other-model");
+  EXPECT_EQ(ctl(w, a, "tool_load shell file_read"), "shell\nfile_read\n");
+  converse(w, a, "hi", "hello");
+  auto body = chat_bodies(w).back();
+  EXPECT_EQ(body["model"], "other-model");
+  bool shell = false;
+  for (auto& t : body["tools"]) shell = shell || t["function"]["name"] == "shell";
+  EXPECT_TRUE(shell) << body["tools"].dump();
+  // The same backend keeps the model; another one takes its default (here OLLIE_MODEL).
+  EXPECT_EQ(ctl(w, a, "backend openai"), "openai\n");
+  EXPECT_EQ(ctl(w, a, "model"), "other-model\n");
+  EXPECT_EQ(ctl(w, a, "backend ollama"), "ollama\n");
+  EXPECT_EQ(ctl(w, a, "model"), "fake-model\n");
+  EXPECT_EQ(cfg_value(w, a, "backend"), "ollama");
+  auto models = ctl(w, a, "models");
+  EXPECT_EQ(models.rfind("error: ollama: ", 0), 0u) << models;
+}
+
+TEST(AgentCtl, IdleOnlyVerbsAreRefusedDuringATurn) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"fault", "hang"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  ASSERT_TRUE(eventually([&] { return chat_bodies(w).size() == 1; }));
+  ASSERT_EQ(w.read_state(a), "thinking");
+  EXPECT_EQ(ctl(w, a, "clear"), "error: cannot clear while agent is running");
+  EXPECT_EQ(ctl(w, a, "compact"), "error: cannot compact while agent is running");
+  EXPECT_EQ(ctl(w, a, "model x"), "error: cannot model while agent is running");
+  EXPECT_EQ(ctl(w, a, "backend openai"), "error: cannot backend while agent is running");
+  EXPECT_EQ(ctl(w, a, "agent observer"), "error: cannot agent while agent is running");
+  EXPECT_EQ(ctl(w, a, "cwd /tmp"), "error: cannot cwd while agent is running");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=0.5").ename(), "cannot change cfg while agent is running");
+  // Queries, renames and the verbs that are not idle-only still work.
+  EXPECT_EQ(ctl(w, a, "model"), "fake-model\n");
+  EXPECT_EQ(ctl(w, a, "agent"), "default\n");
+  EXPECT_EQ(ctl(w, a, "cwd"), w.project + "\n");
+  EXPECT_EQ(ctl(w, a, "name busy"), "busy\n");
+  a = s + "/agent/busy";
+  EXPECT_EQ(cfg_value(w, a, "temperature"), "");
+  EXPECT_EQ(ctl(w, a, "stop"), "stopped\n");
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_TRUE(wait_block(w, a, "info", "interrupted"));
+  EXPECT_EQ(ctl(w, a, "stop"), "idle\n");
+  EXPECT_EQ(ctl(w, a, "clear"), "cleared\n");
+  EXPECT_TRUE(wait_block(w, a, "info", "cleared"));
+}
+
+TEST(AgentCtl, AnInjectReachesTheLastResultOfTheNextRound) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({wait_for_go("call_1")})}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "work on it"));
+  ASSERT_TRUE(w.wait_state(a, "calling: shell"));
+  EXPECT_EQ(ctl(w, a, "inject first"), "injected\n");
+  EXPECT_EQ(ctl(w, a, "inject also check\nthe tests"), "injected\n");  // replaces it; free text
+  write_file(w.project + "/go", "");
+  ASSERT_TRUE(wait_block(w, a, "assistant", "done"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto bodies = chat_bodies(w);
+  ASSERT_EQ(bodies.size(), 2u);
+  const auto& last = bodies[1]["messages"].back();
+  EXPECT_EQ(last["role"], "tool");
+  const std::string content = last["content"];
+  const std::string tail = "\n\n<system-user-interruption>\nalso check\nthe tests\n</system-user-interruption>";
+  ASSERT_GE(content.size(), tail.size());
+  EXPECT_EQ(content.substr(content.size() - tail.size()), tail) << content;
+  EXPECT_EQ(content.find("first"), std::string::npos) << content;
+  EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"first", "also check\nthe tests"}));
+  // Idle, an inject is an ordinary prompt.
+  w.fake.push({{"text", "sure"}});
+  EXPECT_EQ(ctl(w, a, "inject now this"), "submitted\n");
+  ASSERT_TRUE(wait_block(w, a, "assistant", "sure"));
+  EXPECT_EQ(chat_bodies(w).back()["messages"].back()["content"], "now this");
+}
+
+TEST(AgentCtl, AnInjectNoRoundTookIsTheNextPromptWithoutASecondBlock) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({wait_for_go("call_1")})}});
+  w.fake.push({{"text", "finished"}, {"chunk", 2}, {"delay_ms", 300}});  // slow: the inject arrives meanwhile
+  w.fake.push({{"text", "about the follow-up"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "work on it"));
+  ASSERT_TRUE(w.wait_state(a, "calling: shell"));
+  // The queued prompt waits behind the inject (§8.1.2).
+  ASSERT_TRUE(w.write(a + "/prompt", "queued"));
+  w.fake.push({{"text", "about the queue"}});
+  write_file(w.project + "/go", "");
+  ASSERT_TRUE(eventually([&] { return chat_bodies(w).size() == 2; }));
+  // The final response of the turn is on its way: no round takes the inject now.
+  EXPECT_EQ(ctl(w, a, "inject follow-up"), "injected\n");
+  ASSERT_TRUE(wait_block(w, a, "assistant", "about the queue"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto bodies = chat_bodies(w);
+  ASSERT_EQ(bodies.size(), 4u);
+  EXPECT_EQ(bodies[2]["messages"].back()["content"], "follow-up");
+  EXPECT_EQ(bodies[3]["messages"].back()["content"], "queued");
+  EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"follow-up"}));
+}
+
+TEST(AgentCtl, StopDiscardsAPendingInject) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"fault", "hang"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  ASSERT_TRUE(eventually([&] { return chat_bodies(w).size() == 1; }));
+  EXPECT_EQ(ctl(w, a, "inject lost"), "injected\n");
+  EXPECT_EQ(ctl(w, a, "stop"), "stopped\n");
+  ASSERT_TRUE(wait_block(w, a, "info", "interrupted"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  converse(w, a, "next", "ok");
+  auto bodies = chat_bodies(w);
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_EQ(bodies[1]["messages"].back()["content"], "next");
+}
+
+TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
+  World w;
+  own_profiles(w, {{"pinned", R"({"prompt": ["agent-observer.md"], "autoLoad": ["file_read"],
+                                  "backend": "openai", "model": "pinned-model", "temperature": 0.7})"},
+                   {"bad", "{"}});
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  converse(w, a, "remember this", "noted");
+  ASSERT_TRUE(w.write(a + "/cfg", "topP=0.3"));
+  ASSERT_TRUE(w.write(a + "/plan", "- [ ] keep me\n"));
+  EXPECT_EQ(ctl(w, a, "agent observer"), "observer\n");
+  EXPECT_EQ(ctl(w, a, "agent"), "observer\n");
+  auto tools = ctl(w, a, "tools");
+  EXPECT_EQ(tools.find("shell"), std::string::npos) << tools;
+  EXPECT_NE(tools.find("file_grep\t"), std::string::npos) << tools;
+  EXPECT_EQ(cfg_value(w, a, "agent"), "observer");
+  EXPECT_EQ(cfg_value(w, a, "reasoningEffort"), "low");
+  EXPECT_EQ(cfg_value(w, a, "topP"), "");  // the cfg overrides are dropped
+  EXPECT_EQ(cfg_value(w, a, "model"), "fake-model");  // the profile names no model
+  EXPECT_EQ(*w.read(a + "/plan"), "- [ ] keep me\n");
+  converse(w, a, "and now?", "fresh");
+  auto body = chat_bodies(w).back();
+  ASSERT_EQ(body["messages"].size(), 2u) << body["messages"].dump();  // system + the prompt: history cleared
+  EXPECT_EQ(body["messages"][1]["content"], "and now?");
+  EXPECT_NE(body["messages"][0]["content"].get<std::string>().find("## file_grep"), std::string::npos);
+  // A profile that names its backend and model; the errors change nothing.
+  EXPECT_EQ(ctl(w, a, "agent pinned"), "pinned\n");
+  EXPECT_EQ(ctl(w, a, "model"), "pinned-model\n");
+  EXPECT_EQ(cfg_value(w, a, "temperature"), "0.7");
+  EXPECT_EQ(ctl(w, a, "tools").substr(0, 10), "file_read\t");
+  EXPECT_EQ(ctl(w, a, "agent bad").rfind("error: agent profile bad: ", 0), 0u);
+  EXPECT_EQ(ctl(w, a, "agent ../x"), "error: unknown agent profile: ../x");
+  EXPECT_EQ(ctl(w, a, "agent"), "pinned\n");
+  // !cmd respects the profile's tool set.
+  ASSERT_TRUE(w.write(a + "/prompt", "!ls"));
+  EXPECT_TRUE(wait_block(w, a, "error", "!: shell tool not loaded (use /tool_load shell)"));
+}
+
+TEST(AgentCtl, CwdSetsTheToolsDirectoryAndClearsBackToTheSessions) {
+  World w;
+  std::filesystem::create_directories(w.project + "/sub");
+  std::filesystem::create_directories(w.home + "/elsewhere");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  EXPECT_EQ(ctl(w, a, "cwd " + w.project + "/sub/"), w.project + "/sub\n");
+  EXPECT_EQ(cfg_value(w, a, "cwd"), w.project + "/sub");
+  auto sp = ctl(w, a, "systemprompt");
+  EXPECT_NE(sp.find("- Working directory: " + w.project + "/sub\n"), std::string::npos) << sp;
+  ASSERT_TRUE(w.write(a + "/prompt", "!pwd"));
+  EXPECT_TRUE(wait_block(w, a, "exec", w.project + "/sub\n"));
+  // A shell call of the model runs there too.
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", "pwd"}}}}})}});
+  w.fake.push({{"text", "there"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "where?"));
+  ASSERT_TRUE(wait_block(w, a, "assistant", "there"));
+  auto results = contents(w, a, "tool", std::string("shell"));
+  ASSERT_FALSE(results.empty());
+  EXPECT_EQ(results.back(), w.project + "/sub\n");
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(ctl(w, a, "cwd ~/elsewhere"), w.home + "/elsewhere\n");
+  EXPECT_EQ(ctl(w, a, "cwd -"), w.project + "\n");
+  EXPECT_EQ(cfg_value(w, a, "cwd"), "");
+  ASSERT_TRUE(w.write(a + "/prompt", "!pwd"));
+  EXPECT_TRUE(wait_block(w, a, "exec", w.project + "\n"));
+  // Naming the session cwd is inheriting it.
+  EXPECT_EQ(ctl(w, a, "cwd " + w.project), w.project + "\n");
+  EXPECT_EQ(cfg_value(w, a, "cwd"), "");
+}
+
+TEST(AgentCtl, CfgWritesArePartialAtomicOrderedAndPersisted) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto c = w.read(a + "/cfg");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(*c,
+            "backend=openai\nmodel=fake-model\nagent=default\ncwd=\nmaxTokens=\nmaxCompletionTokens=\n"
+            "temperature=\ntopP=\ntopK=\nminP=\ntopA=\nfrequencyPenalty=\npresencePenalty=\n"
+            "repetitionPenalty=\nreasoning=\nreasoningEffort=\nincludeReasoning=\nresponseFormat=\nstop=\n"
+            "verbosity=\n");
+  ASSERT_TRUE(w.write(a + "/cfg", "temperature=0.5\ntopK=40 stop='[\"END\",\"\\n\\n\"]'"));
+  EXPECT_EQ(cfg_value(w, a, "temperature"), "0.5");
+  EXPECT_EQ(cfg_value(w, a, "topK"), "40");
+  EXPECT_EQ(cfg_value(w, a, "stop"), "[\"END\",\"\\n\\n\"]");
+  // Errors of §1.3 and §2.8.3; nothing of a refused write is applied.
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=0.9 topK=abc").ename(), "invalid topK: abc");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=abc").ename(), "invalid temperature: abc");
+  EXPECT_EQ(w.write(a + "/cfg", "reasoningEffort=x").ename(), "invalid reasoningEffort: x (low, medium, high)");
+  EXPECT_EQ(w.write(a + "/cfg", "foo=1").ename(), "unknown key: foo");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature").ename(), "bad token: temperature");
+  EXPECT_EQ(w.write(a + "/cfg", "topP=1 topP=2").ename(), "duplicate key: topP");
+  EXPECT_EQ(w.write(a + "/cfg", "verbosity='x").ename(), "unterminated quote");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=rel").ename(), "cwd must be absolute: rel");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=/nonexistent-dir").ename(), "cwd: /nonexistent-dir: not a directory");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 agent=nosuch").ename(), "unknown agent profile: nosuch");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 backend=nosuch").ename(),
+            "unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 backend=anthropic").ename().rfind("anthropic: missing key: set ", 0), 0u);
+  EXPECT_EQ(cfg_value(w, a, "temperature"), "0.5");
+  EXPECT_EQ(cfg_value(w, a, "backend"), "openai");
+  // The request carries them.
+  converse(w, a, "hi", "hello");
+  auto body = chat_bodies(w).back();
+  EXPECT_EQ(body["temperature"], 0.5);
+  EXPECT_EQ(body["stop"], json::array({"END", "\n\n"}));
+  // Empty drops an override; a key equal to the current value is no change (the history stays).
+  ASSERT_TRUE(w.write(a + "/cfg", "temperature= agent=default backend=openai"));
+  EXPECT_EQ(cfg_value(w, a, "temperature"), "");
+  ASSERT_TRUE(w.write(a + "/cfg", "model=m2 backend=openai"));
+  EXPECT_EQ(cfg_value(w, a, "model"), "m2");
+  converse(w, a, "again", "still here");
+  EXPECT_EQ(chat_bodies(w).back()["messages"].size(), 4u);  // system, hi, hello, again: the history stayed
+  ASSERT_TRUE(w.write(a + "/cfg", "model="));
+  EXPECT_EQ(cfg_value(w, a, "model"), "fake-model");
+  // agent first, then the parameters: the switch does not replace this write's temperature.
+  ASSERT_TRUE(w.write(a + "/cfg", "temperature=0.25 agent=observer"));
+  EXPECT_EQ(cfg_value(w, a, "agent"), "observer");
+  EXPECT_EQ(cfg_value(w, a, "temperature"), "0.25");
+  EXPECT_EQ(cfg_value(w, a, "topK"), "");
+  EXPECT_EQ(cfg_value(w, a, "reasoningEffort"), "low");
+  std::filesystem::create_directories(w.project + "/sub");
+  ASSERT_TRUE(w.write(a + "/cfg", "cwd=" + w.project + "/sub"));
+  EXPECT_EQ(ctl(w, a, "cwd"), w.project + "/sub\n");
+  // Persisted: a restarted olliesrv reads the same cfg.
+  const std::string before = *w.read(a + "/cfg");
+  w.stop_server(SIGTERM);
+  w.start();
+  EXPECT_EQ(*w.read(a + "/cfg"), before);
+  ASSERT_TRUE(w.write(a + "/cfg", "cwd="));
+  EXPECT_EQ(ctl(w, a, "cwd"), w.project + "\n");
+}
+
+TEST(AgentCtl, PeersLinkBothWaysPersistAndUnlink) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "alice");
+  auto b = w.agent(s, "bob");
+  auto c = w.agent(s, "carol");
+  EXPECT_EQ(ctl(w, a, "peeradd bob"), "peer bob\n");
+  EXPECT_EQ(ctl(w, a, "peeradd bob"), "error: already peers: bob");
+  EXPECT_EQ(ctl(w, b, "peeradd alice"), "error: already peers: alice");
+  EXPECT_EQ(ctl(w, a, "peeradd alice"), "error: cannot peer with self");
+  EXPECT_EQ(ctl(w, a, "peeradd nobody"), "error: no such agent: nobody");
+  EXPECT_EQ(ctl(w, a, "peerdel carol"), "error: not a peer: carol");
+  EXPECT_EQ(ctl(w, a, "peerdel nobody"), "error: not a peer: nobody");
+  EXPECT_EQ(ctl(w, c, "peeradd alice"), "peer alice\n");
+  // A message through the link arrives as a peer message.
+  w.fake.push({{"text", "got it"}});
+  ASSERT_TRUE(w.write(b + "/peer/alice", "ping"));
+  ASSERT_TRUE(wait_block(w, a, "assistant", "got it"));
+  // Kept across a restart.
+  w.stop_server(SIGTERM);
+  w.start();
+  EXPECT_EQ(ctl(w, b, "peerdel alice"), "unpeered alice\n");
+  EXPECT_EQ(ctl(w, a, "peerdel bob"), "error: not a peer: bob");
+  // Killing an agent unlinks it on the other side.
+  std::string sid = *w.read(s + "/id"), carol = *w.read(c + "/id");
+  sid.pop_back();
+  carol.pop_back();
+  EXPECT_TRUE(eventually([&] { return peers_saved(w, sid, "alice") == std::vector<std::string>{carol}; }));
+  EXPECT_EQ(ctl(w, c, "kill"), "killed\n");
+  w.stop_server(SIGTERM);
+  EXPECT_EQ(peers_saved(w, sid, "alice"), std::vector<std::string>{});
+  EXPECT_EQ(peers_saved(w, sid, "bob"), std::vector<std::string>{});
+}
+
+TEST(AgentCtl, PrefixesRunVerbsAndCommandsAtOnce) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(a + "/prompt", "/model qwen3:8b"));
+  EXPECT_TRUE(wait_block(w, a, "info", "qwen3:8b"));
+  EXPECT_EQ(ctl(w, a, "model"), "qwen3:8b\n");
+  ASSERT_TRUE(w.write(a + "/prompt", "/"));
+  EXPECT_TRUE(wait_block(w, a, "error", "unknown command: "));
+  ASSERT_TRUE(w.write(a + "/prompt", "  /frob it  \n"));
+  EXPECT_TRUE(wait_block(w, a, "error", "unknown command: frob"));
+  ASSERT_TRUE(w.write(a + "/fifo", "/agent"));
+  EXPECT_TRUE(wait_block(w, a, "info", "default"));
+  ASSERT_TRUE(w.write(a + "/prompt", "!echo hi; echo there"));
+  EXPECT_TRUE(wait_block(w, a, "exec", "hi\nthere\n"));
+  ASSERT_TRUE(w.write(a + "/prompt", "!echo out; exit 3"));
+  EXPECT_TRUE(wait_block(w, a, "exec", "out\nexit 3"));
+  for (const auto& b : blocks_of(w, a)) {
+    if (b["role"] == "exec" && b["content"] == "out\nexit 3") {
+      EXPECT_EQ(b["name"], "echo out; exit 3");
+    }
+  }
+  ASSERT_TRUE(w.write(a + "/fifo", "!echo from fifo"));
+  EXPECT_TRUE(wait_block(w, a, "exec", "from fifo\n"));
+  EXPECT_EQ(chat_bodies(w).size(), 0u);  // none of it reached the model
+  EXPECT_EQ(w.read_state(a), "idle");
+  // `//` is a prompt with one `/` removed.
+  w.fake.push({{"text", "it is fine"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "//etc/hosts is wrong"));
+  ASSERT_TRUE(wait_block(w, a, "assistant", "it is fine"));
+  EXPECT_EQ(contents(w, a, "user").back(), "/etc/hosts is wrong");
+  EXPECT_EQ(chat_bodies(w).back()["messages"].back()["content"], "/etc/hosts is wrong");
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  // During a turn: /verb and !cmd run at once, idle-only verbs are refused into an error block.
+  w.fake.push({{"fault", "hang"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "think"));
+  ASSERT_TRUE(eventually([&] { return chat_bodies(w).size() == 2; }));
+  ASSERT_TRUE(w.write(a + "/prompt", "/clear"));
+  EXPECT_TRUE(wait_block(w, a, "error", "cannot clear while agent is running"));
+  ASSERT_TRUE(w.write(a + "/prompt", "!echo meanwhile"));
+  EXPECT_TRUE(wait_block(w, a, "exec", "meanwhile\n"));
+  EXPECT_EQ(w.read_state(a), "thinking");
+  ASSERT_TRUE(w.write(a + "/prompt", "/stop"));
+  EXPECT_TRUE(wait_block(w, a, "info", "stopped"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+}
+
+TEST(AgentCtl, CompactAndNameAndKill) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  for (int i = 0; i < 4; i++) converse(w, a, "q" + std::to_string(i), "a" + std::to_string(i));
+  EXPECT_EQ(ctl(w, a, "compact"), "nothing to compact\n");  // 8 messages: all in the hot zone
+  converse(w, a, "q4", "a4");
+  EXPECT_EQ(ctl(w, a, "compact").rfind("error: compact: ", 0), 0u);
+  // Renames through ctl and through the name file; the path moves, the id stays.
+  const std::string id = *w.read(a + "/id");
+  auto ev = w.open("event");
+  EXPECT_EQ(ctl(w, a, "name first"), "first\n");
+  const std::string want = "agent." + id.substr(0, id.size() - 1) + ".rename session/work/agent/main session/work/agent/first\n";
+  EXPECT_NE(World::read_until(ev, want).find(want), std::string::npos);
+  ASSERT_TRUE(w.write(s + "/agent/first/name", "second\n"));
+  EXPECT_EQ(*w.read(s + "/agent/second/name"), "second\n");
+  EXPECT_EQ(*w.read(s + "/agent/second/id"), id);
+  EXPECT_NE(ctl(w, s + "/agent/second", "systemprompt").find("- Agent: second ("), std::string::npos);
+  EXPECT_EQ(w.write(s + "/agent/second/name", "bad name").ename(), "invalid name: bad name");
+  EXPECT_EQ(ctl(w, s + "/agent/second", "kill"), "killed\n");
+  EXPECT_EQ(w.read(s + "/agent/second/id").ename(), "second: file not found");
+}

@@ -1,0 +1,421 @@
+// An agent's fifo, feed, plan, peer/ and proc/ (spec §2.7, §2.8.5, §2.8.6, §6.5, §6.10, §8.11,
+// §8.12), through the real socket: the real olliesrv with its real toolsrv running the shipped
+// shell tool, and the fake provider.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<json> blocks_of(World& w, const std::string& agent) {
+  std::vector<json> out;
+  auto r = w.read(agent + "/log.raw");
+  if (!r) return out;
+  std::size_t pos = 0;
+  while (pos < r->size()) {
+    auto nl = r->find('\n', pos);
+    if (nl == std::string::npos) break;
+    out.push_back(json::parse(r->substr(pos, nl - pos)));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+/// The contents of the agent's blocks of `role` (and `name`, when given), oldest first.
+std::vector<std::string> contents(World& w, const std::string& agent, const std::string& role,
+                                  const std::optional<std::string>& name = std::nullopt) {
+  std::vector<std::string> out;
+  for (const auto& b : blocks_of(w, agent))
+    if (b["role"] == role && (!name || b.value("name", "") == *name)) out.push_back(b["content"]);
+  return out;
+}
+
+std::size_t chat_requests(World& w) {
+  std::size_t n = 0;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) n++;
+  return n;
+}
+
+std::vector<std::string> names_in(World& w, const std::string& dir) {
+  std::vector<std::string> out;
+  auto f = w.open(dir);
+  auto d = f.dirread_all();
+  if (!d) return {"error: " + d.ename()};
+  for (const auto& e : *d) out.push_back(e.name);
+  return out;
+}
+
+/// A tool call of the shell tool with `background: true`.
+json background_shell(const std::string& id, const std::string& cmd) {
+  return {{"id", id}, {"name", "shell"}, {"arguments", {{"cmd", cmd}, {"background", true}}}};
+}
+
+/// The pids of `background process <pid> started (shell)` results, in call order.
+std::vector<std::string> started_pids(World& w, const std::string& agent) {
+  std::vector<std::string> out;
+  const std::string pre = "background process ", post = " started (shell)";
+  for (const auto& r : contents(w, agent, "tool", "shell")) {
+    EXPECT_EQ(r.rfind(pre, 0), 0u) << r;
+    EXPECT_EQ(r.substr(r.size() - post.size()), post) << r;
+    out.push_back(r.substr(pre.size(), r.size() - pre.size() - post.size()));
+  }
+  return out;
+}
+
+/// A connection of its own, attached as the hostowner: for fids held across other requests.
+struct Conn {
+  std::shared_ptr<p9::Client> c;
+  p9::CFid root;
+  explicit Conn(World& w) {
+    auto d = p9::Client::dial("unix!" + w.sock);
+    if (!d) throw std::runtime_error("dial: " + d.ename());
+    c = *d;
+    auto r = c->attach(World::login(), "");
+    if (!r) throw std::runtime_error("attach: " + r.ename());
+    root = std::move(*r);
+  }
+  p9::CFid open(const std::string& path, std::uint8_t mode) {
+    auto f = root.walk(path);
+    if (!f) throw std::runtime_error(path + ": " + f.ename());
+    if (auto st = f->open(mode); !st) throw std::runtime_error(path + ": " + st.ename());
+    return std::move(*f);
+  }
+};
+
+/// Links two agents both ways, by id, as ctl peeradd stores it: in session.json (§7.7), with
+/// olliesrv stopped, then started again.
+void link_in_store(World& w, const std::string& session, const std::string& a_id, const std::string& b_id) {
+  const std::string sid = w.read(session + "/id")->substr(0, 36);
+  w.stop_server(SIGTERM);
+  const std::string path = w.data + "/sessions/" + sid + "/session.json";
+  auto j = json::parse(read_file(path));
+  for (auto& ag : j["agents"]) ag["peers"] = json::array({ag["id"] == a_id ? b_id : a_id});
+  write_file(path, j.dump());
+  w.start();
+}
+
+/// Reads a Stream fid to its end.
+std::string read_to_eof(p9::CFid& f) {
+  std::string all;
+  for (;;) {
+    auto r = f.read(8192);
+    if (!r || r->empty()) return all;
+    all += *r;
+  }
+}
+
+}  // namespace
+
+TEST(AgentFiles, FifoPopsTheHeadAndAppendsToTheTail) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"fault", "hang"}});  // the first turn runs until `stop`
+  w.fake.push({{"text", "bravo done"}});
+  w.fake.push({{"text", "charlie done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "first"));
+  ASSERT_TRUE(w.wait_state(a, "thinking"));
+  ASSERT_TRUE(w.write(a + "/fifo", "alpha\n"));
+  ASSERT_TRUE(w.write(a + "/fifo", "  bravo \n"));
+  ASSERT_TRUE(w.write(a + "/fifo", "//charlie"));  // a prompt with one `/` removed
+  // The head is popped at the fid's first read; later reads of that fid serve the same item.
+  auto f = w.open(a + "/fifo");
+  EXPECT_EQ(*f.pread(0, 100), "alpha");
+  EXPECT_EQ(*f.pread(0, 100), "alpha");
+  EXPECT_EQ(*f.pread(2, 100), "pha");
+  // `/verb` and `!cmd` written to fifo run at once and are never queued.
+  ASSERT_TRUE(w.write(a + "/fifo", "/model"));
+  ASSERT_TRUE(w.write(a + "/fifo", "!echo from-fifo"));
+  ASSERT_TRUE(eventually([&] { return !contents(w, a, "exec").empty(); }));
+  EXPECT_EQ(contents(w, a, "exec"), std::vector<std::string>{"from-fifo\n"});
+  auto infos = contents(w, a, "info");
+  EXPECT_NE(std::find(infos.begin(), infos.end(), "fake-model"), infos.end());
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "stop"), "stopped\n");
+  // What is left runs in order, one turn each; the popped item never runs.
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant") == std::vector<std::string>{"bravo done", "charlie done"}; }));
+  EXPECT_EQ(contents(w, a, "user"), (std::vector<std::string>{"first", "bravo", "/charlie"}));
+  EXPECT_EQ(chat_requests(w), 3u);
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(*w.read(a + "/fifo"), "");  // an empty queue: 0 bytes
+  // An idle agent: a fifo write starts a turn, as a prompt does.
+  w.fake.push({{"text", "delta done"}});
+  ASSERT_TRUE(w.write(a + "/fifo", "delta"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 3; }));
+  EXPECT_EQ(contents(w, a, "user").back(), "delta");
+}
+
+TEST(AgentFiles, FeedSubmitsOnlyANewValueAndItsReadersWaitForOne) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "observer", "agent=observer");
+  w.fake.push({{"text", "noted one"}});
+  w.fake.push({{"text", "noted two"}});
+  auto reader = w.open(a + "/feed");  // its baseline: the value at open (none)
+  auto first = std::async(std::launch::async, [&] { return reader.pread(0, 8192); });
+  ASSERT_TRUE(w.write(a + "/feed", "diff one\n"));
+  auto got = first.get();
+  ASSERT_TRUE(got) << got.ename();
+  EXPECT_EQ(*got, "diff one\n");
+  EXPECT_EQ(*reader.pread(5, 8192), "one\n");  // an offset past 0: the rest of the value delivered
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  ASSERT_TRUE(w.write(a + "/feed", "diff one\n"));  // the same value: nothing happens
+  ASSERT_TRUE(w.write(a + "/feed", "diff two"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));
+  EXPECT_EQ(contents(w, a, "user", "feed"), (std::vector<std::string>{"diff one\n", "diff two"}));
+  EXPECT_EQ(chat_requests(w), 2u);
+  // The fid last saw "diff one\n": the changed value comes at once.
+  EXPECT_EQ(*reader.pread(0, 8192), "diff two");
+  // No change for 5 s: 0 bytes (feed has no Read content to fall back on).
+  const auto t0 = std::chrono::steady_clock::now();
+  auto quiet = reader.pread(0, 8192);
+  ASSERT_TRUE(quiet) << quiet.ename();
+  EXPECT_EQ(*quiet, "");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 4500ms);
+}
+
+TEST(AgentFiles, PlanAndFeedAreKeptAcrossARestart) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string plan = "- [x] read the code\n- [ ] fix the bug\n";
+  auto before = w.open(a + "/plan").stat();
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->length, 0u);
+  ASSERT_TRUE(w.write(a + "/plan", plan));
+  EXPECT_EQ(*w.read(a + "/plan"), plan);
+  auto after = w.open(a + "/plan").stat();
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->length, plan.size());
+  EXPECT_GT(after->qid.vers, before->qid.vers);
+  EXPECT_EQ(after->uid, w.read(a + "/id")->substr(0, 36));  // uid S
+  EXPECT_EQ(after->mode & 0777, 0640u);
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/feed", "value one"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+
+  w.stop_server(SIGTERM);
+  w.start();
+  EXPECT_EQ(*w.read(a + "/plan"), plan);
+  // The feed value survived: writing it again submits nothing, a new one is submitted.
+  w.fake.push({{"text", "ok again"}});
+  ASSERT_TRUE(w.write(a + "/feed", "value one"));
+  ASSERT_TRUE(w.write(a + "/feed", "value two"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));
+  EXPECT_EQ(contents(w, a, "user", "feed"), (std::vector<std::string>{"value one", "value two"}));
+}
+
+TEST(AgentFiles, PeersGetTaggedMessagesUntilThePeerIsGone) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto b = w.agent(s, "helper");
+  const std::string a_id = w.read(a + "/id")->substr(0, 36), b_id = w.read(b + "/id")->substr(0, 36);
+  EXPECT_TRUE(names_in(w, a + "/peer").empty());
+  EXPECT_EQ(w.write(a + "/peer/helper", "hi").ename(), "helper: file not found");  // not linked
+  link_in_store(w, s, a_id, b_id);
+
+  EXPECT_EQ(names_in(w, a + "/peer"), std::vector<std::string>{"helper"});
+  EXPECT_EQ(names_in(w, b + "/peer"), std::vector<std::string>{"main"});
+  w.fake.push({{"text", "got it"}});
+  ASSERT_TRUE(w.write(a + "/peer/helper", "please review foo.c\n"));
+  ASSERT_TRUE(eventually([&] { return contents(w, b, "assistant").size() == 1; }));
+  EXPECT_EQ(contents(w, b, "user", "peer:main"),
+            std::vector<std::string>{"<peer-message from=\"main\">\nplease review foo.c\n</peer-message>"});
+  EXPECT_TRUE(contents(w, a, "user").empty());  // nothing reaches the sender's own history
+  // Renamed, the peer is listed by its new name; its id reaches it too. Mode 0200, uid S.
+  ASSERT_TRUE(w.write(b + "/name", "reviewer"));
+  EXPECT_EQ(names_in(w, a + "/peer"), std::vector<std::string>{"reviewer"});
+  Conn c(w);
+  auto byid = c.root.walk(a + "/peer/" + b_id);
+  ASSERT_TRUE(byid) << byid.ename();
+  auto st = byid->stat();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->mode & 0777, 0200u);
+  EXPECT_EQ(st->uid, a_id);
+  EXPECT_EQ(byid->open(p9::OREAD).ename(), "permission denied");
+  // A fid open on the peer's file when the peer is killed: `agent killed`; the entry goes.
+  auto f = c.open(a + "/peer/reviewer", p9::OWRITE);
+  EXPECT_EQ(*w.rdwr(s + "/agent/reviewer/ctl", "kill"), "killed\n");
+  ASSERT_TRUE(f.write("still there?"));
+  EXPECT_EQ(f.clunk().ename(), "agent killed");
+  EXPECT_TRUE(names_in(w, a + "/peer").empty());
+}
+
+TEST(AgentFiles, ABackgroundShellIsListedStreamedWaitedForAndDismissed) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string a_id = w.read(a + "/id")->substr(0, 36);
+  const std::string cmd = "echo ready; while [ ! -e go ]; do sleep 0.05; done; echo done; exit 3";
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", cmd)})}});
+  w.fake.push({{"text", "started"}});
+  w.fake.push({{"text", "it ended"}});  // the turn of the interrupt
+  ASSERT_TRUE(w.write(a + "/prompt", "run it in the background"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  const std::string pid = pids[0], dir = a + "/proc/" + pid;
+  EXPECT_EQ(names_in(w, a + "/proc"), pids);
+  EXPECT_EQ(names_in(w, dir), (std::vector<std::string>{"out", "wait", "stat", "ctl"}));
+  auto out = w.open(dir + "/out");
+  EXPECT_EQ(World::read_until(out, "ready\n"), "ready\n");
+  auto stat = w.read(dir + "/stat");
+  ASSERT_TRUE(stat) << stat.ename();
+  EXPECT_EQ(stat->rfind("pid=" + pid + "\ntool=shell\nagent=" + a_id + "\nbackground=true\nstatus=running\nstarted=", 0), 0u)
+      << *stat;
+  auto wait = w.open(dir + "/wait");
+  auto status = std::async(std::launch::async, [&] { return read_to_eof(wait); });
+  write_file(w.project + "/go", "");
+  EXPECT_EQ(read_to_eof(out), "done\n");  // the rest, then EOF after the exit
+  EXPECT_EQ(status.get().rfind("pid=" + pid + "\nstatus=exited\nexit=3\nstdout=", 0), 0u);
+  stat = w.read(dir + "/stat");
+  EXPECT_NE(stat->find("\nstatus=exited\nexit=3\nstarted="), std::string::npos) << *stat;
+  // The end comes to the agent as a prompt: a `user` block named `proc`.
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));
+  EXPECT_EQ(contents(w, a, "user", "proc"),
+            std::vector<std::string>{"<system-proc-interrupt id=\"" + pid + "\" cmd=\"" + cmd +
+                                     "\" status=\"exited\" exit=\"3\">\nready\ndone\n</system-proc-interrupt>"});
+  EXPECT_EQ(chat_requests(w), 3u);
+  EXPECT_EQ(w.write(dir + "/ctl", "term").ename(), "process has exited");
+  // Dismissed, it is gone from proc/.
+  ASSERT_TRUE(w.write(dir + "/ctl", "dismiss"));
+  EXPECT_TRUE(names_in(w, a + "/proc").empty());
+  EXPECT_EQ(w.read(dir + "/stat").ename(), pid + ": file not found");
+}
+
+TEST(AgentFiles, ProcCtlSignalsTheProcessAndRefusesWhatItCannotDo) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "sleep 30"), background_shell("c2", "sleep 30"),
+                                           background_shell("c3", "sleep 30")})}});
+  w.fake.push({{"text", "three running"}});
+  for (int i = 0; i < 3; i++) w.fake.push({{"text", "one ended"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "start three"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 3u);
+  auto listed = pids;  // listed numerically
+  std::sort(listed.begin(), listed.end(), [](const std::string& x, const std::string& y) { return std::stoi(x) < std::stoi(y); });
+  EXPECT_EQ(names_in(w, a + "/proc"), listed);
+  const std::string p1 = a + "/proc/" + pids[0], p2 = a + "/proc/" + pids[1], p3 = a + "/proc/" + pids[2];
+  EXPECT_EQ(w.write(p1 + "/ctl", "bogus").ename(), "unknown command: bogus");
+  EXPECT_EQ(w.write(p1 + "/ctl", "signal x").ename(), "invalid signal: x");
+  EXPECT_EQ(w.write(p1 + "/ctl", "signal 0").ename(), "invalid signal: 0");
+  EXPECT_EQ(w.write(p1 + "/ctl", "signal 65").ename(), "invalid signal: 65");
+  const std::vector<std::pair<std::string, std::string>> how{{"term", "15"}, {"kill", "9"}, {"signal 2", "2"}};
+  const std::vector<std::string> dirs{p1, p2, p3};
+  for (std::size_t i = 0; i < 3; i++) {
+    auto wait = w.open(dirs[i] + "/wait");
+    ASSERT_TRUE(w.write(dirs[i] + "/ctl", how[i].first));
+    EXPECT_EQ(read_to_eof(wait).rfind("pid=" + pids[i] + "\nstatus=signaled\nsignal=" + how[i].second + "\n", 0), 0u)
+        << how[i].first;
+    EXPECT_EQ(w.write(dirs[i] + "/ctl", "kill").ename(), "process has exited");
+    EXPECT_EQ(w.write(dirs[i] + "/ctl", "signal 9").ename(), "process has exited");
+  }
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "user", "proc").size() == 3; }));
+  auto interrupts = contents(w, a, "user", "proc");
+  for (std::size_t i = 0; i < 3; i++) {
+    const std::string head = "<system-proc-interrupt id=\"" + pids[i] + "\" cmd=\"sleep 30\" status=\"signaled\" signal=\"" +
+                             how[i].second + "\">\n</system-proc-interrupt>";
+    EXPECT_NE(std::find(interrupts.begin(), interrupts.end(), head), interrupts.end()) << head;
+  }
+  for (const auto& d : dirs) ASSERT_TRUE(w.write(d + "/ctl", "dismiss"));
+  EXPECT_TRUE(names_in(w, a + "/proc").empty());
+}
+
+TEST(AgentFiles, AFlushedProcReadReachesToolsrvAndLosesNothing) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "echo one; while [ ! -e go ]; do sleep 0.05; done; echo two")})}});
+  w.fake.push({{"text", "started"}});
+  w.fake.push({{"text", "ended"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  Conn c(w);
+  auto out = c.open(a + "/proc/" + pids[0] + "/out", p9::OREAD);
+  EXPECT_EQ(*out.read(100), "one\n");
+  // A read with nothing to give blocks (in toolsrv); flushed, it ends without a reply.
+  auto got = std::make_shared<std::promise<p9::Result<p9::Fcall>>>();
+  auto reply = got->get_future();
+  p9::Fcall t;
+  t.type = p9::Tread;
+  t.fid = out.num();
+  t.count = 100;
+  auto tag = c.c->start(t, [got](p9::Result<p9::Fcall> r) { got->set_value(std::move(r)); });
+  c.c->flush(tag);
+  auto r = reply.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.ename(), "interrupted");
+  // The same fid goes on where it was: nothing lost, nothing repeated.
+  write_file(w.project + "/go", "");
+  EXPECT_EQ(read_to_eof(out), "two\n");
+  EXPECT_EQ(read_to_eof(out), "");
+}
+
+TEST(AgentFiles, AKilledAgentsFilesSayAgentKilledAndItsStreamsEnd) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "echo up; sleep 30")})}});
+  w.fake.push({{"text", "started"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  Conn c(w);
+  const std::string dir = a + "/proc/" + pids[0];
+  auto out = c.open(dir + "/out", p9::OREAD);
+  EXPECT_EQ(*out.read(100), "up\n");
+  auto plan = c.open(a + "/plan", p9::OREAD);
+  auto fifo = c.open(a + "/fifo", p9::OREAD);
+  auto feed = c.open(a + "/feed", p9::OREAD);
+  auto stat = c.open(dir + "/stat", p9::OREAD);
+  auto ctl = c.open(dir + "/ctl", p9::OWRITE);
+  auto waiting = std::async(std::launch::async, [&] { return feed.pread(0, 100); });
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "kill"), "killed\n");
+  EXPECT_EQ(waiting.get().ename(), "agent killed");  // a blocked feed read wakes
+  EXPECT_EQ(read_to_eof(out), "");                   // its process was killed with it: EOF
+  EXPECT_EQ(plan.read(100).ename(), "agent killed");
+  EXPECT_EQ(fifo.read(100).ename(), "agent killed");
+  EXPECT_EQ(stat.read(100).ename(), "agent killed");
+  ASSERT_TRUE(ctl.write("term"));
+  EXPECT_EQ(ctl.clunk().ename(), "agent killed");
+}
+
+TEST(AgentFiles, PeeraddLinksBothWaysAndPeerdelUnlinks) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto b = w.agent(s, "helper");
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "peeradd helper"), "peer helper\n");
+  EXPECT_EQ(names_in(w, a + "/peer"), std::vector<std::string>{"helper"});
+  EXPECT_EQ(names_in(w, b + "/peer"), std::vector<std::string>{"main"});
+  w.fake.push({{"text", "answered"}});
+  ASSERT_TRUE(w.write(b + "/peer/main", "  done with foo.c  "));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  EXPECT_EQ(contents(w, a, "user", "peer:helper"),
+            std::vector<std::string>{"<peer-message from=\"helper\">\ndone with foo.c\n</peer-message>"});
+  Conn c(w);
+  auto f = c.open(a + "/peer/helper", p9::OWRITE);
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "peerdel helper"), "unpeered helper\n");
+  EXPECT_TRUE(names_in(w, a + "/peer").empty());
+  EXPECT_TRUE(names_in(w, b + "/peer").empty());
+  ASSERT_TRUE(f.write("one more thing"));
+  EXPECT_EQ(f.clunk().ename(), "not a peer: helper");
+  EXPECT_EQ(contents(w, b, "user").size(), 0u);
+}

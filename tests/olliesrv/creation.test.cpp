@@ -1,0 +1,256 @@
+// Creating sessions and agents (spec §4.1-§4.3): every key, every error, nothing created on an
+// error, the resolution order, and the blocking sub-agent mode of agent/new.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto nl = text.find('\n', pos);
+    out.push_back(text.substr(pos, nl - pos));
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  for (;;) {
+    auto t = line.find('\t', pos);
+    out.push_back(line.substr(pos, t - pos));
+    if (t == std::string::npos) return out;
+    pos = t + 1;
+  }
+}
+
+/// The idx line whose first field is `name`, split into fields (empty when none).
+std::vector<std::string> idx_row(World& w, const std::string& idx, const std::string& name) {
+  auto text = w.read(idx);
+  if (!text) return {};
+  for (const auto& l : lines(*text))
+    if (fields(l)[0] == name) return fields(l);
+  return {};
+}
+
+bool is_uuid_line(const std::string& s) {
+  if (s.size() != 37 || s.back() != '\n') return false;
+  for (std::size_t i = 0; i < 36; i++) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? s[i] != '-' : !std::isxdigit(static_cast<unsigned char>(s[i])) || std::isupper(static_cast<unsigned char>(s[i])))
+      return false;
+  }
+  return true;
+}
+
+json last_chat_body(World& w) {
+  json body;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) body = json::parse(r.body);
+  return body;
+}
+
+}  // namespace
+
+// ---- session/new (§4.1) ------------------------------------------------------------------------
+
+TEST(SessionNew, RepliesTheIdAndCreatesAnEmptySession) {
+  World w;
+  auto r = w.rdwr("session/new", "cwd=" + w.project);
+  ASSERT_TRUE(r) << r.ename();
+  ASSERT_TRUE(is_uuid_line(*r)) << *r;
+  const std::string id = r->substr(0, 36), name = id.substr(0, 8);  // default name
+  EXPECT_EQ(*w.read("session/" + name + "/id"), id + "\n");
+  EXPECT_EQ(idx_row(w, "session/idx", name), (std::vector<std::string>{name, id, w.project, "-", "-", "-", "0"}));
+  EXPECT_EQ(*w.read("session/" + name + "/agent/idx"), "");
+  // Keys on several lines, quoted values, ~ expanded, session defaults shown in idx.
+  std::filesystem::create_directories(w.home + "/my project");
+  auto r2 = w.rdwr("session/new", "name=two\ncwd='~/my project'\nbackend=openai model=sess-model\n");
+  ASSERT_TRUE(r2) << r2.ename();
+  EXPECT_EQ(idx_row(w, "session/idx", "two"),
+            (std::vector<std::string>{"two", r2->substr(0, 36), w.home + "/my project", "-", "openai", "sess-model", "0"}));
+}
+
+TEST(SessionNew, EveryErrorAndNothingCreated) {
+  World w;
+  w.session("work");
+  write_file(w.project + "/file", "x");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"name=a", "cwd is required"},
+      {"name=a cwd=", "cwd is required"},
+      {"cwd=relative/dir", "cwd must be absolute: relative/dir"},
+      {"cwd=" + w.project + "/missing", "cwd: " + w.project + "/missing: not a directory"},
+      {"cwd=" + w.project + "/file", "cwd: " + w.project + "/file: not a directory"},
+      {"cwd='" + w.project + "\tx'", "cwd: invalid character"},
+      {"cwd=" + w.project + " name=bad/name", "invalid name: bad/name"},
+      {"cwd=" + w.project + " name=new", "invalid name: new"},
+      {"cwd=" + w.project + " name=idx", "invalid name: idx"},
+      {"cwd=" + w.project + " name=3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77", "invalid name: 3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77"},
+      {"cwd=" + w.project + " name=work", "session already exists: work"},
+      {"cwd=" + w.project + " remote=me@host", "remote: not supported yet"},
+      {"cwd=" + w.project + " backend=nope",
+       "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
+      {"cwd=" + w.project + " justaword", "bad token: justaword"},
+      {"cwd=" + w.project + " colour=blue", "unknown key: colour"},
+      {"cwd=" + w.project + " name=a name=b", "duplicate key: name"},
+      {"cwd='" + w.project, "unterminated quote"},
+      {"cwd=" + w.project + " prompt=hello", "unknown key: prompt"},
+  };
+  for (const auto& [req, want] : cases) EXPECT_EQ(w.rdwr("session/new", req).ename(), want) << req;
+  EXPECT_EQ(lines(*w.read("session/idx")).size(), 1u) << *w.read("session/idx");
+  // ollie-9p rdwr prints the error and exits 1.
+  auto r = testing_support::run({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", "session/new"},
+                                "name=x cwd=nowhere\n");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("cwd must be absolute: nowhere"), std::string::npos) << r.err;
+}
+
+// ---- agent/new (§4.2, §4.3) --------------------------------------------------------------------
+
+TEST(AgentNew, EveryErrorAndNothingCreated) {
+  World w;
+  auto s = w.session("work");
+  w.agent(s, "main");
+  write_file(w.project + "/file", "x");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"name=bad/name", "invalid name: bad/name"},
+      {"name=idx", "invalid name: idx"},
+      {"name=main", "agent already exists: main"},
+      {"cwd=rel", "cwd must be absolute: rel"},
+      {"cwd=" + w.project + "/file", "cwd: " + w.project + "/file: not a directory"},
+      {"agent=nope", "unknown agent profile: nope"},
+      {"backend=nope", "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
+      {"parent=ghost", "no such agent: ghost"},
+      {"timeout=30", "timeout requires prompt"},
+      {"timeout=abc prompt=x", "invalid timeout: abc"},
+      {"timeout=-1 prompt=x", "invalid timeout: -1"},
+      {"prompt=", "empty prompt"},
+      {"prompt=  \n\t\n", "empty prompt"},
+      {"colour=blue", "unknown key: colour"},
+      {"name=a name=b", "duplicate key: name"},
+      {"remote=x", "unknown key: remote"},
+      {"oops", "bad token: oops"},
+  };
+  for (const auto& [req, want] : cases) EXPECT_EQ(w.rdwr(s + "/agent/new", req).ename(), want) << req;
+  auto missing = w.rdwr(s + "/agent/new", "backend=anthropic");
+  EXPECT_EQ(missing.ename().rfind("anthropic: missing key: set ", 0), 0u) << missing.ename();
+  EXPECT_EQ(lines(*w.read(s + "/agent/idx")).size(), 1u) << *w.read(s + "/agent/idx");
+}
+
+TEST(AgentNew, ResolutionOrderAndTheParentColumn) {
+  World w;
+  auto s = w.session("work", "model=sess-model");
+  std::filesystem::create_directories(w.project + "/sub");
+  // The session's model (§4.3), the default profile, the session cwd (no override).
+  auto id = w.rdwr(s + "/agent/new", "name=main");
+  ASSERT_TRUE(id) << id.ename();
+  EXPECT_EQ(idx_row(w, s + "/agent/idx", "main"),
+            (std::vector<std::string>{"main", id->substr(0, 36), "idle", "default", "openai", "sess-model", w.project, "-"}));
+  EXPECT_EQ(*w.rdwr(s + "/agent/main/ctl", "model"), "sess-model\n");
+  // model= wins; cwd= is an override.
+  ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=lead model=own-model cwd=" + w.project + "/sub"));
+  EXPECT_EQ(*w.rdwr(s + "/agent/lead/ctl", "model"), "own-model\n");
+  // parent=: its profile, backend, model and effective cwd, and the parent column.
+  auto child = w.rdwr(s + "/agent/new", "name=child parent=lead");
+  ASSERT_TRUE(child) << child.ename();
+  auto lead_id = w.read(s + "/agent/lead/id")->substr(0, 36);
+  EXPECT_EQ(idx_row(w, s + "/agent/idx", "child"),
+            (std::vector<std::string>{"child", child->substr(0, 36), "idle", "default", "openai", "own-model",
+                                      w.project + "/sub", lead_id}));
+  // A cwd= equal to the session cwd is no override.
+  ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=same cwd=" + w.project + "/"));
+  EXPECT_EQ(idx_row(w, s + "/agent/idx", "same")[6], w.project);
+  // Persisted: the override survives a restart, the parent column does not claim more than it knows.
+  w.stop_server(SIGTERM);
+  w.start();
+  EXPECT_EQ(idx_row(w, s + "/agent/idx", "child")[6], w.project + "/sub");
+}
+
+TEST(AgentNew, ParentSeedsTheHistory) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "The code word is ALBATROSS."}});
+  ASSERT_TRUE(w.write(a + "/prompt", "remember a code word"));
+  ASSERT_TRUE(eventually([&] { return w.read(a + "/log")->find("ALBATROSS") != std::string::npos; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=heir parent=main"));
+  w.fake.push({{"text", "ALBATROSS, as before."}});
+  ASSERT_TRUE(w.write(s + "/agent/heir/prompt", "what was it?"));
+  ASSERT_TRUE(eventually([&] { return w.read(s + "/agent/heir/log")->find("as before.") != std::string::npos; }));
+  auto body = last_chat_body(w);
+  std::vector<std::string> contents;
+  for (auto& m : body["messages"])
+    if (m["role"] != "system") contents.push_back(m.value("content", ""));
+  EXPECT_EQ(contents, (std::vector<std::string>{"remember a code word", "The code word is ALBATROSS.", "what was it?"}))
+      << body.dump();
+}
+
+TEST(AgentNew, SubagentRepliesItsFinalAnswerAndIsGone) {
+  World w;
+  auto s = w.session("work");
+  w.agent(s, "main");
+  auto events = w.open("event");
+  w.fake.push({{"text", "thinking out loud"},
+               {"tool_calls", json::array({{{"id", "c1"}, {"name", "reasoning_think"}, {"arguments", {{"thought", "hm"}}}}})}});
+  w.fake.push({{"text", "  the final answer\nexactly as produced  "}});
+  auto r = w.rdwr(s + "/agent/new", "name=helper timeout=60 prompt=do the thing\nwith 'quotes' kept\n");
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(*r, "  the final answer\nexactly as produced  ");
+  // It is gone: not listed, not persisted; its creation and destruction were published.
+  EXPECT_TRUE(idx_row(w, s + "/agent/idx", "helper").empty());
+  auto seen = World::read_until(events, ".kill session/work/agent/helper\n");
+  EXPECT_NE(seen.find(".new session/work/agent/helper\n"), std::string::npos) << seen;
+  EXPECT_NE(seen.find(".kill session/work/agent/helper\n"), std::string::npos) << seen;
+  // The prompt reached the model verbatim (raw remainder, one trailing newline removed).
+  bool found = false;
+  for (auto& req : w.fake.requests()) {
+    if (req.path.find("/chat/completions") == std::string::npos) continue;
+    auto b = json::parse(req.body);
+    for (auto& m : b["messages"]) found = found || m.value("content", "") == "do the thing\nwith 'quotes' kept";
+  }
+  EXPECT_TRUE(found);
+  ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
+  EXPECT_EQ(read_file(w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36) + "/session.json").find("helper"),
+            std::string::npos);
+}
+
+TEST(AgentNew, SubagentFailureAndTimeout) {
+  World w;
+  auto s = w.session("work");
+  // No scripted response: the provider answers 500, the turn ends with an error.
+  auto failed = w.rdwr(s + "/agent/new", "prompt=hello");
+  EXPECT_EQ(failed.ename().rfind("subagent failed: ", 0), 0u) << failed.ename();
+  w.fake.push({{"text", "far too slow"}, {"delay_ms", 3000}});
+  auto slow = w.rdwr(s + "/agent/new", "name=slow timeout=1 prompt=hello");
+  EXPECT_EQ(slow.ename(), "subagent timeout after 1s");
+  EXPECT_EQ(*w.read(s + "/agent/idx"), "");
+}
+
+TEST(AgentNew, SubagentKilledWhileRunningIsInterrupted) {
+  World w;
+  auto s = w.session("work");
+  w.fake.push({{"text", "slow words"}, {"delay_ms", 2000}});
+  p9::Result<std::string> reply = std::string();
+  std::thread req([&] { reply = w.rdwr(s + "/agent/new", "name=helper prompt=take your time"); });
+  // Listed while it runs, with its group's transient nature: killed by the hostowner.
+  const bool listed = eventually([&] { return !idx_row(w, s + "/agent/idx", "helper").empty(); });
+  EXPECT_TRUE(listed);
+  if (listed) {
+    EXPECT_EQ(*w.rdwr(s + "/agent/helper/ctl", "kill"), "killed\n");
+  }
+  req.join();
+  EXPECT_EQ(reply.ename(), "subagent interrupted");
+  EXPECT_EQ(*w.read(s + "/agent/idx"), "");
+}
