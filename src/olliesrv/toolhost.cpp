@@ -118,6 +118,22 @@ int high_fd(int fd) {
 
 // ---- one toolsrv process and its connection ---------------------------------------------------
 
+/// A line of toolsrv's stderr as olliesrv logs it: toolsrv's own log lines
+/// (`[time] [toolsrv] [level] text`) at their level without the second time stamp, anything
+/// else (a crash, a loader error) as a warning.
+std::pair<spdlog::level::level_enum, std::string_view> relayed(std::string_view line) {
+  constexpr std::string_view tag = "] [toolsrv] [";
+  const auto at = line.starts_with('[') ? line.find(tag) : std::string_view::npos;
+  if (at == std::string_view::npos) return {spdlog::level::warn, line};
+  const auto from = at + tag.size(), to = line.find("] ", from);
+  if (to == std::string_view::npos) return {spdlog::level::warn, line};
+  const auto level = spdlog::level::from_str(std::string(line.substr(from, to - from)));
+  if (level == spdlog::level::off) return {spdlog::level::warn, line};
+  auto text = line.substr(to + 2);
+  if (text.starts_with("toolsrv: ")) text.remove_prefix(9);
+  return {level, text};
+}
+
 struct Instance {
   std::uint64_t number = 0;  ///< 1, 2, … per ToolHost: which toolsrv a background pid belongs to
   pid_t pid = -1;
@@ -546,7 +562,8 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
           continue;
         }
         std::string shown = valid_utf8(line);
-        spdlog::warn("toolsrv {}: {}{}", sid, shown, too_long ? " […]" : "");
+        const auto [level, text] = relayed(shown);
+        spdlog::log(level, "toolsrv {}: {}{}", sid, text, too_long ? " […]" : "");
         if (auto i = wi.lock()) {
           std::lock_guard lk(i->mu);
           i->last_err = shown;
@@ -1025,10 +1042,17 @@ void ToolHost::stop() {
   if (!i || !i->usable()) return;
   i->lose("stopped", SIGTERM);
   // SIGTERM lets toolsrv kill its process groups and remove its socket; SIGKILL if it lingers.
+  // Its exit ends the grace, so a server shutting down is not held for it.
   auto t = std::make_shared<asio::steady_timer>(s_->ex, term_grace);
   t->async_wait([i, t](std::error_code ec) {
     if (!ec && !i->try_reap()) i->signal(SIGKILL);
   });
+  if (int fd = ::fcntl(i->pidfd, F_DUPFD_CLOEXEC, 0); fd >= 0) {
+    auto d = std::make_shared<asio::posix::stream_descriptor>(s_->ex, fd);
+    d->async_wait(asio::posix::descriptor_base::wait_read, [d, t](std::error_code ec) {
+      if (!ec) t->cancel();
+    });
+  }
 }
 
 }  // namespace ollie

@@ -54,43 +54,75 @@ std::vector<std::string> tool_dirs(const std::string& tools_path, const std::str
   return dirs;
 }
 
+FileStamp FileStamp::of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  auto ns = [](const timespec& t) { return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
+  return {st.st_dev, st.st_ino, st.st_mode, st.st_size, ns(st.st_mtim), ns(st.st_ctim), true};
+}
+
+namespace {
+
+/// The tool `name` of `dir` as its files are now; nullopt when `<name>.meta` is not a regular file.
+std::optional<CatalogEntry> read_entry(const std::string& dir, const std::string& name, const HostFacts& host) {
+  CatalogEntry e;
+  e.name = name;
+  e.meta_path = dir + "/" + name + ".meta";
+  e.meta_stamp = FileStamp::of(e.meta_path);
+  if (!e.meta_stamp.exists || !S_ISREG(e.meta_stamp.mode)) return std::nullopt;  // a directory called x.meta is not a tool
+  if (!valid_name(name)) {
+    e.error = "invalid tool name: must match ^[A-Za-z0-9_-]{1,64}$";
+    return e;
+  }
+  std::ifstream in(e.meta_path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    e.error = "cannot read " + e.meta_path;
+    return e;
+  }
+  e.exe_stamp = FileStamp::of(dir + "/" + name);
+  const bool has_exe = e.exe_stamp.exists && S_ISREG(e.exe_stamp.mode) && (e.exe_stamp.mode & 0111) != 0;
+  auto tool = parse_meta(name, dir, text.str(), has_exe, host);
+  if (tool) e.tool = std::move(*tool);
+  else e.error = tool.ename();
+  return e;
+}
+
+std::string dir_of(const std::string& meta_path) { return meta_path.substr(0, meta_path.rfind('/')); }
+
+}  // namespace
+
 std::vector<CatalogEntry> scan_tools(const std::vector<std::string>& dirs, const HostFacts& host) {
   std::vector<CatalogEntry> out;
   std::set<std::string> seen;
   for (const auto& dir : dirs) {
     for (const auto& name : meta_names(dir)) {
-      if (!seen.insert(name).second) continue;
-      CatalogEntry e;
-      e.name = name;
-      e.meta_path = dir + "/" + name + ".meta";
-      struct stat st {};
-      if (::stat(e.meta_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        seen.erase(name);  // a directory called x.meta is not a tool
-        continue;
-      }
-      if (!valid_name(name)) {
-        e.error = "invalid tool name: must match ^[A-Za-z0-9_-]{1,64}$";
-        out.push_back(std::move(e));
-        continue;
-      }
-      std::ifstream in(e.meta_path, std::ios::binary);
-      std::ostringstream text;
-      text << in.rdbuf();
-      if (!in) {
-        e.error = "cannot read " + e.meta_path;
-        out.push_back(std::move(e));
-        continue;
-      }
-      const auto exe = dir + "/" + name;
-      struct stat xs {};
-      const bool has_exe = ::stat(exe.c_str(), &xs) == 0 && S_ISREG(xs.st_mode) && (xs.st_mode & 0111) != 0;
-      auto tool = parse_meta(name, dir, text.str(), has_exe, host);
-      if (tool) e.tool = std::move(*tool);
-      else e.error = tool.ename();
-      out.push_back(std::move(e));
+      if (seen.count(name)) continue;
+      auto e = read_entry(dir, name, host);
+      if (!e) continue;
+      seen.insert(name);
+      out.push_back(std::move(*e));
     }
   }
   std::sort(out.begin(), out.end(), [](const CatalogEntry& a, const CatalogEntry& b) { return a.name < b.name; });
+  return out;
+}
+
+std::shared_ptr<const std::vector<CatalogEntry>> refreshed(const std::vector<CatalogEntry>& catalog,
+                                                           const std::set<std::string>& names, const HostFacts& host) {
+  std::shared_ptr<std::vector<CatalogEntry>> out;
+  for (const auto& name : names) {
+    const auto* e = find_entry(catalog, name);
+    if (!e) continue;
+    const auto dir = dir_of(e->meta_path);
+    if (FileStamp::of(e->meta_path) == e->meta_stamp && FileStamp::of(dir + "/" + name) == e->exe_stamp) continue;
+    if (!out) out = std::make_shared<std::vector<CatalogEntry>>(catalog);
+    auto fresh = read_entry(dir, name, host);
+    const auto it = std::find_if(out->begin(), out->end(), [&](const CatalogEntry& x) { return x.name == name; });
+    if (fresh) *it = std::move(*fresh);
+    else out->erase(it);
+  }
   return out;
 }
 
@@ -128,6 +160,12 @@ void Registry::unload(const std::string& agent, const std::vector<std::string>& 
 }
 
 void Registry::forget(const std::string& agent) { loaded_.erase(agent); }
+
+const std::set<std::string>& Registry::names(const std::string& agent) const {
+  static const std::set<std::string> none;
+  const auto it = loaded_.find(agent);
+  return it == loaded_.end() ? none : it->second;
+}
 
 bool Registry::loaded(const std::string& agent, const std::string& name) const {
   const auto it = loaded_.find(agent);

@@ -1,7 +1,11 @@
 #pragma once
 /// Tool discovery (spec §7.2.2) and the per-agent registries of loaded tools (§6.3, §6.4).
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -14,12 +18,26 @@
 
 namespace toolsrv {
 
+/// A file's version as stat(2) tells it: an edited, replaced, removed or chmodded `.meta` or
+/// executable has another stamp.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  mode_t mode = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0, ctime_ns = 0;
+  bool exists = false;
+  static FileStamp of(const std::string& path);
+  bool operator==(const FileStamp&) const = default;
+};
+
 /// One discovered tool: valid (tool set) or invalid/unavailable (error set).
 struct CatalogEntry {
   std::string name;
   std::string meta_path;
   std::optional<Tool> tool;
   std::string error;  ///< empty when valid; `not available on this host` when no variant matched
+  FileStamp meta_stamp, exe_stamp;  ///< as read
 };
 
 /// The tool directories: entries of `tools_path` (OLLIE_TOOLS_PATH, colon-separated) in order,
@@ -30,6 +48,11 @@ std::vector<std::string> tool_dirs(const std::string& tools_path, const std::str
 /// Scans `dirs` (not recursive): every `<name>.meta`, the first directory having a name wins.
 /// Invalid `.meta` files are entries with an error; nothing here throws or stops.
 std::vector<CatalogEntry> scan_tools(const std::vector<std::string>& dirs, const HostFacts& host);
+
+/// §7.2.2's hot reload: `catalog` with the entries named in `names` re-read whose `.meta` or
+/// executable changed since it was made (a removed one dropped); nullptr when none changed.
+std::shared_ptr<const std::vector<CatalogEntry>> refreshed(const std::vector<CatalogEntry>& catalog,
+                                                           const std::set<std::string>& names, const HostFacts& host);
 
 /// The catalog listing of `tools *`, sorted by name: valid tools as tool_json, the others as
 /// `{"name":..,"error":..}`.
@@ -47,6 +70,8 @@ class Registry {
   void unload(const std::string& agent, const std::vector<std::string>& names);
   /// Drops the agent's registry.
   void forget(const std::string& agent);
+  /// The agent's loaded tool names (none: empty).
+  const std::set<std::string>& names(const std::string& agent) const;
   /// True when `name` is loaded for `agent`.
   bool loaded(const std::string& agent, const std::string& name) const;
   /// The agent's tools in a fresh catalog, sorted by name, as the `tools <agent>` JSON array;

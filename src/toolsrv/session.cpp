@@ -128,12 +128,12 @@ Session::Session(SessionConfig config)
 
 Session::~Session() { procs_.reset(); }
 
-void Session::warn_once(const std::string& text) {
+void Session::warn_once(const std::string& text, bool warning) {
   {
     std::lock_guard lock(mu_);
     if (!warned_.insert(text).second) return;
   }
-  spdlog::warn("toolsrv: {}", text);
+  spdlog::log(warning ? spdlog::level::warn : spdlog::level::info, "toolsrv: {}", text);
 }
 
 std::string Session::agent_cwd(const std::string& agent) const {
@@ -171,19 +171,38 @@ std::shared_ptr<const std::vector<CatalogEntry>> Session::scan() {
   }
   const auto vars = TemplateVars::for_call(cwd, config_.tmpdir, config_.config_root, config_.data_root, config_.bin_path);
   const auto writable = writable_paths(policy, vars);
-  HostFacts host;
-  std::tie(host.os, host.arch) = host_os_arch();
-  host.env = sandbox_env(policy);
+  auto host = std::make_shared<HostFacts>();
+  std::tie(host->os, host->arch) = host_os_arch();
+  host->env = sandbox_env(policy);
   for (const auto& d : dirs) {
-    if (!inside_writable(d, writable)) host.path.push_back(d);
+    if (!inside_writable(d, writable)) host->path.push_back(d);
   }
-  const auto it = host.env.find("PATH");
-  std::stringstream in(clean_search_path(it != host.env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin"));
-  for (std::string e; std::getline(in, e, ':');) host.path.push_back(e);
-  auto catalog = std::make_shared<const std::vector<CatalogEntry>>(scan_tools(dirs, host));
+  const auto it = host->env.find("PATH");
+  std::stringstream in(clean_search_path(it != host->env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin"));
+  for (std::string e; std::getline(in, e, ':');) host->path.push_back(e);
+  auto catalog = std::make_shared<const std::vector<CatalogEntry>>(scan_tools(dirs, *host));
   std::lock_guard lock(mu_);
   catalog_ = catalog;
+  host_ = std::move(host);
   return catalog;
+}
+
+std::shared_ptr<const std::vector<CatalogEntry>> Session::catalog_for(const std::string& agent) {
+  std::shared_ptr<const std::vector<CatalogEntry>> catalog;
+  std::shared_ptr<const HostFacts> host;
+  std::set<std::string> names;
+  {
+    std::lock_guard lock(mu_);
+    catalog = catalog_;
+    host = host_;
+    names = registry_.names(agent);
+  }
+  if (!catalog) return scan();
+  auto fresh = refreshed(*catalog, names, *host);
+  if (!fresh) return catalog;
+  std::lock_guard lock(mu_);
+  if (catalog_ == catalog) catalog_ = fresh;  // else a scan meanwhile is newer
+  return fresh;
 }
 
 // ---- ctl ----
@@ -254,8 +273,8 @@ p9::Result<void> Session::set_approvals(const std::vector<std::pair<std::string,
 // ---- tools, info ----
 
 std::string Session::tools(const std::string& request) {
-  const auto catalog = scan();
-  if (request == "*") return json_text(catalog_json(*catalog)) + "\n";
+  if (request == "*") return json_text(catalog_json(*scan())) + "\n";
+  const auto catalog = catalog_for(request);
   std::vector<std::string> dropped;
   nlohmann::json list;
   {
@@ -459,7 +478,10 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     if (!bypass) {
       const auto plan = plan_sandbox(p.policy, p.vars, p.tool_dirs, s->config_.data_root, p.tool.exe_path,
                                      ollie_socket(l.spec.env));
-      for (const auto& skipped : plan.skipped) s->warn_once("sandbox path skipped: " + skipped);
+      // The shipped policy names optional paths (~/.config/git, skills/): one that is missing is
+      // normal, a template that is not absolute is a mistake in sandbox.yaml.
+      for (const auto& skipped : plan.skipped)
+        s->warn_once("sandbox path skipped: " + skipped, !skipped.ends_with(": does not exist"));
       const int abi = landlock_abi();
       if (auto why = sandbox_unavailable(plan, abi)) {
         if (!p.policy.best_effort) return end_early(ProcStatus::failed, *why);

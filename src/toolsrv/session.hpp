@@ -122,9 +122,12 @@ class Session {
                                                std::function<void(std::shared_ptr<Process>)> on_end);
   /// Rescans the tool directories (load, tools) and keeps the result for the calls.
   std::shared_ptr<const std::vector<CatalogEntry>> scan();
+  /// The latest scan with the agent's loaded tools re-read where their files changed (§7.2.2:
+  /// `tools <agent>` does not rescan the directories); a scan when there was none.
+  std::shared_ptr<const std::vector<CatalogEntry>> catalog_for(const std::string& agent);
   std::map<std::string, std::string> sandbox_env(const Policy& policy) const;
   p9::Result<HeldCwd> held_cwd(const std::string& agent) const;
-  void warn_once(const std::string& text);
+  void warn_once(const std::string& text, bool warning = true);  ///< false: an info line
 
   SessionConfig config_;
   std::string tmpdir_error_;
@@ -137,6 +140,7 @@ class Session {
   PolicyLoader global_policy_;                           // sandbox.yaml, reparsed when it changes
   Registry registry_;
   std::shared_ptr<const std::vector<CatalogEntry>> catalog_;  // the latest scan: what calls run
+  std::shared_ptr<const HostFacts> host_;                     // the facts that scan used
   RulesetCache rulesets_;
   std::set<std::string> warned_;
   BypassBroker bypass_;

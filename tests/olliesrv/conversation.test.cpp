@@ -411,6 +411,15 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   EXPECT_NE(body.dump().find("remember me"), std::string::npos);
 }
 
+TEST(Conversation, SigtermWithARunningToolsrvIsNotHeldByItsGrace) {
+  World w;
+  auto s = w.session("work");  // session/new checks the cwd through toolsrv: it runs now
+  w.agent(s, "main");
+  w.stop_server(SIGTERM);
+  // toolsrv left on SIGTERM at once: its 5 s SIGKILL timer must not keep olliesrv running.
+  EXPECT_EQ(w.log_text().find("still busy"), std::string::npos) << w.log_text();
+}
+
 TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   World w;
   w.session("good");
