@@ -11,20 +11,6 @@ namespace {
 using D = virtfs::Dsl<Ctx>;
 using Text = p9::Result<std::string>;
 
-std::vector<std::string> session_names(Ctx& c) {
-  std::vector<std::string> out;
-  for (const auto& s : c.srv->hub().sessions()) out.push_back(s->current_name());
-  return out;
-}
-
-std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::string& key) {
-  auto s = c.srv->hub().find(key);
-  if (!s) return std::nullopt;
-  Ctx child = c;
-  child.session = s;
-  return virtfs::Instance<Ctx>{std::move(child), s};
-}
-
 Text read_pending(Ctx& c) {
   if (auto st = gone(c); !st) return st.error();
   return c.srv->hub().bypass.pending(*c.session);

@@ -23,9 +23,9 @@ using D = virtfs::Dsl<Ctx>;
 using Reply = asio::awaitable<p9::Result<std::string>>;
 using Text = p9::Result<std::string>;
 
-// ---- objects gone under an open fid (§1.5) -----------------------------------------------------
-
 }  // namespace
+
+// ---- objects gone under an open fid (§1.5) -----------------------------------------------------
 
 p9::Status gone(const Ctx& c) {
   if (c.session) {
@@ -37,6 +37,20 @@ p9::Status gone(const Ctx& c) {
     if (c.agent->killed) return p9::error("agent killed");
   }
   return {};
+}
+
+std::vector<std::string> session_names(Ctx& c) {
+  std::vector<std::string> out;
+  for (const auto& s : c.srv->hub().sessions()) out.push_back(s->current_name());
+  return out;
+}
+
+std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::string& key) {
+  auto s = c.srv->hub().find(key);
+  if (!s) return std::nullopt;
+  Ctx child = c;
+  child.session = s;
+  return virtfs::Instance<Ctx>{std::move(child), s};
 }
 
 namespace {
@@ -63,20 +77,6 @@ std::string session_idx(Ctx& c) {
            or_dash(s->model) + "\t" + std::to_string(agents) + "\n";
   }
   return out;
-}
-
-std::vector<std::string> session_names(Ctx& c) {
-  std::vector<std::string> out;
-  for (const auto& s : c.srv->hub().sessions()) out.push_back(s->current_name());
-  return out;
-}
-
-std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::string& key) {
-  auto s = c.srv->hub().find(key);
-  if (!s) return std::nullopt;
-  Ctx child = c;
-  child.session = s;
-  return virtfs::Instance<Ctx>{std::move(child), s};
 }
 
 Reply session_new(Ctx& c, std::string request) { co_return co_await new_session(c.srv->hub(), std::move(request)); }

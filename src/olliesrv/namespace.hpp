@@ -23,6 +23,10 @@ struct Ctx {
 /// `session killed` / `agent killed` for a gone object (§1.5), else ok.
 p9::Status gone(const Ctx& c);
 
+/// The sessions by name, and one by name or id, for a `{session}` directory (session/, bypass/pending/).
+std::vector<std::string> session_names(Ctx& c);
+std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::string& key);
+
 virtfs::Node<Ctx> declare();
 
 }  // namespace ollie

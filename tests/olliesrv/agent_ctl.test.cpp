@@ -14,29 +14,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<json> blocks_of(World& w, const std::string& agent) {
-  std::vector<json> out;
-  auto r = w.read(agent + "/log.raw");
-  if (!r) return out;
-  std::size_t pos = 0;
-  while (pos < r->size()) {
-    auto nl = r->find('\n', pos);
-    if (nl == std::string::npos) break;
-    out.push_back(json::parse(r->substr(pos, nl - pos)));
-    pos = nl + 1;
-  }
-  return out;
-}
-
-/// The contents of the agent's blocks of `role` (and `name`, when given), oldest first.
-std::vector<std::string> contents(World& w, const std::string& agent, const std::string& role,
-                                  const std::optional<std::string>& name = std::nullopt) {
-  std::vector<std::string> out;
-  for (const auto& b : blocks_of(w, agent))
-    if (b["role"] == role && (!name || b.value("name", "") == *name)) out.push_back(b["content"]);
-  return out;
-}
-
 /// Waits for a block of `role` with exactly `content`.
 bool wait_block(World& w, const std::string& agent, const std::string& role, const std::string& content) {
   return eventually([&] {

@@ -12,28 +12,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<json> jsonl(const std::string& text) {
-  std::vector<json> out;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    auto nl = text.find('\n', pos);
-    if (nl == std::string::npos) break;
-    out.push_back(json::parse(text.substr(pos, nl - pos)));
-    pos = nl + 1;
-  }
-  return out;
-}
-
-/// The content of the agent's blocks of one role, in order.
-std::vector<std::string> contents(World& w, const std::string& agent, const std::string& role) {
-  std::vector<std::string> out;
-  auto raw = w.read(agent + "/log.raw");
-  if (!raw) return out;
-  for (const auto& b : jsonl(*raw))
-    if (b["role"] == role) out.push_back(b["content"]);
-  return out;
-}
-
 bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
 std::string trimmed(p9::Result<std::string> r) {
@@ -62,7 +40,7 @@ std::size_t pending_count(World& w, const std::string& session) {
   return r ? static_cast<std::size_t>(std::count(r->begin(), r->end(), '\n')) : 0;
 }
 
-std::vector<json> audit(World& w) { return jsonl(read_file(w.data + "/bypass.audit.jsonl")); }
+std::vector<json> audit(World& w) { return blocks_of(read_file(w.data + "/bypass.audit.jsonl")); }
 
 /// Waits until the audit log has n lines.
 std::vector<json> audit_lines(World& w, std::size_t n) {

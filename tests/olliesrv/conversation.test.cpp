@@ -12,18 +12,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<json> blocks_of(const std::string& jsonl) {
-  std::vector<json> out;
-  std::size_t pos = 0;
-  while (pos < jsonl.size()) {
-    auto nl = jsonl.find('\n', pos);
-    if (nl == std::string::npos) break;
-    out.push_back(json::parse(jsonl.substr(pos, nl - pos)));
-    pos = nl + 1;
-  }
-  return out;
-}
-
 std::vector<std::string> roles(const std::vector<json>& blocks) {
   std::vector<std::string> out;
   for (const auto& b : blocks) out.push_back(b["role"]);
@@ -37,13 +25,6 @@ json request_body(World& w, std::size_t n) {
     if (r.path.find("/chat/completions") != std::string::npos) chats.push_back(r);
   if (n >= chats.size()) return json();
   return json::parse(chats[n].body);
-}
-
-std::size_t chat_requests(World& w) {
-  std::size_t n = 0;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) n++;
-  return n;
 }
 
 }  // namespace

@@ -37,7 +37,6 @@ std::vector<fakeprovider::Recorded> requests_to(World& w, const std::string& pat
   return out;
 }
 
-std::size_t chat_requests(World& w) { return requests_to(w, "/chat/completions").size(); }
 
 /// The body of the last chat request the fake provider received.
 json last_chat(World& w) {

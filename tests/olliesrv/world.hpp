@@ -15,10 +15,13 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "lib9p/client.hpp"
 #include "server.hpp"
@@ -257,5 +260,36 @@ class World {
   std::shared_ptr<p9::Client> client_;
   p9::CFid root_;
 };
+
+/// The JSON objects of a JSONL text (log.raw, the audit log), oldest first.
+inline std::vector<nlohmann::json> blocks_of(const std::string& jsonl) {
+  std::vector<nlohmann::json> out;
+  for (std::size_t pos = 0, nl; pos < jsonl.size() && (nl = jsonl.find('\n', pos)) != std::string::npos; pos = nl + 1)
+    out.push_back(nlohmann::json::parse(jsonl.substr(pos, nl - pos)));
+  return out;
+}
+
+/// The agent's blocks, from its log.raw.
+inline std::vector<nlohmann::json> blocks_of(World& w, const std::string& agent) {
+  auto r = w.read(agent + "/log.raw");
+  return r ? blocks_of(*r) : std::vector<nlohmann::json>{};
+}
+
+/// The contents of the agent's blocks of `role` (and `name`, when given), oldest first.
+inline std::vector<std::string> contents(World& w, const std::string& agent, const std::string& role,
+                                         const std::optional<std::string>& name = std::nullopt) {
+  std::vector<std::string> out;
+  for (const auto& b : blocks_of(w, agent))
+    if (b["role"] == role && (!name || b.value("name", "") == *name)) out.push_back(b["content"]);
+  return out;
+}
+
+/// How many chat requests the fake provider has received.
+inline std::size_t chat_requests(World& w) {
+  std::size_t n = 0;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) n++;
+  return n;
+}
 
 }  // namespace convo
