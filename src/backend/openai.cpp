@@ -119,29 +119,41 @@ std::shared_ptr<Decoder> make_openai_decoder(std::shared_ptr<StreamControl> c, s
   return std::make_shared<OpenAiDecoder>(std::move(c), std::move(backend));
 }
 
-json OpenAiBackend::body(const ChatRequest& req, const std::string& model) const {
+namespace {
+
+json message_json(const Message& m) {
+  json o{{"role", role_name(m.role)}};
+  if (m.role == Role::tool) {
+    o["tool_call_id"] = m.tool_call_id;
+    o["content"] = m.content;
+  } else if (m.role == Role::assistant && !m.tool_calls.empty()) {
+    o["content"] = m.content.empty() ? json(nullptr) : json(m.content);
+    json calls = json::array();
+    for (const auto& c : m.tool_calls)
+      calls.push_back({{"id", c.id}, {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", dump_json(arguments_object(c.arguments))}}}});
+    o["tool_calls"] = std::move(calls);
+  } else {
+    o["content"] = m.content;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string OpenAiBackend::body(const ChatRequest& req, const std::string& model) const {
+  const Message system{Role::system, req.system, {}, {}, {}, {}, {}};
+  std::vector<const Message*> msgs;
+  msgs.reserve(req.messages.size() + 1);
+  if (!req.system.empty()) msgs.push_back(&system);
+  for (const auto& m : req.messages) msgs.push_back(&m);
+  return splice_array(envelope(req, model), "messages", wire_.join(msgs, message_json));
+}
+
+json OpenAiBackend::envelope(const ChatRequest& req, const std::string& model) const {
   const bool router = s_.name == "openrouter";
   const bool copilot = s_.name == "copilot";
-  json msgs = json::array();
-  if (!req.system.empty()) msgs.push_back({{"role", "system"}, {"content", req.system}});
-  for (const auto& m : req.messages) {
-    json o{{"role", role_name(m.role)}};
-    if (m.role == Role::tool) {
-      o["tool_call_id"] = m.tool_call_id;
-      o["content"] = m.content;
-    } else if (m.role == Role::assistant && !m.tool_calls.empty()) {
-      o["content"] = m.content.empty() ? json(nullptr) : json(m.content);
-      json calls = json::array();
-      for (const auto& c : m.tool_calls)
-        calls.push_back({{"id", c.id}, {"type", "function"},
-                         {"function", {{"name", c.name}, {"arguments", dump_json(arguments_object(c.arguments))}}}});
-      o["tool_calls"] = std::move(calls);
-    } else {
-      o["content"] = m.content;
-    }
-    msgs.push_back(std::move(o));
-  }
-  json b{{"model", model}, {"messages", std::move(msgs)}, {"stream", true},
+  json b{{"model", model}, {"messages", json::array()}, {"stream", true},
          {"stream_options", {{"include_usage", true}}}};
   if (!req.tools.empty()) b["tools"] = function_tools(req.tools);
   const auto& p = req.params;
@@ -175,7 +187,7 @@ json OpenAiBackend::body(const ChatRequest& req, const std::string& model) const
 Result<Stream> OpenAiBackend::stream(const ChatRequest& req, EventSink sink) {
   const auto model = pick_model(req);
   auto c = control(std::move(sink));
-  auto r = json_request(s_, "POST", s_.url + "/chat/completions", dump_json(body(req, model)));
+  auto r = json_request(s_, "POST", s_.url + "/chat/completions", body(req, model));
   for (const auto& h : s_.headers) r.headers.push_back(h);
   send(c, std::move(r), make_openai_decoder(c, s_.name), context(model, request_bytes(req)));
   return Stream(c);

@@ -2,6 +2,7 @@
 // Internal: the openai chat-completions dialect, shared by openai, openrouter and copilot.
 
 #include "backend/http_backend.hpp"
+#include "backend/wire.hpp"
 
 namespace ollie::backend {
 
@@ -18,10 +19,14 @@ class OpenAiBackend : public HttpBackend {
                     StreamContext ctx);
   /// Authentication headers for a blocking request, or the error that prevents one.
   virtual Result<std::vector<std::string>> auth_headers();
-  /// The request body in this dialect.
-  json body(const ChatRequest& req, const std::string& model) const;
+  /// The request body in this dialect: the envelope with the messages spliced in from wire_.
+  std::string body(const ChatRequest& req, const std::string& model) const;
+  /// The body with an empty `messages` array.
+  json envelope(const ChatRequest& req, const std::string& model) const;
   /// Fills the model list and context-length cache from `<url>/models`.
   Result<std::vector<std::string>> load_models();
+
+  mutable WireCache wire_;
 };
 
 /// The decoder of openai-style SSE chunks.

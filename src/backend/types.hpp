@@ -21,6 +21,7 @@ struct ToolCall {
   std::string id;
   std::string name;
   std::string arguments;
+  bool operator==(const ToolCall&) const = default;
 };
 
 /// One conversation message.
@@ -34,6 +35,7 @@ struct Message {
   /// signatures), each a JSON text, sent back unchanged to `reasoning_backend` only.
   std::vector<std::string> reasoning_items;
   std::string reasoning_backend;
+  bool operator==(const Message&) const = default;
 };
 
 /// A function the model may call.

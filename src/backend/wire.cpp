@@ -52,6 +52,31 @@ json function_tools(const std::vector<Tool>& tools) {
   return out;
 }
 
+std::string WireCache::join(const std::vector<const Message*>& msgs, const std::function<json(const Message&)>& make) {
+  std::lock_guard lock(mu_);
+  std::string out;
+  for (std::size_t i = 0; i < msgs.size(); i++) {
+    const Message& m = *msgs[i];
+    if (i >= kept_.size()) kept_.emplace_back(m, dump_json(make(m)));
+    else if (!(kept_[i].first == m)) kept_[i] = {m, dump_json(make(m))};
+    if (i) out += ',';
+    out += kept_[i].second;
+  }
+  if (kept_.size() > msgs.size()) kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(msgs.size()), kept_.end());
+  return out;
+}
+
+std::string splice_array(const json& envelope, std::string_view key, const std::string& elements) {
+  std::string text = dump_json(envelope);
+  // A key is the only place a quote stands unescaped, and the envelope's keys before `key` hold
+  // scalars: the first match is the top-level key.
+  const std::string empty = "\"" + std::string(key) + "\":[]";
+  const auto at = text.find(empty);
+  if (at == std::string::npos) return text;
+  text.insert(at + empty.size() - 1, elements);
+  return text;
+}
+
 const char* role_name(Role r) {
   switch (r) {
     case Role::system: return "system";

@@ -98,6 +98,36 @@ TEST_F(BackendRequests, OpenAiToolHistoryRoundTrips) {
   EXPECT_EQ(msgs[3], json({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "file a"}}));
 }
 
+TEST_F(BackendRequests, OpenAiBodyOfARoundFollowsEveryChangeToTheHistory) {
+  // A backend keeps the wire text of the messages it sent (a round serialises only what is new);
+  // a message changed in place (a collapsed result, a compacted history) or removed must be
+  // sent as it is now, and the bytes must be those of a body made from scratch.
+  auto b = make("openai");
+  auto r = test::simple_request();
+  r.messages.push_back(Message{Role::assistant, "", {{"c1", "read", R"({"path":"a"})"}}});
+  r.messages.push_back(Message{Role::tool, "file a, \"quoted\" and long", {}, "c1"});
+  ASSERT_FALSE(run(*b, r).is_error());
+  const auto first = fake.requests().back().body;
+  r.messages[2].content = "[collapsed]";
+  r.messages.push_back(Message{Role::user, "next"});
+  ASSERT_FALSE(run(*b, r).is_error());
+  auto msgs = last_body()["messages"];
+  ASSERT_EQ(msgs.size(), 5u);
+  EXPECT_EQ(msgs[3]["content"], "[collapsed]");
+  EXPECT_EQ(msgs[4]["content"], "next");
+  r.messages.resize(1);
+  ASSERT_FALSE(run(*b, r).is_error());
+  EXPECT_EQ(last_body()["messages"].size(), 2u);
+  // The same history through a fresh backend gives the same bytes.
+  r = test::simple_request();
+  r.messages.push_back(Message{Role::assistant, "", {{"c1", "read", R"({"path":"a"})"}}});
+  r.messages.push_back(Message{Role::tool, "file a, \"quoted\" and long", {}, "c1"});
+  auto fresh = make("openai");
+  ASSERT_FALSE(run(*fresh, r).is_error());
+  EXPECT_EQ(fake.requests().back().body, first);
+  EXPECT_EQ(json::parse(first).dump(), first);  // what dumping the whole body at once gives
+}
+
 TEST_F(BackendRequests, LegacyFunctionCallBecomesACall) {
   auto b = make("openai");
   auto got = run(*b, test::simple_request(),
