@@ -147,7 +147,10 @@ std::string OpenAiBackend::body(const ChatRequest& req, const std::string& model
   msgs.reserve(req.messages.size() + 1);
   if (!req.system.empty()) msgs.push_back(&system);
   for (const auto& m : req.messages) msgs.push_back(&m);
-  return splice_array(envelope(req, model), "messages", wire_.join(msgs, message_json));
+  // The tools go in while the messages are still empty, so no search meets a message's text.
+  auto text = dump_json(envelope(req, model));
+  if (!req.tools.empty()) text = splice_array(std::move(text), "tools", wire_.tools(req.tools, function_tools));
+  return splice_array(std::move(text), "messages", wire_.messages(msgs, message_json));
 }
 
 json OpenAiBackend::envelope(const ChatRequest& req, const std::string& model) const {
@@ -155,7 +158,7 @@ json OpenAiBackend::envelope(const ChatRequest& req, const std::string& model) c
   const bool copilot = s_.name == "copilot";
   json b{{"model", model}, {"messages", json::array()}, {"stream", true},
          {"stream_options", {{"include_usage", true}}}};
-  if (!req.tools.empty()) b["tools"] = function_tools(req.tools);
+  if (!req.tools.empty()) b["tools"] = json::array();  // spliced in by body()
   const auto& p = req.params;
   if (p.max_tokens) b["max_tokens"] = *p.max_tokens;
   if (p.temperature) b["temperature"] = *p.temperature;

@@ -21,7 +21,7 @@ class OpenAiBackend : public HttpBackend {
   virtual Result<std::vector<std::string>> auth_headers();
   /// The request body in this dialect: the envelope with the messages spliced in from wire_.
   std::string body(const ChatRequest& req, const std::string& model) const;
-  /// The body with an empty `messages` array.
+  /// The body with empty `messages` and `tools` arrays.
   json envelope(const ChatRequest& req, const std::string& model) const;
   /// Fills the model list and context-length cache from `<url>/models`.
   Result<std::vector<std::string>> load_models();

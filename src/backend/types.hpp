@@ -43,6 +43,7 @@ struct Tool {
   std::string name;
   std::string description;
   std::string parameters = R"({"type":"object","properties":{}})";  ///< JSON Schema text
+  bool operator==(const Tool&) const = default;
 };
 
 /// The generation parameters of the seed's agent Config. Each is sent only to providers that

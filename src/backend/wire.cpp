@@ -52,9 +52,9 @@ json function_tools(const std::vector<Tool>& tools) {
   return out;
 }
 
-std::string WireCache::join(const std::vector<const Message*>& msgs, const std::function<json(const Message&)>& make) {
+std::string WireCache::messages(const std::vector<const Message*>& msgs, const std::function<json(const Message&)>& make) {
   std::lock_guard lock(mu_);
-  std::string out;
+  std::string out = "[";
   for (std::size_t i = 0; i < msgs.size(); i++) {
     const Message& m = *msgs[i];
     if (i >= kept_.size()) kept_.emplace_back(m, dump_json(make(m)));
@@ -63,17 +63,25 @@ std::string WireCache::join(const std::vector<const Message*>& msgs, const std::
     out += kept_[i].second;
   }
   if (kept_.size() > msgs.size()) kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(msgs.size()), kept_.end());
-  return out;
+  return out + "]";
 }
 
-std::string splice_array(const json& envelope, std::string_view key, const std::string& elements) {
-  std::string text = dump_json(envelope);
-  // A key is the only place a quote stands unescaped, and the envelope's keys before `key` hold
-  // scalars: the first match is the top-level key.
+std::string WireCache::tools(const std::vector<Tool>& tools, const std::function<json(const std::vector<Tool>&)>& make) {
+  std::lock_guard lock(mu_);
+  if (tools_text_.empty() || tools != tools_) {
+    tools_ = tools;
+    tools_text_ = dump_json(make(tools));
+  }
+  return tools_text_;
+}
+
+std::string splice_array(std::string text, std::string_view key, std::string_view array) {
+  // A key is the only place a quote stands unescaped, and the keys that sort before `key` in
+  // the bodies that use this hold scalars or arrays without such keys: the first match is it.
   const std::string empty = "\"" + std::string(key) + "\":[]";
   const auto at = text.find(empty);
   if (at == std::string::npos) return text;
-  text.insert(at + empty.size() - 1, elements);
+  text.replace(at + empty.size() - 2, 2, array);
   return text;
 }
 

@@ -34,23 +34,26 @@ std::size_t request_bytes(const ChatRequest& req);
 /// description, parameters}}]`, which ollama takes too.
 json function_tools(const std::vector<Tool>& tools);
 
-/// The wire text of each message of a backend's last request, so that a round serialises only
-/// its new messages: a history grows at its end, and an unchanged message is the same bytes as
+/// The wire text of a backend's last request, so that a round serialises only its new messages:
+/// a history grows at its end, and an unchanged message (or tool list) is the same bytes as
 /// before. A message is reused only when it equals the one kept at its position.
 class WireCache {
  public:
-  /// The messages as the elements of a JSON array, comma-separated: each `make(m)` dumped, or
-  /// the text kept for it. Keeps what it made for the next call.
-  std::string join(const std::vector<const Message*>& msgs, const std::function<json(const Message&)>& make);
+  /// The messages as a JSON array: each `make(m)` dumped, or the text kept for it.
+  std::string messages(const std::vector<const Message*>& msgs, const std::function<json(const Message&)>& make);
+  /// The tools as `make(tools)` dumped, or the text kept when they are the last ones.
+  std::string tools(const std::vector<Tool>& tools, const std::function<json(const std::vector<Tool>&)>& make);
 
  private:
   std::mutex mu_;
   std::vector<std::pair<Message, std::string>> kept_;
+  std::vector<Tool> tools_;
+  std::string tools_text_;
 };
 
-/// `envelope` dumped with `elements` as the array of its top-level key `key` (which the envelope
-/// holds as an empty array), byte for byte what dumping the whole body would give.
-std::string splice_array(const json& envelope, std::string_view key, const std::string& elements);
+/// `text`, a dumped body holding its top-level key `key` as an empty array, with `array` (JSON
+/// text) in its place: byte for byte what dumping the whole body would give.
+std::string splice_array(std::string text, std::string_view key, std::string_view array);
 
 /// "user", "assistant", "system", "tool".
 const char* role_name(Role r);

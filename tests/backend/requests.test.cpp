@@ -126,6 +126,15 @@ TEST_F(BackendRequests, OpenAiBodyOfARoundFollowsEveryChangeToTheHistory) {
   ASSERT_FALSE(run(*fresh, r).is_error());
   EXPECT_EQ(fake.requests().back().body, first);
   EXPECT_EQ(json::parse(first).dump(), first);  // what dumping the whole body at once gives
+  // A changed tool list is sent as it is now.
+  r.tools.push_back(Tool{"grep", "Search.", R"({"type":"object","properties":{"re":{"type":"string"}}})"});
+  ASSERT_FALSE(run(*fresh, r).is_error());
+  auto tools = last_body()["tools"];
+  ASSERT_EQ(tools.size(), r.tools.size());
+  EXPECT_EQ(tools.back()["function"]["parameters"]["properties"]["re"]["type"], "string");
+  r.tools.clear();
+  ASSERT_FALSE(run(*fresh, r).is_error());
+  EXPECT_FALSE(last_body().contains("tools"));
 }
 
 TEST_F(BackendRequests, LegacyFunctionCallBecomesACall) {
