@@ -1,5 +1,6 @@
 #include "rpc.hpp"
 
+#include <array>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/read.hpp>

@@ -90,10 +90,11 @@ async function startOlliesrv() {
   await within(10, () => ollie9p("read", "session/idx") !== undefined, "olliesrv answers");
 }
 
-function stopOlliesrv() {
+// Gone at once (SIGKILL): a SIGTERM would first interrupt the turn, which ends it cancelled.
+function killOlliesrv() {
   return new Promise((resolve) => {
     olliesrv.once("exit", resolve);
-    olliesrv.kill("SIGTERM");
+    olliesrv.kill("SIGKILL");
   });
 }
 
@@ -233,7 +234,7 @@ test("olliesrv going away ends the open prompt with an error", async () => {
   main.updates.length = 0;
   const done = main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Talk slowly again." }] });
   await within(10, () => text(main.updates, "agent_message_chunk").length > 0, "the first chunk");
-  await stopOlliesrv();
+  await killOlliesrv();
   await assert.rejects(done, /olliesrv|killed|event/);
 });
 
