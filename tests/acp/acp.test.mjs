@@ -36,6 +36,9 @@ const responses = [
   { text: slow, chunk: 4, delay_ms: 50 },
   // after the restart
   { text: "Back again." },
+  // the permission denied
+  { tool_calls: [{ id: "c3", name: "shell", arguments: { cmd: "echo must-not-run", bypass: true } }] },
+  { text: "It was denied." },
 ];
 
 const env = {
@@ -78,8 +81,8 @@ async function within(seconds, check, what) {
   }
 }
 
-function ollie9p(...args) {
-  return execFileSync(`${build}/bin/ollie-9p`, args, { env, encoding: "utf8", stdio: ["pipe", "pipe", "pipe"] });
+function ollie9p(verb, file, input) {
+  return execFileSync(`${build}/bin/ollie-9p`, [verb, file], { env, encoding: "utf8", input: input ?? "", stdio: ["pipe", "pipe", "pipe"] });
 }
 
 async function startOlliesrv() {
@@ -142,10 +145,12 @@ after(() => {
 });
 
 let main;  // the bridge the scenarios share
+let answer = "allow";  // what main's user picks in permission requests
+const answerKind = { allow: "allow_once", always: "allow_always", deny: "reject_once" };
 let sessionId;
 
 test("initialize negotiates version 1 and states the capabilities", async () => {
-  main = connect({ permission: () => ({ outcome: { outcome: "selected", optionId: "allow" } }) });
+  main = connect({ permission: (req) => ({ outcome: { outcome: "selected", optionId: req.options.find((o) => o.kind === answerKind[answer]).optionId } }) });
   const r = await main.agent.request("initialize", { protocolVersion: 1, clientCapabilities: {} });
   assert.equal(r.protocolVersion, 1);
   assert.equal(r.agentCapabilities.loadSession, true);
@@ -255,6 +260,20 @@ test("after olliesrv restarts, session/load replays the history and the next pro
   // An id the bridge did not make is not found, and nothing of olliesrv's is reached through it.
   await assert.rejects(main.agent.request("session/load", { sessionId: "../../bypass", cwd: project, mcpServers: [] }),
                        (e) => e.code === -32002);
+});
+
+test("deny in the permission request: nothing runs", async () => {
+  answer = "deny";
+  main.updates.length = 0;
+  main.permissions.length = 0;
+  const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Try again outside." }] });
+  assert.equal(r.stopReason, "end_turn");
+  assert.equal(main.permissions.length, 1);
+  const result = main.updates.map((u) => u.update).find((u) => u.sessionUpdate === "tool_call_update");
+  assert.equal(result.status, "failed");
+  assert.match(result.content[0].content.text, /bypass denied/);
+  assert.doesNotMatch(result.content[0].content.text, /must-not-run\n/);
+  assert.equal(text(main.updates, "agent_message_chunk").includes("It was denied."), true);
 });
 
 test("modes and models are set through ctl agent and ctl model", async () => {
