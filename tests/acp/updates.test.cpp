@@ -15,7 +15,7 @@ json block(const char* text) { return json::parse(text); }
 
 }  // namespace
 
-TEST(Translator, PartialsSendOnlyWhatTheyAddedAndTheFinalLineTheRest) {
+TEST(AcpTranslator, PartialsSendOnlyWhatTheyAddedAndTheFinalLineTheRest) {
   acp::Translator t("/p");
   auto a = t.block(block(R"({"role":"assistant","id":"00000001","partial":true,"content":"Hel"})"));
   auto b = t.block(block(R"({"role":"assistant","id":"00000001","partial":true,"content":"Hello wo"})"));
@@ -29,14 +29,14 @@ TEST(Translator, PartialsSendOnlyWhatTheyAddedAndTheFinalLineTheRest) {
   EXPECT_TRUE(again.empty()) << "a finalized block is translated once";
 }
 
-TEST(Translator, ReasoningIsAThoughtAndContextIsNotShown) {
+TEST(AcpTranslator, ReasoningIsAThoughtAndContextIsNotShown) {
   acp::Translator t("/p");
   auto r = t.block(block(R"({"role":"reasoning","id":"00000002","content":"hmm"})"));
   EXPECT_EQ(r[0]["sessionUpdate"], "agent_thought_chunk");
   EXPECT_TRUE(t.block(block(R"({"role":"context","id":"00000003","name":"plan","content":"x"})")).empty());
 }
 
-TEST(Translator, CallsAndResultsPairInOrderWithKindLocationsAndStatus) {
+TEST(AcpTranslator, CallsAndResultsPairInOrderWithKindLocationsAndStatus) {
   acp::Translator t("/home/me/proj");
   auto c1 = t.block(block(R"({"role":"call","id":"0000000a","name":"file_read","content":"{\"path\":\"src/a.cpp\"}"})"));
   auto c2 = t.block(block(R"({"role":"call","id":"0000000b","name":"shell","content":"{\"cmd\":\"false\"}"})"));
@@ -57,7 +57,7 @@ TEST(Translator, CallsAndResultsPairInOrderWithKindLocationsAndStatus) {
   EXPECT_EQ(r2[0]["status"], "failed");
 }
 
-TEST(Translator, CallsWithoutAResultFailAtTheEnd) {
+TEST(AcpTranslator, CallsWithoutAResultFailAtTheEnd) {
   acp::Translator t("/p");
   (void)t.block(block(R"({"role":"call","id":"0000000a","name":"shell","content":"{\"cmd\":\"sleep 100\"}"})"));
   auto u = t.unfinished();
@@ -66,7 +66,7 @@ TEST(Translator, CallsWithoutAResultFailAtTheEnd) {
   EXPECT_TRUE(t.unfinished().empty());
 }
 
-TEST(Translator, TheTurnsEndComesFromItsBlocks) {
+TEST(AcpTranslator, TheTurnsEndComesFromItsBlocks) {
   acp::Translator t("/p");
   (void)t.block(block(R"({"role":"info","id":"00000001","content":"interrupted"})"));
   EXPECT_TRUE(t.end().interrupted);
@@ -80,7 +80,7 @@ TEST(Translator, TheTurnsEndComesFromItsBlocks) {
   EXPECT_NE(e[0]["content"]["text"].get<std::string>().find("error: openai: 500 boom"), std::string::npos);
 }
 
-TEST(Translator, TheEditorsOwnPromptIsNotEchoedButOtherUsersAre) {
+TEST(AcpTranslator, TheEditorsOwnPromptIsNotEchoedButOtherUsersAre) {
   acp::Translator t("/p");
   t.skip_first_user(true);
   EXPECT_TRUE(t.block(block(R"({"role":"user","id":"00000001","content":"mine"})")).empty());
@@ -89,14 +89,14 @@ TEST(Translator, TheEditorsOwnPromptIsNotEchoedButOtherUsersAre) {
   EXPECT_EQ(peer[0]["content"]["text"], "(peer:bob) hi");
 }
 
-TEST(Translator, GarbageLinesGiveNothing) {
+TEST(AcpTranslator, GarbageLinesGiveNothing) {
   acp::Translator t("/p");
   EXPECT_TRUE(t.block(json::parse("[1]")).empty());
   EXPECT_TRUE(t.block(block(R"({"role":"assistant","content":"no id"})")).empty());
   EXPECT_TRUE(t.block(block(R"({"role":"tool","id":"00000009","content":"a result without a call"})")).empty());
 }
 
-TEST(Plan, ChecklistItemsBecomeEntries) {
+TEST(AcpPlan, ChecklistItemsBecomeEntries) {
   auto p = acp::plan_update("# Plan\n- [x] read\n  - [ ] write tests\n* [~] build\nfree text\n- [?] odd\n");
   ASSERT_EQ(p["entries"].size(), 3u);
   EXPECT_EQ(p["entries"][0]["content"], "read");
@@ -106,14 +106,14 @@ TEST(Plan, ChecklistItemsBecomeEntries) {
   EXPECT_EQ(acp::plan_update("")["entries"].size(), 0u);
 }
 
-TEST(Prompt, TextAndEmbeddedResourcesBecomeContextThenText) {
+TEST(AcpPrompt, TextAndEmbeddedResourcesBecomeContextThenText) {
   auto t = acp::prompt_text(json::parse(R"([{"type":"text","text":"Fix it."},
     {"type":"resource","resource":{"uri":"file:///src/a%20b.c","text":"int x;"}}])"));
   ASSERT_TRUE(t) << t.ename();
   EXPECT_EQ(*t, "<file path=\"/src/a b.c\">\nint x;\n</file>\n\nFix it.");
 }
 
-TEST(Prompt, LinkedFilesAreInlinedUpToTheirBound) {
+TEST(AcpPrompt, LinkedFilesAreInlinedUpToTheirBound) {
   const std::string small = testing::TempDir() + "acp-small.txt", big = testing::TempDir() + "acp-big.txt";
   std::ofstream(small) << "small text";
   std::ofstream(big) << std::string(acp::max_inlined_file + 1, 'x');
@@ -129,14 +129,14 @@ TEST(Prompt, LinkedFilesAreInlinedUpToTheirBound) {
   std::remove(big.c_str());
 }
 
-TEST(Prompt, UnsupportedContentIsRefusedByName) {
+TEST(AcpPrompt, UnsupportedContentIsRefusedByName) {
   auto t = acp::prompt_text(json::parse(R"([{"type":"image","data":"AA==","mimeType":"image/png"}])"));
   ASSERT_FALSE(t);
   EXPECT_EQ(t.ename(), "unsupported content block: image");
   EXPECT_FALSE(acp::prompt_text(json::parse(R"({"not":"an array"})")));
 }
 
-TEST(Prompt, CommandsAreTheServersPrefixes) {
+TEST(AcpPrompt, CommandsAreTheServersPrefixes) {
   EXPECT_TRUE(acp::is_command("/model x"));
   EXPECT_TRUE(acp::is_command("  !ls"));
   EXPECT_FALSE(acp::is_command("//etc/hosts is wrong"));
