@@ -310,3 +310,10 @@ test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", asyn
   const code = await new Promise((r) => p.on("exit", r));
   assert.equal(code, 0, "stdin's end ends the bridge");
 });
+
+test("the editor closing stdin ends the bridge cleanly (exit 0: no sanitizer report, no leak)", async () => {
+  const exited = new Promise((r) => main.p.on("exit", (code, signal) => r({ code, signal })));
+  main.p.stdin.end();
+  const { code, signal } = await exited;
+  assert.deepEqual({ code, signal }, { code: 0, signal: null }, main.stderr());
+});
