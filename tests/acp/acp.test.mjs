@@ -39,6 +39,8 @@ const responses = [
   // the permission denied
   { tool_calls: [{ id: "c3", name: "shell", arguments: { cmd: "echo must-not-run", bypass: true } }] },
   { text: "It was denied." },
+  // the refusal
+  { text: "I would rather not.", stop: "filter" },
 ];
 
 const env = {
@@ -284,6 +286,13 @@ test("modes and models are set through ctl agent and ctl model", async () => {
   const r = await main.agent.request("session/set_config_option", { sessionId, configId: "model", value: "openai/other-model" });
   assert.equal(r.configOptions[0].currentValue, "openai/other-model");
   assert.match(ollie9p("read", `session/${sid}/agent/${aid}/cfg`), /^model=other-model$/m);
+});
+
+test("a turn the provider filtered ends with stop reason refusal", async () => {
+  main.updates.length = 0;
+  const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Something it refuses." }] });
+  assert.equal(r.stopReason, "refusal");
+  assert.match(text(main.updates, "agent_message_chunk"), /I would rather not\./);
 });
 
 test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", async () => {
