@@ -41,6 +41,8 @@ const responses = [
   { text: "It was denied." },
   // the refusal
   { text: "I would rather not.", stop: "filter" },
+  // the second session, with the editor's MCP servers
+  { text: "Hello from the second session." },
 ];
 
 const env = {
@@ -288,11 +290,32 @@ test("modes and models are set through ctl agent and ctl model", async () => {
   assert.match(ollie9p("read", `session/${sid}/agent/${aid}/cfg`), /^model=other-model$/m);
 });
 
+test("a /verb prompt is the agent's ctl verb: its reply is the answer, no turn runs", async () => {
+  main.updates.length = 0;
+  const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "/model" }] });
+  assert.equal(r.stopReason, "end_turn");
+  assert.match(text(main.updates, "agent_message_chunk"), /:: other-model/);
+});
+
 test("a turn the provider filtered ends with stop reason refusal", async () => {
   main.updates.length = 0;
   const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Something it refuses." }] });
   assert.equal(r.stopReason, "refusal");
   assert.match(text(main.updates, "agent_message_chunk"), /I would rather not\./);
+});
+
+test("the editor's MCP servers are not used, and the chat says so", async () => {
+  const r = await main.agent.request("session/new", {
+    cwd: project, mcpServers: [{ name: "fs", command: "/bin/true", args: [], env: [] }],
+  });
+  assert.notEqual(r.sessionId, sessionId);
+  main.updates.length = 0;
+  const p = await main.agent.request("session/prompt", { sessionId: r.sessionId, prompt: [{ type: "text", text: "Hi." }] });
+  assert.equal(p.stopReason, "end_turn");
+  const said = text(main.updates, "agent_message_chunk");
+  assert.match(said, /MCP servers \(fs\) are not used/);
+  assert.match(said, /Hello from the second session\./);
+  assert.ok(main.updates.every((u) => u.sessionId === r.sessionId), "only the second session's updates");
 });
 
 test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", async () => {
