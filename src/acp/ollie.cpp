@@ -48,7 +48,7 @@ void Ollie::check(const std::string& ename) {
   client_.reset();
 }
 
-asio::awaitable<p9::Result<p9::AsyncFid>> Ollie::root() {
+asio::awaitable<p9::Result<p9::AsyncFid>> Ollie::attach() {
   if (!root_) {
     std::string address = address_;
     // A Unix socket is dialed only through a private directory, as ollie-9p does.
@@ -77,8 +77,16 @@ asio::awaitable<p9::Result<p9::AsyncFid>> Ollie::root() {
   auto root = root_;
   std::string here;
   auto clone = co_await root->walk(here);
-  if (!clone) check(clone.ename());
   co_return clone;
+}
+
+asio::awaitable<p9::Result<p9::AsyncFid>> Ollie::root() {
+  auto clone = co_await attach();
+  if (clone || !connection_lost(clone.ename()) || !client_) co_return clone;
+  // The connection went away while idle (olliesrv restarted): dial again, once.
+  check(clone.ename());
+  auto again = co_await attach();
+  co_return again;
 }
 
 asio::awaitable<p9::Result<p9::AsyncFid>> Ollie::open(std::string path, std::uint8_t mode) {

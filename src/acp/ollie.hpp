@@ -30,6 +30,9 @@ class Ollie {
   void check(const std::string& ename);
 
  private:
+  /// A clone of the root fid, dialing and attaching first when there is no connection.
+  asio::awaitable<p9::Result<p9::AsyncFid>> attach();
+  /// attach(), dialing again once when the connection turns out to be lost.
   asio::awaitable<p9::Result<p9::AsyncFid>> root();
 
   asio::any_io_executor ex_;

@@ -266,6 +266,13 @@ test("after olliesrv restarts, session/load replays the history and the next pro
                        (e) => e.code === -32002);
 });
 
+test("olliesrv restarting while the bridge is idle: the next request dials again and works", async () => {
+  await killOlliesrv();
+  await startOlliesrv();
+  const r = await main.agent.request("session/load", { sessionId, cwd: project, mcpServers: [] });
+  assert.equal(r.modes.currentModeId, "default");
+});
+
 test("deny in the permission request: nothing runs", async () => {
   answer = "deny";
   main.updates.length = 0;
