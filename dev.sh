@@ -14,7 +14,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-14 libclang-rt-14-dev
   libasio-dev nlohmann-json3-dev libcurl4-openssl-dev libspdlog-dev libyaml-cpp-dev
   libssl-dev uuid-dev libsqlite3-dev libelf-dev googletest libgtest-dev libgmock-dev
-  libgumbo-dev ripgrep universal-ctags clangd jq tmux emacs-nox
+  libgumbo-dev ripgrep universal-ctags clangd jq tmux emacs-nox nodejs npm
 )
 
 setup() {
@@ -53,7 +53,7 @@ install_ollie() {
   local build=$1 cfg=${XDG_CONFIG_HOME:-$HOME/.config}/ollie bin=${OLLIE_BIN:-$HOME/.local/bin}
   local units=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user
   local manifest=$cfg/.installed f p i line src dst mode
-  for p in olliesrv ollie-9p toolsrv; do
+  for p in olliesrv ollie-9p ollie-acp toolsrv; do
     [ -x "$build/bin/$p" ] || { echo "install: $build/bin/$p is missing: build it first" >&2; return 1; }
   done
   local -a srcs=() dsts=() present=()
@@ -66,7 +66,7 @@ install_ollie() {
     [ -f "$f" ] && [[ $f != *.cmake ]] || continue
     srcs+=("$f") dsts+=("$cfg/tools/${f##*/}")
   done
-  for f in "$build"/bin/{olliesrv,ollie-9p,toolsrv} data/scripts/*; do
+  for f in "$build"/bin/{olliesrv,ollie-9p,ollie-acp,toolsrv} data/scripts/*; do
     [ -f "$f" ] || continue
     srcs+=("$f") dsts+=("$bin/${f##*/}")
   done
@@ -129,7 +129,7 @@ build_install() {
   cmake --preset release >/dev/null
   # the compiled tools: every executable ninja links into tools/
   mapfile -t tools < <(ninja -C build/release -t targets all | sed -n 's|^tools/\([^/:]*\): CXX_EXECUTABLE_LINKER.*|\1|p')
-  cmake --build --preset release --target olliesrv ollie-9p toolsrv "${tools[@]}" "$@"
+  cmake --build --preset release --target olliesrv ollie-9p ollie-acp toolsrv "${tools[@]}" "$@"
   install_ollie build/release
 }
 

@@ -23,7 +23,7 @@ mkdir -p "$repo/data/scripts" "$repo/data/tools"
 echo '{"description": "Not built."}' >"$repo/data/tools/unbuilt.meta"
 printf '#!/bin/sh\necho try\n' >"$repo/data/scripts/ollie-try"
 chmod 755 "$repo/data/scripts/ollie-try"
-for p in olliesrv ollie-9p toolsrv; do printf '#!/bin/sh\necho %s\n' "$p" >"$build/bin/$p"; done
+for p in olliesrv ollie-9p ollie-acp toolsrv; do printf '#!/bin/sh\necho %s\n' "$p" >"$build/bin/$p"; done
 chmod 755 "$build"/bin/*
 printf '#!/bin/sh\necho hello\n' >"$build/tools/hello"
 chmod 755 "$build/tools/hello"
@@ -53,7 +53,7 @@ check "tool executable is 0755" [ "$(mode "$cfg/tools/hello")" = 755 ]
 check "tool .meta is 0644" [ "$(mode "$cfg/tools/hello.meta")" = 644 ]
 check "no CMake files among the tools" [ ! -e "$cfg/tools/cmake_install.cmake" ] && [ ! -e "$cfg/tools/CMakeFiles" ]
 check "tools come from the build, not data/tools" [ ! -e "$cfg/tools/unbuilt.meta" ]
-for p in olliesrv ollie-9p toolsrv ollie-try; do
+for p in olliesrv ollie-9p ollie-acp toolsrv ollie-try; do
   check "$bin/$p is 0755" [ "$(mode "$bin/$p" 2>/dev/null)" = 755 ]
 done
 check "scripts are not in the config root" [ ! -e "$cfg/scripts" ]

@@ -1,0 +1,24 @@
+#pragma once
+/// The text an ACP prompt (`session/prompt`'s content blocks) becomes in the agent's `prompt`
+/// file: text blocks as they are; embedded text resources and `file://` resource links (the
+/// files the editor attached) inlined as `<file path="…">…</file>` context ahead of the text.
+/// Pure apart from reading the linked files.
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "lib9p/result.hpp"
+
+namespace acp {
+
+/// Largest file inlined from a resource link; a bigger one is named, not inlined.
+inline constexpr std::size_t max_inlined_file = 256 * 1024;
+
+/// The prompt text, or an error naming the block that cannot be sent (images, audio, binary
+/// resources: the bridge states no such capability).
+p9::Result<std::string> prompt_text(const nlohmann::json& blocks);
+
+/// Whether text, written to `prompt`, is a command (`/verb`, `!cmd`) rather than a turn (§2.8.4).
+bool is_command(const std::string& text);
+
+}  // namespace acp

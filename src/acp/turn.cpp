@@ -1,0 +1,213 @@
+// session/prompt and session/cancel: the prompt written to the agent's `prompt`, its turn
+// streamed from `chat.raw`, its end told by the agent's state events (spec §2.8, §5).
+#include <asio/co_spawn.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <spdlog/spdlog.h>
+
+#include "acp/bridge.hpp"
+#include "acp/prompt.hpp"
+#include "acp/updates.hpp"
+
+namespace acp {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+// The ids of the finalized blocks of a log.raw, and whether a user block is among those not in old.
+struct Snapshot {
+  std::set<std::string> ids;
+  std::string last;
+  bool new_user = false;
+};
+
+Snapshot snapshot(const std::string& log, const std::set<std::string>* old) {
+  Snapshot s;
+  for (const auto& l : lines(log)) {
+    json b = json::parse(l, nullptr, false);
+    if (!b.is_object() || !b.contains("id") || !b["id"].is_string()) continue;
+    std::string id = b["id"].get<std::string>();
+    if (old && !old->count(id) && b.value("role", "") == "user") s.new_user = true;
+    s.last = id;
+    s.ids.insert(std::move(id));
+  }
+  return s;
+}
+
+json text_update(const std::string& text) {
+  return {{"sessionUpdate", "agent_message_chunk"}, {"content", {{"type", "text"}, {"text", text}}}};
+}
+
+json stop(const char* reason) { return {{"stopReason", reason}}; }
+
+// What the two readers of a turn share.
+struct Progress {
+  std::set<std::string> seen;  // finalized new blocks streamed so far
+  std::string until;           // the last block of the finished turn, once known
+  std::optional<std::string> error;
+  std::string plan;            // the plan as last sent
+};
+
+}  // namespace
+
+asio::awaitable<json> Bridge::prompt(json params) {
+  auto live = find(params);
+  if (live->turn) throw RpcError(code::invalid_request, "session " + live->id + " is already running a prompt");
+  auto text = prompt_text(params.contains("prompt") ? params["prompt"] : json());
+  if (!text) throw RpcError(code::invalid_params, text.ename());
+  auto turn = std::make_shared<Turn>();
+  live->turn = turn;
+  struct Done {
+    std::shared_ptr<Live> live;
+    ~Done() { live->turn.reset(); }
+  } done{live};
+  if (!live->notice.empty()) {
+    update(*live, text_update(live->notice + "\n\n"));
+    live->notice.clear();
+  }
+
+  const std::string dir = live->dir();
+  std::string chat_path = dir + "chat.raw", log_path = dir + "log.raw";
+  auto chat = co_await ollie_.open(chat_path, p9::OREAD);
+  p9::AsyncFid chat_fid = need(std::move(chat), "chat.raw");
+  auto log = co_await ollie_.read(log_path);
+  std::set<std::string> old = snapshot(need(std::move(log), "log.raw"), nullptr).ids;
+  if (is_command(*text)) {
+    json r = co_await command(live, std::move(chat_fid), std::move(old), *text);
+    co_return r;
+  }
+
+  std::string event_path = "event";
+  auto ev = co_await ollie_.open(event_path, p9::ORDWR);
+  p9::AsyncFid ev_fid = need(std::move(ev), "event");
+  std::string filter = "agent." + live->aid + ".state bypass." + live->sid + ".request\n";
+  auto filtered = co_await ev_fid.write(filter);
+  need(std::move(filtered), "event");
+  std::string ctl_path = dir + "ctl", cwd_verb = "cwd", plan_path = dir + "plan", prompt_path = dir + "prompt";
+  auto cwd = co_await ollie_.call(ctl_path, cwd_verb);
+  auto plan = co_await ollie_.read(plan_path);
+  Progress progress;
+  progress.plan = plan ? *plan : std::string();
+  Translator t(cwd ? trim(*cwd) : std::string());
+  t.skip_first_user(true);
+
+  auto submitted = co_await ollie_.write(prompt_path, *text);
+  need(submitted, "prompt");
+  co_await ask_pending(live);
+
+  Lines chat_lines(std::move(chat_fid)), ev_lines(std::move(ev_fid));
+  // The blocks of the turn, as they come.
+  auto stream = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto l = co_await chat_lines.next();
+      if (!l || !*l) {
+        progress.error = l ? std::string("agent killed") : "olliesrv: " + l.ename();
+        if (!l) ollie_.check(l.ename());
+        co_return;
+      }
+      json b = json::parse(**l, nullptr, false);
+      if (!b.is_object() || !b.contains("id") || !b["id"].is_string()) continue;
+      const std::string id = b["id"].get<std::string>();
+      if (old.count(id)) continue;
+      for (auto& u : t.block(b)) update(*live, std::move(u));
+      if (b.value("partial", false)) continue;
+      progress.seen.insert(id);
+      if (b.value("role", "") == "tool" && t.batch_done()) {  // a tool round is over: the plan may have changed
+        auto now = co_await ollie_.read(plan_path);
+        if (now && *now != progress.plan) {
+          progress.plan = *now;
+          update(*live, plan_update(progress.plan));
+        }
+      }
+      if (id == progress.until) co_return;
+    }
+  };
+  // The agent's state (the turn is over when it is idle and our prompt's block is in the log)
+  // and the session's bypass requests.
+  const std::string state_topic = "agent." + live->aid + ".state", bypass_topic = "bypass." + live->sid + ".request";
+  auto follow = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto l = co_await ev_lines.next();
+      if (!l || !*l) {
+        progress.error = l ? std::string("olliesrv closed the event stream") : "olliesrv: " + l.ename();
+        if (!l) ollie_.check(l.ename());
+        co_return;
+      }
+      const std::string& line = **l;
+      const auto sp = line.find(' ');
+      const std::string topic = line.substr(0, sp), payload = sp == std::string::npos ? "" : line.substr(sp + 1);
+      if (topic == bypass_topic) {
+        // <reqid> session/<s>/agent/<a> <tool>
+        const auto a = payload.find(' ');
+        const std::string reqid = payload.substr(0, a), where = a == std::string::npos ? "" : payload.substr(a + 1);
+        const auto s0 = where.find('/') + 1, s1 = where.find('/', s0);
+        if (s0 == 0 || s1 == std::string::npos) continue;
+        asio::co_spawn(ex_, ask(live, where.substr(s0, s1 - s0), reqid), [](std::exception_ptr) {});
+        continue;
+      }
+      if (topic != state_topic || payload != "idle") continue;
+      auto now = co_await ollie_.read(log_path);
+      if (!now) continue;
+      Snapshot s = snapshot(*now, &old);
+      if (!s.new_user) continue;  // the end of an earlier turn: ours is still queued
+      if (progress.seen.count(s.last)) co_return;
+      progress.until = s.last;
+    }
+  };
+  {
+    using namespace asio::experimental::awaitable_operators;
+    auto a = stream();
+    auto b = follow();
+    auto either = std::move(a) || std::move(b);
+    co_await std::move(either);
+  }
+  for (auto& u : t.unfinished()) update(*live, std::move(u));
+  if (progress.error) throw RpcError(code::internal_error, *progress.error);
+  auto last_plan = co_await ollie_.read(plan_path);
+  if (last_plan && *last_plan != progress.plan) update(*live, plan_update(*last_plan));
+  const TurnEnd& end = t.end();
+  if (turn->cancelled || end.interrupted) co_return stop("cancelled");
+  if (end.refused) co_return stop("refusal");
+  if (end.failure) throw RpcError(code::internal_error, "the turn failed: " + *end.failure);
+  co_return stop("end_turn");
+}
+
+// A `/verb` or `!command`: it starts no turn; its reply is the first new block that is not the
+// prompt itself (`info`, `error`, `exec`).
+asio::awaitable<json> Bridge::command(std::shared_ptr<Live> live, p9::AsyncFid chat, std::set<std::string> old, std::string text) {
+  std::string prompt_path = live->dir() + "prompt";
+  auto submitted = co_await ollie_.write(prompt_path, text);
+  need(submitted, "prompt");
+  Lines chat_lines(std::move(chat));
+  Translator t("");
+  for (;;) {
+    auto l = co_await chat_lines.next();
+    if (!l) {
+      ollie_.check(l.ename());
+      throw RpcError(code::internal_error, "olliesrv: " + l.ename());
+    }
+    if (!*l) throw RpcError(code::internal_error, "agent killed");
+    json b = json::parse(**l, nullptr, false);
+    if (!b.is_object() || !b.contains("id") || !b["id"].is_string() || old.count(b["id"].get<std::string>())) continue;
+    const std::string role = b.value("role", "");
+    if (b.value("partial", false) || role == "user" || role == "assistant" || role == "reasoning" || role == "call" ||
+        role == "tool" || role == "context")
+      continue;  // another turn's blocks
+    for (auto& u : t.block(b)) update(*live, std::move(u));
+    co_return stop(live->turn->cancelled ? "cancelled" : "end_turn");
+  }
+}
+
+asio::awaitable<void> Bridge::cancel(json params) {
+  auto live = find(params);
+  if (!live->turn) co_return;
+  live->turn->cancelled = true;
+  std::string ctl = live->dir() + "ctl", verb = "stop";
+  auto r = co_await ollie_.call(ctl, verb);
+  if (!r) spdlog::warn("acp: session {}: stop: {}", live->id, r.ename());
+}
+
+}  // namespace acp

@@ -1,0 +1,65 @@
+#pragma once
+/// The translation of an agent's blocks (spec §2.8.8: `chat.raw` and `log.raw` lines) into ACP
+/// `session/update` payloads: text and reasoning as message and thought chunks (a partial block
+/// sends only what it added since the last line of that block), `call` blocks as tool calls,
+/// `tool` blocks as their results, the rest as lines of the agent's message. Also the `plan`
+/// file as a plan update. Pure: no I/O.
+
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace acp {
+
+using json = nlohmann::json;
+
+/// How a turn ended, from its blocks: an `info` block `interrupted` is cancelled, an `error`
+/// block `stopped: <reason>` (the provider filtered or refused) is a refusal, any other `error`
+/// block is a failure with its text.
+struct TurnEnd {
+  bool interrupted = false;
+  bool refused = false;
+  std::optional<std::string> failure;
+};
+
+class Translator {
+ public:
+  /// cwd: the agent's effective cwd, against which relative tool paths are made absolute.
+  explicit Translator(std::string cwd) : cwd_(std::move(cwd)) {}
+
+  /// The updates one block line gives (none for `context` blocks and repeated lines).
+  /// skip_user: the first `user` block is the editor's own prompt (live turns), not echoed.
+  std::vector<json> block(const json& b);
+  /// Whether the first user block is dropped (a live turn: the editor shows its own prompt).
+  void skip_first_user(bool on) { skip_user_ = on; }
+  /// Tool calls that got no result (cancelled calls never do): their `failed` updates.
+  std::vector<json> unfinished();
+  /// True when no call of the current batch waits for its result.
+  bool batch_done() const { return calls_.empty(); }
+  const TurnEnd& end() const { return end_; }
+
+ private:
+  std::string cwd_;
+  std::map<std::string, std::size_t> sent_;  // id of a streaming block -> bytes already sent
+  std::deque<std::string> calls_;            // call block ids awaiting their tool block, in order
+  std::set<std::string> done_;               // finalized block ids already translated
+  bool skip_user_ = false;
+  TurnEnd end_;
+};
+
+/// The ACP tool kind of an Ollie tool (`read`, `edit`, `search`, `execute`, `fetch`, `think`,
+/// `other`), by its name.
+std::string tool_kind(std::string_view tool);
+/// A tool call's title: `<tool> <summary>`, the summary being the `cmd` argument when it is the
+/// only one, else the `path`, else the arguments as JSON, cut at 200 bytes.
+std::string tool_title(std::string_view tool, const json& args);
+/// The plan update of the agent's `plan` text: its markdown checklist items (`- [ ]` pending,
+/// `- [x]` completed, `- [~]`, `- [-]` or `- [>]` in progress) as entries.
+json plan_update(std::string_view plan);
+
+}  // namespace acp

@@ -1,0 +1,358 @@
+// ollie-acp driven by the Agent Client Protocol's own client (@agentclientprotocol/sdk), as an
+// editor drives it: a real olliesrv with its tools and toolsrv, the fake provider standing in
+// for the model. One world for the whole file, the scenarios in order (the fake provider's
+// responses are one queue): initialize, a new session, a tool-using turn with its plan, a
+// cancelled turn, a permission request answered, olliesrv going away mid-turn, the session loaded
+// after olliesrv restarted, and malformed JSON-RPC.
+//   node --test acp.test.mjs   (OLLIE_SOURCE_DIR, OLLIE_BUILD_DIR in the environment)
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync, symlinkSync, copyFileSync, readFileSync, rmSync } from "node:fs";
+import { Readable, Writable } from "node:stream";
+import { createInterface } from "node:readline";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { client, ndJsonStream } from "@agentclientprotocol/sdk";
+
+const src = process.env.OLLIE_SOURCE_DIR;
+const build = process.env.OLLIE_BUILD_DIR;
+const root = mkdtempSync(path.join(tmpdir(), "ollie-acp-"));
+const project = path.join(root, "project");
+const children = [];
+let olliesrv, fakeUrl;
+
+const slow = "slowly ".repeat(400);
+const responses = [
+  // the tool-using turn
+  { tool_calls: [{ id: "c1", name: "shell", arguments: { cmd: "sleep 1; echo hi-from-tool" } }] },
+  { reasoning: "The tool said hi.", text: "Done: hi-from-tool" },
+  // the cancelled turn
+  { text: slow, chunk: 4, delay_ms: 50 },
+  // the permission request
+  { tool_calls: [{ id: "c2", name: "shell", arguments: { cmd: "echo outside-the-sandbox", bypass: true } }] },
+  { text: "It ran." },
+  // olliesrv goes away in this one
+  { text: slow, chunk: 4, delay_ms: 50 },
+  // after the restart
+  { text: "Back again." },
+  // the permission denied
+  { tool_calls: [{ id: "c3", name: "shell", arguments: { cmd: "echo must-not-run", bypass: true } }] },
+  { text: "It was denied." },
+  // the refusal
+  { text: "I would rather not.", stop: "filter" },
+  // the second session, with the editor's MCP servers
+  { text: "Hello from the second session." },
+];
+
+const env = {
+  ...process.env,
+  HOME: path.join(root, "home"),
+  XDG_CONFIG_HOME: path.join(root, "home/.config"),
+  XDG_DATA_HOME: path.join(root, "home/.local/share"),
+  XDG_RUNTIME_DIR: path.join(root, "run"),
+  NAMESPACE: path.join(root, "ns"),
+  PATH: `${build}/bin:${process.env.PATH}`,
+  OLLIE_LOG: "info",
+};
+delete env.OLLIE_ADDR;
+delete env.OLLIE_UNAME;
+delete env.OLLIE_AUTH;
+
+function start(cmd, args, extra = {}) {
+  const p = spawn(cmd, args, { env: { ...env, ...extra }, stdio: ["ignore", "pipe", "pipe"] });
+  children.push(p);
+  return p;
+}
+
+function firstLine(stream, re, what) {
+  return new Promise((resolve, reject) => {
+    const rl = createInterface({ input: stream });
+    const t = setTimeout(() => reject(new Error(`${what} did not start`)), 10000);
+    rl.on("line", (l) => {
+      const m = l.match(re);
+      if (m) { clearTimeout(t); resolve(m); }
+    });
+  });
+}
+
+async function within(seconds, check, what) {
+  const end = Date.now() + seconds * 1000;
+  for (;;) {
+    try { if (await check()) return; } catch {}
+    if (Date.now() > end) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function ollie9p(verb, file, input) {
+  return execFileSync(`${build}/bin/ollie-9p`, [verb, file], { env, encoding: "utf8", input: input ?? "", stdio: ["pipe", "pipe", "pipe"] });
+}
+
+async function startOlliesrv() {
+  olliesrv = start(`${build}/bin/olliesrv`, [], {
+    OLLIE_BACKEND: "openai", OLLIE_OPENAI_URL: `${fakeUrl}/v1`, OLLIE_OPENAI_KEY: "x", OLLIE_MODEL: "fake-model",
+  });
+  olliesrv.stderr.on("data", () => {});
+  await within(10, () => ollie9p("read", "session/idx") !== undefined, "olliesrv answers");
+}
+
+// Gone at once (SIGKILL): a SIGTERM would first interrupt the turn, which ends it cancelled.
+function killOlliesrv() {
+  return new Promise((resolve) => {
+    olliesrv.once("exit", resolve);
+    olliesrv.kill("SIGKILL");
+  });
+}
+
+// A bridge and the SDK's client connected to it; updates are collected per session.
+function connect({ permission } = {}) {
+  const p = spawn(`${build}/bin/ollie-acp`, [], { env, stdio: ["pipe", "pipe", "pipe"] });
+  children.push(p);
+  let stderr = "";
+  p.stderr.on("data", (d) => (stderr += d));
+  const updates = [];
+  const permissions = [];
+  const app = client()
+    .onNotification("session/update", (ctx) => { updates.push(ctx.params); })
+    .onRequest("session/request_permission", async (ctx) => {
+      permissions.push(ctx.params);
+      return permission ? permission(ctx.params) : { outcome: { outcome: "cancelled" } };
+    });
+  const conn = app.connect(ndJsonStream(Writable.toWeb(p.stdin), Readable.toWeb(p.stdout)));
+  return { p, agent: conn.agent, conn, updates, permissions, stderr: () => stderr };
+}
+
+const text = (updates, kind) =>
+  updates.filter((u) => u.update.sessionUpdate === kind).map((u) => u.update.content.text).join("");
+
+before(async () => {
+  mkdirSync(project, { recursive: true });
+  const cfg = path.join(env.XDG_CONFIG_HOME, "ollie");
+  mkdirSync(cfg, { recursive: true });
+  mkdirSync(env.XDG_DATA_HOME, { recursive: true });
+  mkdirSync(env.XDG_RUNTIME_DIR, { mode: 0o700 });
+  mkdirSync(env.NAMESPACE, { mode: 0o700 });
+  copyFileSync(path.join(src, "data/sandbox.yaml"), path.join(cfg, "sandbox.yaml"));
+  symlinkSync(path.join(build, "tools"), path.join(cfg, "tools"));
+  symlinkSync(path.join(src, "data/agents"), path.join(cfg, "agents"));
+  symlinkSync(path.join(src, "data/prompts"), path.join(cfg, "prompts"));
+  writeFileSync(path.join(root, "script.json"), JSON.stringify({ responses }));
+  const fake = start(`${build}/tests/fakeprovider/fakeprovider`, ["--port", "0", "--script", path.join(root, "script.json")]);
+  fakeUrl = (await firstLine(fake.stdout, /listening on (\S+)/, "the fake provider"))[1];
+  await startOlliesrv();
+});
+
+after(() => {
+  for (const p of children) if (p.exitCode === null) p.kill("SIGKILL");
+  if (!process.env.KEEP) rmSync(root, { recursive: true, force: true });
+});
+
+let main;  // the bridge the scenarios share
+let answer = "allow";  // what main's user picks in permission requests
+const answerKind = { allow: "allow_once", always: "allow_always", deny: "reject_once" };
+let sessionId;
+
+test("initialize negotiates version 1 and states the capabilities", async () => {
+  main = connect({ permission: (req) => ({ outcome: { outcome: "selected", optionId: req.options.find((o) => o.kind === answerKind[answer]).optionId } }) });
+  const r = await main.agent.request("initialize", { protocolVersion: 1, clientCapabilities: {} });
+  assert.equal(r.protocolVersion, 1);
+  assert.equal(r.agentCapabilities.loadSession, true);
+  assert.equal(r.agentCapabilities.promptCapabilities.embeddedContext, true);
+  assert.equal(r.agentCapabilities.promptCapabilities.image, false);
+  assert.equal(r.agentInfo.name, "ollie-acp");
+  // A client that asks for a later version gets the one the bridge speaks.
+  const later = await main.agent.request("initialize", { protocolVersion: 7 });
+  assert.equal(later.protocolVersion, 1);
+});
+
+test("session/new makes an olliesrv session and agent in the editor's cwd, with modes and models", async () => {
+  const r = await main.agent.request("session/new", { cwd: project, mcpServers: [] });
+  sessionId = r.sessionId;
+  const [sid, aid] = sessionId.split("/");
+  assert.match(sid, /^[0-9a-f-]{36}$/);
+  assert.equal(ollie9p("read", `session/${sid}/agent/${aid}/id`).trim(), aid);
+  assert.ok(ollie9p("read", "session/idx").includes(project), "the session's cwd is the editor's");
+  assert.equal(r.modes.currentModeId, "default");
+  assert.ok(r.modes.availableModes.some((m) => m.id === "explorer"), "the profiles are the modes");
+  const model = r.configOptions.find((o) => o.id === "model");
+  assert.equal(model.currentValue, "openai/fake-model");
+  assert.ok(model.options.some((o) => o.value === "openai/fake-model"));
+});
+
+test("a tool-using prompt streams the tool call, its result, the plan, thoughts and the answer", async () => {
+  const [sid, aid] = sessionId.split("/");
+  main.updates.length = 0;
+  const file = path.join(project, "notes.txt");
+  writeFileSync(file, "the attached file's text\n");
+  const done = main.agent.request("session/prompt", {
+    sessionId,
+    prompt: [{ type: "text", text: "Say hi with the shell." }, { type: "resource_link", uri: `file://${file}`, name: "notes.txt" }],
+  });
+  // While the tool runs, the agent's plan changes (here the hostowner writes it).
+  await within(10, () => main.updates.some((u) => u.update.sessionUpdate === "tool_call"), "the tool call");
+  ollie9p("write", `session/${sid}/agent/${aid}/plan`, "- [x] look around\n- [ ] say hi\n");
+  const r = await done;
+  assert.equal(r.stopReason, "end_turn");
+  const ups = main.updates.filter((u) => u.sessionId === sessionId).map((u) => u.update);
+  const call = ups.find((u) => u.sessionUpdate === "tool_call");
+  assert.equal(call.kind, "execute");
+  assert.equal(call.status, "in_progress");
+  assert.match(call.title, /^shell sleep 1; echo hi-from-tool/);
+  const result = ups.find((u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === call.toolCallId);
+  assert.equal(result.status, "completed");
+  assert.match(result.content[0].content.text, /hi-from-tool/);
+  const plan = ups.find((u) => u.sessionUpdate === "plan");
+  assert.deepEqual(plan.entries.map((e) => [e.content, e.status]), [["look around", "completed"], ["say hi", "pending"]]);
+  assert.equal(text(main.updates, "agent_thought_chunk"), "The tool said hi.");
+  assert.equal(text(main.updates, "agent_message_chunk"), "Done: hi-from-tool");
+  assert.ok(!ups.some((u) => u.sessionUpdate === "user_message_chunk"), "the editor's own prompt is not echoed");
+  // The attached file reached the model as context.
+  const log = ollie9p("read", `session/${sid}/agent/${aid}/log.raw`);
+  assert.ok(log.includes("the attached file's text"), "the linked file is inlined");
+});
+
+test("session/cancel stops the turn: the prompt ends cancelled", async () => {
+  main.updates.length = 0;
+  const done = main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Talk slowly." }] });
+  await within(10, () => text(main.updates, "agent_message_chunk").length > 0, "the first chunk");
+  await main.agent.notify("session/cancel", { sessionId });
+  const r = await done;
+  assert.equal(r.stopReason, "cancelled");
+  assert.ok(text(main.updates, "agent_message_chunk").length < slow.length, "the answer was cut short");
+});
+
+test("a bypass request becomes session/request_permission; allow runs it outside the sandbox", async () => {
+  main.updates.length = 0;
+  main.permissions.length = 0;
+  const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Run it outside." }] });
+  assert.equal(r.stopReason, "end_turn");
+  assert.equal(main.permissions.length, 1);
+  const ask = main.permissions[0];
+  assert.equal(ask.sessionId, sessionId);
+  assert.match(ask.toolCall.title, /shell echo outside-the-sandbox$/, "exactly what would run");
+  assert.deepEqual(ask.options.map((o) => o.kind), ["allow_once", "allow_always", "reject_once"]);
+  const ups = main.updates.map((u) => u.update);
+  const result = ups.find((u) => u.sessionUpdate === "tool_call_update" && u.status === "completed");
+  assert.match(result.content[0].content.text, /outside-the-sandbox/);
+  const [sid, aid] = sessionId.split("/");
+  assert.match(ollie9p("read", `session/${sid}/agent/${aid}/log.raw`), /approved/);
+});
+
+test("olliesrv going away ends the open prompt with an error", async () => {
+  main.updates.length = 0;
+  const done = main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Talk slowly again." }] });
+  await within(10, () => text(main.updates, "agent_message_chunk").length > 0, "the first chunk");
+  await killOlliesrv();
+  await assert.rejects(done, /olliesrv|killed|event/);
+});
+
+test("after olliesrv restarts, session/load replays the history and the next prompt runs", async () => {
+  await startOlliesrv();
+  main.updates.length = 0;
+  const r = await main.agent.request("session/load", { sessionId, cwd: project, mcpServers: [] });
+  assert.equal(r.modes.currentModeId, "default");
+  const ups = main.updates.filter((u) => u.sessionId === sessionId).map((u) => u.update);
+  assert.ok(text(main.updates, "user_message_chunk").includes("Say hi with the shell."), "the user's prompts");
+  assert.ok(text(main.updates, "agent_message_chunk").includes("Done: hi-from-tool"), "the answers");
+  assert.ok(ups.some((u) => u.sessionUpdate === "tool_call" && /hi-from-tool/.test(u.title)), "the tool calls");
+  assert.ok(ups.some((u) => u.sessionUpdate === "plan" && u.entries.length === 2), "the plan");
+  main.updates.length = 0;
+  const p = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Still there?" }] });
+  assert.equal(p.stopReason, "end_turn");
+  assert.equal(text(main.updates, "agent_message_chunk"), "Back again.");
+  // An id the bridge did not make is not found, and nothing of olliesrv's is reached through it.
+  await assert.rejects(main.agent.request("session/load", { sessionId: "../../bypass", cwd: project, mcpServers: [] }),
+                       (e) => e.code === -32002);
+});
+
+test("olliesrv restarting while the bridge is idle: the next request dials again and works", async () => {
+  await killOlliesrv();
+  await startOlliesrv();
+  const r = await main.agent.request("session/load", { sessionId, cwd: project, mcpServers: [] });
+  assert.equal(r.modes.currentModeId, "default");
+});
+
+test("deny in the permission request: nothing runs", async () => {
+  answer = "deny";
+  main.updates.length = 0;
+  main.permissions.length = 0;
+  const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Try again outside." }] });
+  assert.equal(r.stopReason, "end_turn");
+  assert.equal(main.permissions.length, 1);
+  const result = main.updates.map((u) => u.update).find((u) => u.sessionUpdate === "tool_call_update");
+  assert.equal(result.status, "failed");
+  assert.match(result.content[0].content.text, /bypass denied/);
+  assert.doesNotMatch(result.content[0].content.text, /must-not-run\n/);
+  assert.equal(text(main.updates, "agent_message_chunk").includes("It was denied."), true);
+});
+
+test("modes and models are set through ctl agent and ctl model", async () => {
+  const [sid, aid] = sessionId.split("/");
+  await main.agent.request("session/set_mode", { sessionId, modeId: "explorer" });
+  assert.match(ollie9p("read", `session/${sid}/agent/${aid}/cfg`), /^agent=explorer$/m);
+  await assert.rejects(main.agent.request("session/set_mode", { sessionId, modeId: "no-such-profile" }), /unknown agent profile/);
+  const r = await main.agent.request("session/set_config_option", { sessionId, configId: "model", value: "openai/other-model" });
+  assert.equal(r.configOptions[0].currentValue, "openai/other-model");
+  assert.match(ollie9p("read", `session/${sid}/agent/${aid}/cfg`), /^model=other-model$/m);
+});
+
+test("a /verb prompt is the agent's ctl verb: its reply is the answer, no turn runs", async () => {
+  main.updates.length = 0;
+  const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "/model" }] });
+  assert.equal(r.stopReason, "end_turn");
+  assert.match(text(main.updates, "agent_message_chunk"), /:: other-model/);
+});
+
+test("a turn the provider filtered ends with stop reason refusal", async () => {
+  main.updates.length = 0;
+  const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Something it refuses." }] });
+  assert.equal(r.stopReason, "refusal");
+  assert.match(text(main.updates, "agent_message_chunk"), /I would rather not\./);
+});
+
+test("the editor's MCP servers are not used, and the chat says so", async () => {
+  const r = await main.agent.request("session/new", {
+    cwd: project, mcpServers: [{ name: "fs", command: "/bin/true", args: [], env: [] }],
+  });
+  assert.notEqual(r.sessionId, sessionId);
+  main.updates.length = 0;
+  const p = await main.agent.request("session/prompt", { sessionId: r.sessionId, prompt: [{ type: "text", text: "Hi." }] });
+  assert.equal(p.stopReason, "end_turn");
+  const said = text(main.updates, "agent_message_chunk");
+  assert.match(said, /MCP servers \(fs\) are not used/);
+  assert.match(said, /Hello from the second session\./);
+  assert.ok(main.updates.every((u) => u.sessionId === r.sessionId), "only the second session's updates");
+});
+
+test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", async () => {
+  const p = spawn(`${build}/bin/ollie-acp`, [], { env, stdio: ["pipe", "pipe", "pipe"] });
+  children.push(p);
+  const replies = [];
+  createInterface({ input: p.stdout }).on("line", (l) => replies.push(JSON.parse(l)));
+  p.stdin.write("this is not json\n");
+  p.stdin.write('{"jsonrpc":"2.0","id":1,"method":"no/such/method"}\n');
+  p.stdin.write('{"jsonrpc":"1.0","id":2,"method":"initialize"}\n');
+  p.stdin.write('[1,2,3]\n');
+  p.stdin.write('{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"nope","prompt":[]}}\n');
+  p.stdin.write('{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":1}}\n');
+  await within(10, () => replies.length >= 6, "six replies");
+  const byId = (id) => replies.find((r) => r.id === id);
+  assert.equal(replies[0].error.code, -32700);
+  assert.equal(replies[0].id, null);
+  assert.equal(byId(1).error.code, -32601);
+  assert.equal(byId(2).error.code, -32600);
+  assert.ok(replies.some((r) => r.id === null && r.error?.code === -32600), "a batch is refused");
+  assert.equal(byId(3).error.code, -32002);
+  assert.equal(byId(4).result.protocolVersion, 1, "still answering");
+  p.stdin.end();
+  const code = await new Promise((r) => p.on("exit", r));
+  assert.equal(code, 0, "stdin's end ends the bridge");
+});
+
+test("the editor closing stdin ends the bridge cleanly (exit 0: no sanitizer report, no leak)", async () => {
+  const exited = new Promise((r) => main.p.on("exit", (code, signal) => r({ code, signal })));
+  main.p.stdin.end();
+  const { code, signal } = await exited;
+  assert.deepEqual({ code, signal }, { code: 0, signal: null }, main.stderr());
+});
