@@ -53,6 +53,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
     std::string cwd;          ///< the session cwd
     std::string toolsrv;      ///< the toolsrv executable (bin/toolsrv beside olliesrv)
     std::string config_root;  ///< toolsrv's -config ("" = its default)
+    std::string remote;       ///< ssh destination: toolsrv runs there (§6.11, remote.hpp); "" = here
+    /// A remote session's forwarded olliesrv socket: listens on the path for this session alone.
+    std::function<p9::Status(const std::string& path)> listen_forward;
   };
   /// `ex`: where the client and its waits run (a strand of olliesrv's pool).
   static std::shared_ptr<ToolHost> make(asio::any_io_executor ex, Config cfg);
