@@ -30,6 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -539,7 +540,6 @@ asio::awaitable<p9::Result<std::string>> start(asio::any_io_executor ex, Target 
   // The forwards (§6.11 steps 4, 5), now that $C/run exists and $C is known.
   const std::string base = ready + "/run/" + t.session_id + "." + n;
   const std::string remote_toolsrv = base + ".toolsrv.sock", remote_olliesrv = base + ".olliesrv.sock";
-  if (auto st = t.listen(fwd_sock); !st) co_return p9::error("remote: " + st.ename());
   auto f = spawn_child(forward_command(t, control, remote_olliesrv + ":" + fwd_sock, t.local_sock + ":" + remote_toolsrv),
                        t.env, false);
   if (!f) co_return p9::error("remote: ssh: " + f.ename());
@@ -554,6 +554,9 @@ asio::awaitable<p9::Result<std::string>> start(asio::any_io_executor ex, Target 
     if (!why.empty()) why = ": " + why;
     co_return p9::error("remote: forward refused" + why);
   }
+  // After the forwards: sshd connects to it only when a tool dials, and a failed start leaves
+  // no listener behind.
+  if (auto st = t.listen(fwd_sock); !st) co_return p9::error("remote: " + st.ename());
   co_return "unix!" + remote_olliesrv;
 }
 

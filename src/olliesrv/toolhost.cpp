@@ -210,6 +210,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   bool pushing = false;
   std::vector<std::shared_ptr<p9::Handoff<bool>>> drained;  // needs waiting for the pushes
   std::function<void(std::uint64_t)> started;               // on_start()
+  std::string forward_addr;                                 // a remote start's OLLIE_ADDR
 
   std::shared_ptr<Instance> current() {
     std::lock_guard lk(mu);
@@ -372,6 +373,8 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         co_return a.error();
       }
       remote_addr = *a;
+      std::lock_guard lk(mu);
+      forward_addr = remote_addr;
     }
     watch(i);
 
@@ -1044,6 +1047,11 @@ asio::awaitable<p9::Result<p9::AsyncFid>> ToolHost::open(std::uint64_t instance,
 }
 
 bool ToolHost::running() const { return s_->current() != nullptr; }
+
+std::string ToolHost::forward_addr() const {
+  std::lock_guard lk(s_->mu);
+  return s_->forward_addr;
+}
 
 void ToolHost::stop() {
   std::shared_ptr<Instance> i;

@@ -112,6 +112,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// instance, whose pids are other processes: `tool server lost` once that one is gone.
   asio::awaitable<p9::Result<p9::AsyncFid>> open(std::uint64_t instance, std::string path, int mode);
 
+  /// A remote session's OLLIE_ADDR (§6.11): the remote end of the reverse forward of its last
+  /// start, "" before the first one and for a local session.
+  std::string forward_addr() const;
   /// Whether a toolsrv process runs now.
   bool running() const;
   /// Kills toolsrv (session kill, shutdown); a later need would start a new one.
