@@ -21,7 +21,7 @@ add_library(ollie_libelf STATIC IMPORTED)
 set_target_properties(ollie_libelf PROPERTIES IMPORTED_LOCATION ${OLLIE_ELF_A} INTERFACE_LINK_LIBRARIES ${OLLIE_Z_A})
 add_library(PkgConfig::LIBELF ALIAS ollie_libelf)
 
-add_link_options(-static)
+add_link_options(-static -s)  # stripped: the tarball crosses the network at every start
 add_subdirectory(src/lib9p)
 add_subdirectory(src/virtfs)
 add_subdirectory(src/toolsrv)

@@ -3,6 +3,8 @@
 // a stranger on the forwarded socket, each failure, ssh dying, olliesrv restarted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "olliesrv/sshd.hpp"
@@ -189,4 +191,40 @@ TEST(Remote, RestartedOlliesrvRestoresTheSessionAndBootstrapsAtTheFirstNeed) {
   auto out = shell(w, a, "pwd", "c1");
   EXPECT_EQ(out, sshd.work + "\n");
   EXPECT_EQ(w.ssh_processes().size(), 1u);
+}
+
+TEST(Remote, ABootstrapKillsTheToolsrvTheLastStartLeftRunning) {
+  NEED_SSHD(sshd);
+  RemoteWorld w(sshd);
+  auto s = w.remote_session("far", "ollie-good", sshd);
+  auto old = matching("toolsrv", sshd.cache);
+  ASSERT_EQ(old.size(), 1u);
+  // Take away what would stop it with its ssh (the bootstrap script and its watcher), then
+  // drop ssh: the remote toolsrv is left running, as after a lost connection to a real host.
+  std::vector<pid_t> script;  // this test's (its login has this sshd's XDG_CACHE_HOME)
+  for (auto p : matching("OLLIE_SCRIPT_END", "/bin/sh"))
+    if (read_file("/proc/" + std::to_string(p) + "/environ").find("XDG_CACHE_HOME=" + sshd.cache) != std::string::npos)
+      script.push_back(p);
+  ASSERT_FALSE(script.empty());
+  std::vector<pid_t> cats;  // the watcher's cat; its shell dies first, so nothing kills toolsrv
+  for (auto& [pid, cmd] : processes()) {
+    const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+    const auto at = status.find("PPid:\t");
+    if (at == std::string::npos) continue;
+    const pid_t ppid = std::stoi(status.substr(at + 6));
+    if (std::find(script.begin(), script.end(), ppid) != script.end() && cmd.rfind("cat", 0) == 0) cats.push_back(pid);
+  }
+  ASSERT_EQ(cats.size(), 1u);
+  for (auto p : script) ::kill(p, SIGKILL);
+  ::kill(cats[0], SIGKILL);
+  for (auto p : matching("ControlMaster=yes", w.home)) ::kill(p, SIGKILL);
+  ASSERT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
+  ASSERT_EQ(matching("toolsrv", sshd.cache), old) << "left running";
+  // The next need bootstraps again; the script kills the toolsrv named in the pid file first.
+  auto a = w.agent(s, "main");
+  EXPECT_EQ(shell(w, a, "echo fresh", "c1"), "fresh\n");
+  auto now = matching("toolsrv", sshd.cache);
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0], old[0]);
+  EXPECT_EQ(::kill(old[0], 0), -1);
 }
