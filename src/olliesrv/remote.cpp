@@ -417,12 +417,18 @@ if [ -f "$P" ]; then
   *) if [ "$(cat /proc/$old/comm 2>/dev/null)" = toolsrv ]; then
        kill "$old" 2>/dev/null
        i=0
-       while [ -d /proc/$old ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+       while [ $i -lt 50 ]; do
+         st=
+         { read -r _ _ st _ </proc/$old/stat; } 2>/dev/null
+         case $st in ''|Z) break ;; esac
+         sleep 0.1
+         i=$((i+1))
+       done
        kill -9 "$old" 2>/dev/null
      fi ;;
   esac
 fi
-export OLLIE_TOOLS_PATH="$D/tools" PATH="$D/bin:$PATH"
+export OLLIE_SESSION_ID="$sid" OLLIE_TOOLS_PATH="$D/tools" PATH="$D/bin:$PATH"
 printf '%s\n' "$k" | { exec 3<&0 </dev/null >/dev/null; exec toolsrv -a "unix!$S" -cwd "$cwd" -config "$D"; } &
 pid=$!
 k=

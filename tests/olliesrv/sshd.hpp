@@ -165,7 +165,16 @@ struct Sshd {
 
 /// A World whose HOME has the ssh configuration for `sshd`.
 struct RemoteWorld : World {
-  explicit RemoteWorld(const Sshd& s) { write_file(home + "/.ssh/config", s.ssh_config()); }
+  /// The config root's tools/ holds only what the remote tests run (the tarball of every start
+  /// carries it, and this build's tools are sanitizer builds of 150 MB).
+  explicit RemoteWorld(const Sshd& s) {
+    write_file(home + "/.ssh/config", s.ssh_config());
+    std::filesystem::remove(config + "/tools");
+    std::filesystem::create_directories(config + "/tools");
+    for (const std::string t : {"shell", "tool_load", "subagent_spawn"})
+      for (const std::string ext : {"", ".meta"})
+        std::filesystem::create_symlink(testing_support::built("tools/" + t + ext), config + "/tools/" + t + ext);
+  }
   std::string remote_session(const std::string& name, const std::string& alias, const Sshd& s) {
     auto r = rdwr("session/new", "name=" + name + " cwd=" + s.work + " remote=" + alias);
     if (!r) throw std::runtime_error("session/new: " + r.ename() + "\n" + log_text());
