@@ -1,6 +1,6 @@
 #pragma once
-// A real OpenSSH server for remote sessions (spec §6.11) on loopback ports, for tests and the
-// bench: the test makes its own host and client keys with ssh-keygen and runs /usr/sbin/sshd -D
+// A real OpenSSH server for remote sessions (spec §6.11) on loopback ports, for the tests:
+// the test makes its own host and client keys with ssh-keygen and runs /usr/sbin/sshd -D
 // -e with its own configuration as the current user; olliesrv reaches it through the ssh
 // configuration it writes into olliesrv's private HOME. "The other host" is the same machine
 // seen through sshd: the login gets another HOME, XDG_CACHE_HOME and XDG_RUNTIME_DIR (sshd's
