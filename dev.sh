@@ -14,7 +14,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-14 libclang-rt-14-dev
   libasio-dev nlohmann-json3-dev libcurl4-openssl-dev libspdlog-dev libyaml-cpp-dev
   libssl-dev uuid-dev libsqlite3-dev libelf-dev googletest libgtest-dev libgmock-dev
-  libgumbo-dev ripgrep universal-ctags clangd jq tmux emacs-nox nodejs npm
+  libgumbo-dev ripgrep universal-ctags clangd jq tmux emacs-nox nodejs npm openssh-server
 )
 
 setup() {
@@ -69,6 +69,10 @@ install_ollie() {
   for f in "$build"/bin/{olliesrv,ollie-9p,ollie-acp,toolsrv} data/scripts/*; do
     [ -f "$f" ] || continue
     srcs+=("$f") dsts+=("$bin/${f##*/}")
+  done
+  for f in "$build"/bin/static/{ollie-9p,toolsrv}; do  # what remote sessions ship (doc/remote.md)
+    [ -f "$f" ] || continue
+    srcs+=("$f") dsts+=("$bin/static/${f##*/}")
   done
   for f in "${dsts[@]}"; do [ -f "$f" ] && present+=("$f"); done
 

@@ -137,9 +137,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::shared_ptr<FileServer> fs;
   ServerOptions opt;
   Strand strand;  // listeners and the connection set
-  std::vector<std::unique_ptr<asio::local::stream_protocol::acceptor>> unix_acceptors;
-  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> tcp_acceptors;
-  std::vector<std::string> unix_paths;
+  // Under mu (listen and unlisten may come while it serves); each accept loop shares its acceptor.
+  std::vector<std::shared_ptr<asio::local::stream_protocol::acceptor>> unix_acceptors;
+  std::vector<std::shared_ptr<asio::ip::tcp::acceptor>> tcp_acceptors;
+  std::vector<std::string> unix_paths;  // parallel to unix_acceptors
   std::uint16_t tcp_port = 0;
   std::mutex mu;
   std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;
@@ -867,7 +868,9 @@ class AcceptBackoff {
 };
 
 template <class Acceptor>
-asio::awaitable<void> accept_loop(std::shared_ptr<Server::Impl> impl, Acceptor& acceptor, bool unix_socket) {
+asio::awaitable<void> accept_loop(std::shared_ptr<Server::Impl> impl, std::shared_ptr<Acceptor> shared, bool unix_socket,
+                                  std::uint64_t tag) {
+  Acceptor& acceptor = *shared;
   AcceptBackoff backoff;
   asio::steady_timer pause(co_await asio::this_coro::executor);
   for (;;) {
@@ -880,6 +883,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<Server::Impl> impl, Acceptor& 
     }
     backoff.succeeded();
     Peer peer = unix_socket ? peer_of(sock.native_handle()) : Peer{};
+    peer.listener = tag;
     impl->add(Socket(std::move(sock)), peer);
   }
 }
@@ -943,14 +947,14 @@ Status make_socket_dir(const std::string& dir) {
 
 }  // namespace
 
-Status Server::listen(const Address& a) {
+Status Server::listen(const Address& a, std::uint64_t tag) {
   auto& impl = *impl_;
   std::error_code ec;
   if (a.kind == Address::Tcp) {
     asio::ip::tcp::resolver resolver(impl.io());
     auto results = resolver.resolve(a.host, a.port, ec);
     if (ec || results.empty()) return error(a.text + ": " + (ec ? ec.message() : "no address"));
-    auto acc = std::make_unique<asio::ip::tcp::acceptor>(impl.strand);
+    auto acc = std::make_shared<asio::ip::tcp::acceptor>(impl.strand);
     asio::ip::tcp::endpoint ep = *results.begin();
     acc->open(ep.protocol(), ec);
     if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
@@ -958,7 +962,8 @@ Status Server::listen(const Address& a) {
     if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return error(a.text + ": " + ec.message());
     impl.tcp_port = acc->local_endpoint().port();
-    spawn_logged(impl.strand, accept_loop(impl_, *acc, false));
+    spawn_logged(impl.strand, accept_loop(impl_, acc, false, tag));
+    std::lock_guard lk(impl.mu);
     impl.tcp_acceptors.push_back(std::move(acc));
     return {};
   }
@@ -974,7 +979,7 @@ Status Server::listen(const Address& a) {
     if (::lstat(a.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(a.path.c_str());
   }
   ec.clear();
-  auto acc = std::make_unique<asio::local::stream_protocol::acceptor>(impl.strand);
+  auto acc = std::make_shared<asio::local::stream_protocol::acceptor>(impl.strand);
   asio::local::stream_protocol::endpoint ep(a.path);
   acc->open(ep.protocol(), ec);
   // Linux makes the socket file with the mode of the socket's inode: set it before bind, so the
@@ -983,10 +988,36 @@ Status Server::listen(const Address& a) {
   if (!ec) acc->bind(ep, ec);
   if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return error(a.path + ": " + ec.message());
+  std::lock_guard lk(impl.mu);
+  if (impl.stopped) {
+    ::unlink(a.path.c_str());
+    return error(a.path + ": server stopped");
+  }
+  spawn_logged(impl.strand, accept_loop(impl_, acc, true, tag));
   impl.unix_paths.push_back(a.path);
-  spawn_logged(impl.strand, accept_loop(impl_, *acc, true));
   impl.unix_acceptors.push_back(std::move(acc));
   return {};
+}
+
+void Server::unlisten(const std::string& path) {
+  auto impl = impl_;
+  std::shared_ptr<asio::local::stream_protocol::acceptor> acc;
+  {
+    std::lock_guard lk(impl->mu);
+    for (std::size_t k = 0; k < impl->unix_paths.size(); k++)
+      if (impl->unix_paths[k] == path) {
+        acc = impl->unix_acceptors[k];
+        impl->unix_paths.erase(impl->unix_paths.begin() + static_cast<std::ptrdiff_t>(k));
+        impl->unix_acceptors.erase(impl->unix_acceptors.begin() + static_cast<std::ptrdiff_t>(k));
+        break;
+      }
+  }
+  if (!acc) return;
+  ::unlink(path.c_str());
+  asio::post(impl->strand, [acc] {
+    std::error_code ec;
+    acc->close(ec);
+  });
 }
 
 void Server::stop() {
@@ -999,9 +1030,15 @@ void Server::stop() {
     for (auto& [p, w] : impl->conns)
       if (auto c = w.lock()) live.push_back(c);
   }
-  for (auto& path : impl->unix_paths) ::unlink(path.c_str());
+  std::vector<std::string> paths;
+  {
+    std::lock_guard lk(impl->mu);
+    paths = impl->unix_paths;
+  }
+  for (auto& path : paths) ::unlink(path.c_str());
   asio::post(impl->strand, [impl] {
     std::error_code ec;
+    std::lock_guard lk(impl->mu);
     for (auto& a : impl->unix_acceptors) a->close(ec);
     for (auto& a : impl->tcp_acceptors) a->close(ec);
   });

@@ -31,6 +31,8 @@ struct Peer {
   /// line of /proc/<pid>/status and confirmed to be that process's through a pidfd; a process
   /// that cannot be read, or that was gone by then, counts as yes.
   bool no_new_privs = true;
+  /// The tag of the listener that accepted the connection (Server::listen), 0 by default.
+  std::uint64_t listener = 0;
 };
 
 /// A fid of one connection. The library owns num, qid, omode and the directory-read cursor;
@@ -129,8 +131,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   /// Starts listening. A Unix socket is created 0600, its directory 0700 if it must be made;
-  /// a stale socket file is replaced. The socket is removed by stop().
-  Status listen(const Address& addr);
+  /// a stale socket file is replaced. The socket is removed by stop(). Every connection it
+  /// accepts carries `tag` in its Peer (who may attach may depend on the listener).
+  Status listen(const Address& addr, std::uint64_t tag = 0);
+  /// Closes the Unix listener on `path` (removing the socket); its connections stay.
+  void unlisten(const std::string& path);
   /// The TCP port actually bound (for tcp!host!0), else 0.
   std::uint16_t tcp_port() const;
   /// Closes every listener (removing Unix sockets) and every connection: pending reads are

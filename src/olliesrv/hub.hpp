@@ -7,6 +7,7 @@
 #include <asio/thread_pool.hpp>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,10 @@ struct Hub {
   std::string config_root;        ///< $XDG_CONFIG_HOME/ollie
   std::string toolsrv;            ///< the toolsrv executable
   std::string addr;               ///< OLLIE_ADDR for tools: olliesrv's first Unix address
+  /// A remote session's forwarded socket (§6.11): olliesrv listens on `path` for session `sid`
+  /// alone (idempotent), until unlisten_forward(sid). Set by Olliesrv::start.
+  std::function<p9::Status(const std::string& sid, const std::string& path)> listen_forward;
+  std::function<void(const std::string& sid)> unlisten_forward;
   p9::Env env = p9::process_env();
   /// Seconds of the retry table (§8.2) are this long: shortened by tests only.
   std::chrono::milliseconds retry_unit{1000};

@@ -14,9 +14,13 @@ p9::Status Identity::auth(const std::string& uname, const std::string&) const {
 
 p9::Result<virtfs::Principal> Identity::attach(const virtfs::AttachRequest& r) const {
   if (!r.aname.empty()) return p9::error("no such tree: " + r.aname);
-  if (r.uname != hostowner_) {
+  // Only forwarded sockets have a listener tag; one whose session is gone admits no one ("-").
+  std::string via;
+  if (r.peer.listener) via = forwarded_session ? forwarded_session(r.peer.listener) : std::string();
+  if (r.peer.listener && via.empty()) via = "-";
+  if (!via.empty() || r.uname != hostowner_) {
     auto key = agent_key ? agent_key(r.uname) : std::nullopt;
-    if (!key) return p9::error("unknown user: " + r.uname);
+    if (!key || (!via.empty() && key->session != via)) return p9::error("unknown user: " + r.uname);
     if (!r.has_afid) return p9::error(p9::err::auth_required);
     std::string presented = r.secret;
     while (!presented.empty() && (presented.back() == '\n' || presented.back() == '\r')) presented.pop_back();

@@ -14,6 +14,7 @@
 #include "dispatch.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
+#include "remote.hpp"
 #include "request.hpp"
 #include "session.hpp"
 #include "settings.hpp"
@@ -38,6 +39,13 @@ p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) 
   return p;
 }
 
+p9::Result<std::string> check_remote_dir(std::string p) {
+  if (p.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
+  if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + p);
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
 // Not inside the coroutines: GCC 12 rejects initializer lists of literals there.
 p9::Result<KeyValues> parse_session_request(const std::string& r) {
   return parse_request(r, {"name", "cwd", "remote", "backend", "model"});
@@ -56,17 +64,19 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   auto kv = parse_session_request(request);
   if (!kv) co_return kv.error();
   if (kv->get("cwd").empty()) co_return p9::error("cwd is required");
-  auto cwd = check_dir(kv->get("cwd"), hub.env);
+  const std::string remote = kv->get("remote");
+  // A remote cwd is on the tool host: its bootstrap checks it (§6.11).
+  auto cwd = remote.empty() ? check_dir(kv->get("cwd"), hub.env) : check_remote_dir(kv->get("cwd"));
   if (!cwd) co_return cwd.error();
   const std::string id = new_uuid();
   std::string name = kv->get("name");
   if (name.empty()) name = default_name(id);
   if (!valid_name(name)) co_return p9::error("invalid name: " + name);
-  if (!kv->get("remote").empty()) co_return p9::error("remote: not supported yet");
+  if (!remote.empty() && !remote::valid_destination(remote)) co_return p9::error("remote: invalid destination: " + remote);
   if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
   if (hub.find(name)) co_return p9::error("session already exists: " + name);
 
-  auto s = std::make_shared<Session>(hub, id, *cwd);
+  auto s = std::make_shared<Session>(hub, id, *cwd, remote);
   {
     std::lock_guard lock(s->mu);
     s->name = name;
@@ -318,7 +328,7 @@ std::size_t restore(Hub& hub) {
   std::size_t n = 0;
   for (auto& l : loaded) {
     auto& r = l.record;
-    auto s = std::make_shared<Session>(hub, r.id, r.cwd);
+    auto s = std::make_shared<Session>(hub, r.id, r.cwd, r.remote);
     {
       std::lock_guard lock(s->mu);
       s->name = r.name;

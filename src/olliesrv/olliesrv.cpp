@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <spdlog/spdlog.h>
 
 #include "firstrun.hpp"
@@ -43,6 +45,44 @@ struct Olliesrv::Impl {
   Identity identity{p9::login_name(), !prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)};
   std::string help;
   std::unique_ptr<p9::Server> server;
+
+  // Remote sessions' forwarded sockets (§6.11), each a listener of `server` with its own tag.
+  std::mutex fwd_mu;
+  std::uint64_t fwd_tags = 0;
+  std::map<std::uint64_t, std::string> fwd_session;                  // tag → session id
+  std::map<std::string, std::pair<std::uint64_t, std::string>> fwd;  // session id → (tag, path)
+
+  p9::Status listen_forward(const std::string& sid, const std::string& path) {
+    std::uint64_t tag;
+    {
+      std::lock_guard lk(fwd_mu);
+      if (auto it = fwd.find(sid); it != fwd.end() && it->second.second == path) return {};
+      tag = ++fwd_tags;
+      fwd_session[tag] = sid;
+    }
+    auto a = p9::parse_address("unix!" + path);
+    p9::Status st = a ? server->listen(*a, tag) : p9::Status(a.error());
+    std::lock_guard lk(fwd_mu);
+    if (!st) {
+      fwd_session.erase(tag);
+      return st;
+    }
+    fwd[sid] = {tag, path};
+    return {};
+  }
+
+  void unlisten_forward(const std::string& sid) {
+    std::string path;
+    {
+      std::lock_guard lk(fwd_mu);
+      auto it = fwd.find(sid);
+      if (it == fwd.end()) return;
+      fwd_session.erase(it->second.first);  // its connections now admit no one
+      path = it->second.second;
+      fwd.erase(it);
+    }
+    server->unlisten(path);
+  }
 };
 
 Olliesrv::Olliesrv(Options opt) : impl_(std::make_unique<Impl>(std::move(opt))) {
@@ -72,9 +112,16 @@ p9::Status Olliesrv::start() {
     if (text.rfind("unix!", 0) == 0 && m.hub->addr.empty()) m.hub->addr = text;
   m.identity.agent_key = [hub = m.hub.get()](const std::string& uname) -> std::optional<Identity::AgentKey> {
     for (const auto& s : hub->sessions())
-      if (auto a = s->find(uname); a && a->id == uname) return Identity::AgentKey{a->secret, a->subagent ? "subagent" : "agent"};
+      if (auto a = s->find(uname); a && a->id == uname) return Identity::AgentKey{a->secret, a->subagent ? "subagent" : "agent", s->id};
     return std::nullopt;
   };
+  m.identity.forwarded_session = [&m](std::uint64_t tag) {
+    std::lock_guard lk(m.fwd_mu);
+    auto it = m.fwd_session.find(tag);
+    return it == m.fwd_session.end() ? std::string() : it->second;
+  };
+  m.hub->listen_forward = [&m](const std::string& sid, const std::string& path) { return m.listen_forward(sid, path); };
+  m.hub->unlisten_forward = [&m](const std::string& sid) { m.unlisten_forward(sid); };
   auto tree = virtfs::build(declare());
   if (!tree) return tree.error();
   m.help = tree->help();

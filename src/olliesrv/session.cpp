@@ -9,8 +9,14 @@
 
 namespace ollie {
 
-Session::Session(Hub& h, std::string sid, std::string dir) : hub(h), id(std::move(sid)), cwd(std::move(dir)) {
-  host = ToolHost::make(hub.next_executor(), {id, cwd, hub.toolsrv, hub.config_root});
+Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
+    : hub(h), id(std::move(sid)), cwd(std::move(dir)), remote(std::move(where)) {
+  ToolHost::Config c{id, cwd, hub.toolsrv, hub.config_root, remote, {}};
+  if (!remote.empty())
+    c.listen_forward = [&hub = hub, sid = id](const std::string& path) {
+      return hub.listen_forward ? hub.listen_forward(sid, path) : p9::Status(p9::error("no forwarded socket here"));
+    };
+  host = ToolHost::make(hub.next_executor(), std::move(c));
 }
 
 std::shared_ptr<Agent> Session::find(const std::string& key) const {
@@ -132,6 +138,7 @@ void Session::kill() {
     hub.bus.publish("agent." + a->id + ".kill", "session/" + current_name() + "/agent/" + a->current_name());
   }
   host->stop();
+  if (!remote.empty() && hub.unlisten_forward) hub.unlisten_forward(id);
   std::lock_guard writing(save_mu_);
   if (auto st = hub.store.remove_session(id); !st) spdlog::error("session {}: remove: {}", id, st.ename());
 }

@@ -17,7 +17,8 @@ struct Hub;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Hub& hub, std::string id, std::string cwd);
+  /// `remote`: the ssh destination of a remote session (§6.11), "" for a local one.
+  Session(Hub& hub, std::string id, std::string cwd, std::string remote = "");
 
   Hub& hub;
   const std::string id;

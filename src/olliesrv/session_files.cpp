@@ -34,7 +34,7 @@ std::string read_env(const Session& s) {
     all = s.env;
   }
   all["OLLIE_SESSION_ID"] = s.id;
-  all["OLLIE_ADDR"] = s.hub.addr;
+  all["OLLIE_ADDR"] = s.remote.empty() ? s.hub.addr : s.host->forward_addr();
   std::string out;
   for (const auto& [k, v] : all) out += k + "=" + v + "\n";
   return out;

@@ -44,6 +44,7 @@
 #include "lib9p/errors.hpp"
 #include "lib9p/handoff.hpp"
 #include "olliesrv/ids.hpp"
+#include "olliesrv/remote.hpp"
 #include "olliesrv/result.hpp"
 
 extern char** environ;
@@ -225,6 +226,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   bool pushing = false;
   std::vector<std::shared_ptr<p9::Handoff<bool>>> drained;  // needs waiting for the pushes
   std::function<void(std::uint64_t)> started;               // on_start()
+  std::string forward_addr;                                 // a remote start's OLLIE_ADDR
 
   std::shared_ptr<Instance> current() {
     std::lock_guard lk(mu);
@@ -360,8 +362,9 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       co_return p9::error("invalid session id: " + c.session_id.substr(0, 64));
     if (c.cwd.empty() || c.cwd.front() != '/') co_return p9::error("cwd must be absolute: " + c.cwd);
     struct stat st{};
-    if (::stat(c.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) co_return p9::error("cwd: " + c.cwd + ": not a directory");
-    if (::access(c.toolsrv.c_str(), X_OK) != 0) co_return p9::error(c.toolsrv + ": " + std::strerror(errno));
+    if (c.remote.empty() && (::stat(c.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+      co_return p9::error("cwd: " + c.cwd + ": not a directory");
+    if (c.remote.empty() && ::access(c.toolsrv.c_str(), X_OK) != 0) co_return p9::error(c.toolsrv + ": " + std::strerror(errno));
     const std::string dir = p9::runtime_root() + "/toolsrv";
     if (auto d = p9::ensure_runtime_dir(dir); !d) co_return d.error();
     const std::string sock = dir + "/" + c.session_id + ".sock";
@@ -374,7 +377,21 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     i->sock = sock;
     const std::string secret = new_secret();
-    if (auto st2 = spawn(i, c, secret); !st2) co_return st2.error();
+    std::string remote_addr;  // a remote toolsrv's OLLIE_ADDR: its end of the reverse forward
+    if (c.remote.empty()) {
+      if (auto st2 = spawn(i, c, secret); !st2) co_return st2.error();
+    } else {
+      auto target = remote_target(c, sock);
+      auto adopt = [i](pid_t pid, int pidfd) { i->pid = pid, i->pidfd = pidfd; };
+      auto a = co_await remote::start(ex, std::move(target), secret, adopt);
+      if (!a) {
+        i->lose("bootstrap failed");
+        co_return a.error();
+      }
+      remote_addr = *a;
+      std::lock_guard lk(mu);
+      forward_addr = remote_addr;
+    }
     watch(i);
 
     // Dial until it listens; fail fast once it has exited.
@@ -433,6 +450,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         std::lock_guard lk(mu);
         v = version;
         e = env;
+        if (!remote_addr.empty()) e["OLLIE_ADDR"] = remote_addr;
         ac = agent_cwd;
         at = agent_tools;
         ok = sandbox_ok_line();
@@ -447,6 +465,21 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     spdlog::info("session {}: toolsrv {} started", c.session_id, i->pid);
     co_return i;
+  }
+
+  /// How a remote session's toolsrv is started (§6.11): ssh gets the environment a local
+  /// toolsrv would; the static programs are in bin/static beside toolsrv.
+  remote::Target remote_target(const Config& c, const std::string& sock) {
+    remote::Target t;
+    t.destination = c.remote;
+    t.session_id = c.session_id;
+    t.cwd = c.cwd;
+    t.local_sock = sock;
+    t.config_root = c.config_root.empty() ? p9::config_root() : c.config_root;
+    t.static_dir = c.toolsrv.substr(0, c.toolsrv.rfind('/') + 1) + "static";
+    t.env = child_env();
+    t.listen = c.listen_forward;
+    return t;
   }
 
   /// Forks and execs toolsrv with the secret on descriptor 3.
@@ -1031,6 +1064,11 @@ asio::awaitable<p9::Result<p9::AsyncFid>> ToolHost::open(std::uint64_t instance,
 }
 
 bool ToolHost::running() const { return s_->current() != nullptr; }
+
+std::string ToolHost::forward_addr() const {
+  std::lock_guard lk(s_->mu);
+  return s_->forward_addr;
+}
 
 void ToolHost::stop() {
   std::shared_ptr<Instance> i;

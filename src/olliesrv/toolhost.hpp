@@ -53,6 +53,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
     std::string cwd;          ///< the session cwd
     std::string toolsrv;      ///< the toolsrv executable (bin/toolsrv beside olliesrv)
     std::string config_root;  ///< toolsrv's -config ("" = its default)
+    std::string remote;       ///< ssh destination: toolsrv runs there (§6.11, remote.hpp); "" = here
+    /// A remote session's forwarded olliesrv socket: listens on the path for this session alone.
+    std::function<p9::Status(const std::string& path)> listen_forward;
   };
   /// `ex`: where the client and its waits run (a strand of olliesrv's pool).
   static std::shared_ptr<ToolHost> make(asio::any_io_executor ex, Config cfg);
@@ -109,6 +112,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// instance, whose pids are other processes: `tool server lost` once that one is gone.
   asio::awaitable<p9::Result<p9::AsyncFid>> open(std::uint64_t instance, std::string path, int mode);
 
+  /// A remote session's OLLIE_ADDR (§6.11): the remote end of the reverse forward of its last
+  /// start, "" before the first one and for a local session.
+  std::string forward_addr() const;
   /// Whether a toolsrv process runs now.
   bool running() const;
   /// Kills toolsrv (session kill, shutdown); a later need would start a new one.
