@@ -14,14 +14,18 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-14 libclang-rt-14-dev
   libasio-dev nlohmann-json3-dev libcurl4-openssl-dev libspdlog-dev libyaml-cpp-dev
   libssl-dev uuid-dev libsqlite3-dev libelf-dev googletest libgtest-dev libgmock-dev
-  libgumbo-dev ripgrep universal-ctags clangd jq tmux emacs-nox nodejs npm openssh-server
+  libgumbo-dev ripgrep universal-ctags clangd jq tmux emacs-nox openssh-server
 )
+# Programs that may come from elsewhere (nodesource's nodejs carries its own npm, which Debian's
+# npm package conflicts with): <command>:<Debian package>, installed only when the command is missing.
+commands=(node:nodejs npm:npm)
 
 setup() {
   local missing=()
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
+  for c in "${commands[@]}"; do command -v "${c%%:*}" >/dev/null || missing+=("${c#*:}"); done
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
   echo "setup: installing ${missing[*]}" >&2
