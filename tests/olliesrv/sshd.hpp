@@ -166,14 +166,15 @@ struct Sshd {
 /// A World whose HOME has the ssh configuration for `sshd`.
 struct RemoteWorld : World {
   /// The config root's tools/ holds only what the remote tests run (the tarball of every start
-  /// carries it, and this build's tools are sanitizer builds of 150 MB).
+  /// carries it, and this build's tools are sanitizer builds of 150 MB). Copies, not symlinks:
+  /// a local session's sandbox grants rox on tools/, not on where a symlink points.
   explicit RemoteWorld(const Sshd& s) {
     write_file(home + "/.ssh/config", s.ssh_config());
     std::filesystem::remove(config + "/tools");
     std::filesystem::create_directories(config + "/tools");
     for (const std::string t : {"shell", "tool_load", "subagent_spawn"})
       for (const std::string ext : {"", ".meta"})
-        std::filesystem::create_symlink(testing_support::built("tools/" + t + ext), config + "/tools/" + t + ext);
+        std::filesystem::copy_file(testing_support::built("tools/" + t + ext), config + "/tools/" + t + ext);
   }
   std::string remote_session(const std::string& name, const std::string& alias, const Sshd& s) {
     auto r = rdwr("session/new", "name=" + name + " cwd=" + s.work + " remote=" + alias);
