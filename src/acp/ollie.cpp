@@ -17,6 +17,12 @@ std::string env(const char* name) {
 
 }  // namespace
 
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return "";
+  return std::string(s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1));
+}
+
 asio::awaitable<p9::Result<std::optional<std::string>>> Lines::next() {
   for (;;) {
     if (auto nl = buf_.find('\n'); nl != std::string::npos) {

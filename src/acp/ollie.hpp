@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "lib9p/async_client.hpp"
 #include "lib9p/result.hpp"
@@ -58,5 +59,8 @@ class Lines {
 
 /// True for the errors of a lost connection (olliesrv gone), as opposed to a file's own error.
 bool connection_lost(const std::string& ename);
+
+/// A reply of a file without its surrounding blanks (ids, names and plans end with a newline).
+std::string trim(std::string_view s);
 
 }  // namespace acp

@@ -11,12 +11,6 @@
 namespace acp {
 namespace {
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
-
 // One line of bypass/pending/{session}: reqid, agent name, tool, summary.
 struct Pending {
   std::string reqid, agent, tool, summary;

@@ -11,12 +11,6 @@
 namespace acp {
 namespace {
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
-
 // The ids of the finalized blocks of a log.raw, and whether a user block is among those not in old.
 struct Snapshot {
   std::set<std::string> ids;
