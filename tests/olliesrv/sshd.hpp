@@ -45,20 +45,6 @@ inline bool accepts(int port) {
   return ok;
 }
 
-/// Command lines of every process, pid → text (NULs as spaces).
-inline std::vector<std::pair<pid_t, std::string>> processes() {
-  std::vector<std::pair<pid_t, std::string>> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string n = e.path().filename();
-    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read_file(e.path().string() + "/cmdline");
-    for (auto& ch : cmd)
-      if (ch == '\0') ch = ' ';
-    out.emplace_back(std::stoi(n), cmd);
-  }
-  return out;
-}
-
 inline std::vector<pid_t> matching(const std::string& a, const std::string& b) {
   std::vector<pid_t> out;
   for (auto& [pid, cmd] : processes())

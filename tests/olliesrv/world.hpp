@@ -58,6 +58,20 @@ bool eventually(F ok, std::chrono::milliseconds limit = 20s) {
   return true;
 }
 
+/// Command lines of every process, pid → text (NULs as spaces).
+inline std::vector<std::pair<pid_t, std::string>> processes() {
+  std::vector<std::pair<pid_t, std::string>> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string n = e.path().filename();
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_file(e.path().string() + "/cmdline");
+    for (auto& ch : cmd)
+      if (ch == '\0') ch = ' ';
+    out.emplace_back(std::stoi(n), cmd);
+  }
+  return out;
+}
+
 /// One olliesrv with its own HOME. `fake` answers as every provider; the backend is openai.
 class World {
  public:
@@ -241,14 +255,8 @@ class World {
   /// Every toolsrv process of this world (their -config is under our HOME).
   std::vector<pid_t> toolsrvs() const {
     std::vector<pid_t> out;
-    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-      const std::string n = e.path().filename();
-      if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::string cmd = read_file(e.path().string() + "/cmdline");
-      for (auto& ch : cmd)
-        if (ch == '\0') ch = ' ';
-      if (cmd.find("/toolsrv ") != std::string::npos && cmd.find(root) != std::string::npos) out.push_back(std::stoi(n));
-    }
+    for (const auto& [pid, cmd] : processes())
+      if (cmd.find("/toolsrv ") != std::string::npos && cmd.find(root) != std::string::npos) out.push_back(pid);
     return out;
   }
   void kill_toolsrvs() const {
