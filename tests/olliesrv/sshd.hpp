@@ -45,13 +45,6 @@ inline bool accepts(int port) {
   return ok;
 }
 
-inline std::vector<pid_t> matching(const std::string& a, const std::string& b) {
-  std::vector<pid_t> out;
-  for (auto& [pid, cmd] : processes())
-    if (cmd.find(a) != std::string::npos && cmd.find(b) != std::string::npos) out.push_back(pid);
-  return out;
-}
-
 /// sshd with four ports: `good`, `arch` (uname says sparc64), `notar` (no tar on PATH), `nofwd`
 /// (no stream-local forwarding).
 struct Sshd {

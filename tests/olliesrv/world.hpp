@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,31 @@ inline std::vector<std::pair<pid_t, std::string>> processes() {
       if (ch == '\0') ch = ' ';
     out.emplace_back(std::stoi(n), cmd);
   }
+  return out;
+}
+
+/// The parent of a process; -1 once it is gone.
+inline pid_t parent_of(pid_t pid) {
+  const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("PPid:\t");
+  return at == std::string::npos ? -1 : std::stoi(status.substr(at + 6));
+}
+
+/// The processes whose command line holds both `a` and `b`.
+inline std::vector<pid_t> matching(const std::string& a, const std::string& b) {
+  std::vector<pid_t> out;
+  for (auto& [pid, cmd] : processes())
+    if (cmd.find(a) != std::string::npos && cmd.find(b) != std::string::npos) out.push_back(pid);
+  return out;
+}
+
+/// matching() without the children of a match: a fork carries its parent's command line until it
+/// execs (a tool being spawned, toolsrv's connector), and is not another server.
+inline std::vector<pid_t> servers(const std::string& a, const std::string& b) {
+  const auto all = matching(a, b);
+  std::vector<pid_t> out;
+  for (auto pid : all)
+    if (std::find(all.begin(), all.end(), parent_of(pid)) == all.end()) out.push_back(pid);
   return out;
 }
 
@@ -253,12 +279,7 @@ class World {
   }
 
   /// Every toolsrv process of this world (their -config is under our HOME).
-  std::vector<pid_t> toolsrvs() const {
-    std::vector<pid_t> out;
-    for (const auto& [pid, cmd] : processes())
-      if (cmd.find("/toolsrv ") != std::string::npos && cmd.find(root) != std::string::npos) out.push_back(pid);
-    return out;
-  }
+  std::vector<pid_t> toolsrvs() const { return servers("/toolsrv ", root); }
   void kill_toolsrvs() const {
     for (auto p : toolsrvs()) ::kill(p, SIGKILL);
   }

@@ -14,18 +14,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<json> blocks_of(const std::string& jsonl) {
-  std::vector<json> out;
-  std::size_t pos = 0;
-  while (pos < jsonl.size()) {
-    auto nl = jsonl.find('\n', pos);
-    if (nl == std::string::npos) break;
-    out.push_back(json::parse(jsonl.substr(pos, nl - pos)));
-    pos = nl + 1;
-  }
-  return out;
-}
-
 /// The content of every tool result block of the agent, in order.
 std::vector<std::string> tool_results(World& w, const std::string& agent) {
   std::vector<std::string> out;
@@ -155,7 +143,7 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   // No session, no ssh, no remote toolsrv (the refused forward's was started, then killed).
   EXPECT_EQ(*w.read("session/idx"), "");
   EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
-  EXPECT_TRUE(eventually([&] { return matching("toolsrv", sshd.cache).empty(); }, 10s));
+  EXPECT_TRUE(eventually([&] { return servers("toolsrv", sshd.cache).empty(); }, 10s));
 }
 
 TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
@@ -170,7 +158,7 @@ TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
   ASSERT_TRUE(w.wait_state(a, "calling: shell"));
   auto masters = matching("ControlMaster=yes", w.home);
   ASSERT_EQ(masters.size(), 1u);
-  const auto first_toolsrv = matching("toolsrv", sshd.cache);
+  const auto first_toolsrv = servers("toolsrv", sshd.cache);
   ::kill(masters[0], SIGKILL);
   ASSERT_TRUE(eventually([&] { return tool_results(w, a).size() > before; }));
   EXPECT_EQ(tool_results(w, a).back().rfind("error: tool server lost", 0), 0u) << tool_results(w, a).back();
@@ -180,7 +168,7 @@ TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
   ASSERT_EQ(first_toolsrv.size(), 1u);
   EXPECT_TRUE(eventually([&] { return gone(first_toolsrv[0]); }, 10s));
   EXPECT_EQ(shell(w, a, "echo again", "c2"), "again\n");
-  auto now = matching("toolsrv", sshd.cache);
+  auto now = servers("toolsrv", sshd.cache);
   ASSERT_EQ(now.size(), 1u);
   EXPECT_NE(now[0], first_toolsrv[0]);
 }
@@ -206,7 +194,7 @@ TEST(Remote, ABootstrapKillsTheToolsrvTheLastStartLeftRunning) {
   NEED_SSHD(sshd);
   RemoteWorld w(sshd);
   auto s = w.remote_session("far", "ollie-good", sshd);
-  auto old = matching("toolsrv", sshd.cache);
+  auto old = servers("toolsrv", sshd.cache);
   ASSERT_EQ(old.size(), 1u);
   // Freeze what would stop it with its ssh (the bootstrap script and its watcher), then drop
   // ssh: the remote toolsrv is left running, as when a real host never notices the loss.
@@ -216,24 +204,20 @@ TEST(Remote, ABootstrapKillsTheToolsrvTheLastStartLeftRunning) {
       script.push_back(p);
   ASSERT_FALSE(script.empty());
   std::vector<pid_t> cats;  // the watcher's cat; its shell dies first, so nothing kills toolsrv
-  for (auto& [pid, cmd] : processes()) {
-    const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
-    const auto at = status.find("PPid:\t");
-    if (at == std::string::npos) continue;
-    const pid_t ppid = std::stoi(status.substr(at + 6));
-    if (std::find(script.begin(), script.end(), ppid) != script.end() && cmd.rfind("cat", 0) == 0) cats.push_back(pid);
-  }
+  for (auto& [pid, cmd] : processes())
+    if (std::find(script.begin(), script.end(), parent_of(pid)) != script.end() && cmd.rfind("cat", 0) == 0)
+      cats.push_back(pid);
   ASSERT_EQ(cats.size(), 1u);
   // Stopped, not killed: toolsrv dies with its parent (PR_SET_PDEATHSIG), the script.
   for (auto p : script) ::kill(p, SIGSTOP);
   ::kill(cats[0], SIGSTOP);
   for (auto p : matching("ControlMaster=yes", w.home)) ::kill(p, SIGKILL);
   ASSERT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
-  ASSERT_EQ(matching("toolsrv", sshd.cache), old) << "left running";
+  ASSERT_EQ(servers("toolsrv", sshd.cache), old) << "left running";
   // The next need bootstraps again; the script kills the toolsrv named in the pid file first.
   auto a = w.agent(s, "main");
   EXPECT_EQ(shell(w, a, "echo fresh", "c1"), "fresh\n");
-  auto now = matching("toolsrv", sshd.cache);
+  auto now = servers("toolsrv", sshd.cache);
   ASSERT_EQ(now.size(), 1u);
   EXPECT_NE(now[0], old[0]);
   EXPECT_TRUE(gone(old[0])) << "a zombie at most (its parent is stopped)";
