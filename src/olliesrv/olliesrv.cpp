@@ -150,8 +150,7 @@ p9::Status Olliesrv::start() {
   }
   m.pool.start();
   // Restore after the listener is up (§7.7), so callback tools and feed consumers can connect.
-  const auto restored = restore(*m.hub);
-  if (restored) spdlog::info("restored {} sessions", restored);
+  spdlog::info("restored {} sessions", restore(*m.hub));
   return {};
 }
 

@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -43,9 +43,21 @@ inline void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
 
+/// The file's bytes; "" when it cannot be opened. A read that fails midway (a /proc file of a
+/// process that has just exited: ESRCH) ends the text there instead of throwing.
 inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 /// Polls `ok` every 5 ms for at most `limit`.
@@ -175,6 +187,17 @@ class World {
     auto r = client_->attach(login(), "");
     if (!r) throw std::runtime_error("attach: " + r.ename());
     root_ = std::move(*r);
+    // Sessions are restored after the listener is up (§7.7): wait for this start's restore to end
+    // (its log line; the log is appended to by every start), as a test reads right after a restart.
+    starts_++;
+    const auto restores = [&] {
+      const std::string t = log_text();
+      int n = 0;
+      for (auto at = t.find("] restored "); at != std::string::npos; at = t.find("] restored ", at + 1)) n++;
+      return n;
+    };
+    if (!eventually([&] { return restores() >= starts_; }))
+      throw std::runtime_error("olliesrv did not finish its restore: " + log_text());
   }
   /// Kills olliesrv with `sig` and waits for it.
   void stop_server(int sig) {
@@ -286,6 +309,7 @@ class World {
 
  private:
   pid_t pid_ = -1;
+  int starts_ = 0;
   std::shared_ptr<p9::Client> client_;
   p9::CFid root_;
 };
