@@ -12,25 +12,23 @@
 //   engine-bench [rounds|readers|memory|restore|tokens]...   (none: all five)
 
 #include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "lib9p/async_client.hpp"
+#include "lib9p/codec.hpp"
 #include "olliesrv/ids.hpp"
 #include "olliesrv/store.hpp"
 #include "olliesrv/world.hpp"
@@ -279,9 +277,194 @@ void bench_rounds() {
 // ---- 2. 1,000 readers of one agent's chat ----
 
 struct Reader {
+  std::uint32_t fid = 0;
+  std::uint64_t offset = 0;
   std::string text;
   std::size_t stamps = 0;  // complete stamps seen
-  bool eof = false;
+  bool eof = false, failed = false;
+};
+
+/// One connection's readers, served by one thread with a raw 9P client over a blocking socket:
+/// each socket read is stamped with the clock once, every whole Rread in it is decoded and its
+/// reader's next Tread queued, and the Treads of one socket read go out in one write. The time
+/// measured is the server's (and the kernel's), not a client library's: on 2 cores an
+/// asynchronous client's own work per Rread was most of what the figure measured.
+class RawReaders {
+ public:
+  RawReaders(const std::string& sock, std::vector<Reader>& rs, std::size_t first, std::size_t count)
+      : rs_(rs), first_(first), count_(count) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock.c_str());
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) error = "connect: " + sock;
+  }
+  ~RawReaders() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  /// Version, attach, and a walk and open of `path` per reader; true when every fid is open.
+  bool open(const std::string& user, const std::string& path) {
+    if (!error.empty()) return false;
+    p9::Fcall v{.type = p9::Tversion, .tag = p9::NOTAG, .msize = 65536, .version = "9P2000"};
+    p9::Fcall at{.type = p9::Tattach, .tag = 0, .fid = 0, .afid = p9::NOFID, .uname = user};
+    if (!send({v}) || !expect(p9::Rversion) || !send({at}) || !expect(p9::Rattach)) return false;
+    std::vector<std::string> names;
+    for (std::size_t b = 0, e; b < path.size(); b = e + 1) {
+      e = path.find('/', b);
+      if (e == std::string::npos) e = path.size();
+      names.push_back(path.substr(b, e - b));
+    }
+    std::vector<p9::Fcall> out;
+    for (std::size_t i = 0; i < count_; i++) {
+      auto& r = rs_[first_ + i];
+      r.fid = static_cast<std::uint32_t>(first_ + i + 1);
+      const auto tag = static_cast<std::uint16_t>(2 * i);
+      out.push_back({.type = p9::Twalk, .tag = tag, .fid = 0, .newfid = r.fid, .wname = names});
+      out.push_back({.type = p9::Topen, .tag = static_cast<std::uint16_t>(tag + 1), .fid = r.fid, .mode = p9::OREAD});
+    }
+    if (!send(out)) return false;
+    for (std::size_t i = 0; i < 2 * count_; i++)
+      if (!expect(p9::Rwalk, p9::Ropen)) return false;
+    return true;
+  }
+
+  /// Reads until each reader has `events` stamps, an end of file or an error, or `until`.
+  void run(std::size_t events, std::size_t width, const std::string& marker, Clock::time_point until) {
+    std::vector<p9::Fcall> out;
+    for (std::size_t i = 0; i < count_; i++) out.push_back(tread(i));
+    if (!send(out)) return;
+    std::size_t left = count_;
+    timeval tv{0, 200000};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while (left > 0 && Clock::now() < until) {
+      const ssize_t n = fill();
+      if (n < 0) continue;  // the receive timeout: look at the clock
+      if (n == 0) {
+        error = "connection closed";
+        return;
+      }
+      const auto now = Clock::now().time_since_epoch().count();
+      out.clear();
+      for (;;) {
+        auto f = next_frame();
+        if (!f) break;
+        const std::size_t i = f->tag;
+        if (i >= count_) continue;
+        auto& r = rs_[first_ + i];
+        if (f->type != p9::Rread) {
+          r.failed = true;
+          if (error.empty()) error = f->type == p9::Rerror ? f->ename : "unexpected reply";
+          left--;
+          continue;
+        }
+        if (f->data.empty()) {
+          r.eof = true;
+          left--;
+          continue;
+        }
+        r.offset += f->data.size();
+        r.text += f->data;
+        count_stamps(r, now, width, marker);
+        if (r.stamps >= events) left--;
+        else out.push_back(tread(i));
+      }
+      if (!out.empty() && !send(out)) return;
+    }
+  }
+
+  std::vector<double> lat;  ///< ms, one per stamp
+  std::string error;
+
+ private:
+  p9::Fcall tread(std::size_t i) const {
+    const auto& r = rs_[first_ + i];
+    return {.type = p9::Tread, .tag = static_cast<std::uint16_t>(i), .fid = r.fid, .offset = r.offset, .count = 8192};
+  }
+
+  void count_stamps(Reader& r, long long now, std::size_t width, const std::string& marker) {
+    auto start = r.text.find(marker);
+    if (start == std::string::npos) return;
+    start = r.text.find("\n\n", start);
+    if (start == std::string::npos) return;
+    start += 2;
+    std::size_t end = start;
+    while (end < r.text.size() && r.text[end] >= '0' && r.text[end] <= '9') end++;
+    const std::size_t complete = (end - start) / width;
+    for (std::size_t k = r.stamps; k < complete; k++) {
+      const long long stamp = std::stoll(r.text.substr(start + k * width, width));
+      lat.push_back(static_cast<double>(now - stamp) / 1e6);
+    }
+    r.stamps = complete;
+  }
+
+  bool send(const std::vector<p9::Fcall>& fs) {
+    std::vector<std::uint8_t> buf;
+    for (const auto& f : fs)
+      if (!p9::encode(f, buf)) {
+        error = "encode";
+        return false;
+      }
+    for (std::size_t at = 0; at < buf.size();) {
+      const ssize_t n = ::write(fd_, buf.data() + at, buf.size() - at);
+      if (n <= 0) {
+        error = "write failed";
+        return false;
+      }
+      at += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  ssize_t fill() {
+    if (used_ > 0 && used_ == in_.size()) in_.clear(), used_ = 0;
+    const std::size_t have = in_.size();
+    in_.resize(have + 65536);
+    const ssize_t n = ::read(fd_, in_.data() + have, 65536);
+    in_.resize(have + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    return n;
+  }
+
+  std::optional<p9::Fcall> next_frame() {
+    const std::size_t avail = in_.size() - used_;
+    if (avail < 4) return compact();
+    const std::uint32_t size = in_[used_] | in_[used_ + 1] << 8 | in_[used_ + 2] << 16 | static_cast<std::uint32_t>(in_[used_ + 3]) << 24;
+    if (avail < size) return compact();
+    auto f = p9::decode(std::span(in_.data() + used_, size));
+    used_ += size;
+    if (!f) {
+      error = "undecodable reply";
+      return p9::Fcall{.type = p9::Rerror, .tag = p9::NOTAG};
+    }
+    return std::move(*f);
+  }
+
+  std::nullopt_t compact() {
+    in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(used_));
+    used_ = 0;
+    return std::nullopt;
+  }
+
+  /// Reads until a whole reply has come; true when it is of type `want` or `also`.
+  bool expect(std::uint8_t want, std::uint8_t also = 0) {
+    for (;;) {
+      if (auto f = next_frame()) {
+        if (f->type == want || (also && f->type == also)) return true;
+        error = f->type == p9::Rerror ? f->ename : "unexpected reply";
+        return false;
+      }
+      if (fill() <= 0) {
+        error = "no reply";
+        return false;
+      }
+    }
+  }
+
+  std::vector<Reader>& rs_;
+  std::size_t first_, count_;
+  int fd_ = -1;
+  std::vector<std::uint8_t> in_;
+  std::size_t used_ = 0;
 };
 
 void bench_readers(int readers, int delay_ms) {
@@ -294,123 +477,47 @@ void bench_readers(int readers, int delay_ms) {
   auto a = w.agent(s, "main");
   const std::string marker = "stamps please";
   const std::size_t width = std::to_string(Clock::now().time_since_epoch().count()).size();
-
-  asio::io_context io;
-  std::vector<Reader> rs(readers);
-  std::vector<double> lat;  // ms, one per (reader, stamp)
-  lat.reserve(static_cast<std::size_t>(readers) * events);
-  int opened = 0, finished = 0, errors = 0, eofs_seen = 0;
-  std::string first_error;
-  std::vector<std::shared_ptr<p9::AsyncClient>> clients(conns);
-  asio::steady_timer ready(io), deadline(io);
-  ready.expires_at(Clock::time_point::max());
-  deadline.expires_after(std::chrono::seconds(60));
-
   const std::string user = convo::World::login();  // runs `id -un`: once, not per reader
-  auto reader = [&](int i) -> asio::awaitable<void> {
-    auto c = clients[static_cast<std::size_t>(i % conns)];
-    auto root = co_await c->attach(user);
-    if (!root) {
-      errors++;
-      if (first_error.empty()) first_error = "attach: " + root.ename();
-      co_return;
-    }
-    auto f = co_await root->walk(a + "/chat");
-    if (!f) {
-      errors++;
-      if (first_error.empty()) first_error = "walk chat: " + f.ename();
-      co_return;
-    }
-    if (auto st = co_await f->open(p9::OREAD); !st) {
-      errors++;
-      if (first_error.empty()) first_error = "open chat: " + st.ename();
-      co_return;
-    }
-    if (++opened == readers) ready.cancel();
-    auto& r = rs[static_cast<std::size_t>(i)];
-    while (r.stamps < static_cast<std::size_t>(events)) {
-      auto d = co_await f->read(8192);
-      const auto now = Clock::now().time_since_epoch().count();
-      if (!d) {
-        errors++;
-        if (first_error.empty()) first_error = "read: " + d.ename();
-        co_return;
-      }
-      if (d->empty()) {
-        r.eof = true;
-        eofs_seen++;
-        co_return;
-      }
-      r.text += *d;
-      auto start = r.text.find(marker);
-      if (start == std::string::npos) continue;
-      start = r.text.find("\n\n", start);
-      if (start == std::string::npos) continue;
-      start += 2;
-      std::size_t end = start;
-      while (end < r.text.size() && r.text[end] >= '0' && r.text[end] <= '9') end++;
-      const std::size_t complete = (end - start) / width;
-      for (std::size_t k = r.stamps; k < complete; k++) {
-        const long long stamp = std::stoll(r.text.substr(start + k * width, width));
-        lat.push_back(static_cast<double>(now - stamp) / 1e6);
-      }
-      r.stamps = complete;
-    }
-    finished++;
-    co_await f->clunk();
-  };
 
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        for (int k = 0; k < conns; k++) {
-          auto c = co_await p9::AsyncClient::dial(io.get_executor(), "unix!" + w.sock);
-          if (!c) {
-            std::printf("dial: %s\n", c.ename().c_str());
-            co_return;
-          }
-          clients[static_cast<std::size_t>(k)] = *c;
-        }
-        for (int i = 0; i < readers; i++) asio::co_spawn(io, reader(i), asio::detached);
-        co_return;
-      },
-      asio::detached);
-  // Run until every reader has its fid open, then start the turn from another thread.
-  std::thread turn;
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        std::error_code ec;
-        co_await ready.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        turn = std::thread([&] {
-          json resp = {{"stamp", true}, {"events", events}};
-          if (delay_ms) resp["delay_ms"] = delay_ms;
-          w.fake.push(resp);
-          if (auto st = w.write(a + "/prompt", marker); !st) std::printf("prompt: %s\n", st.ename().c_str());
-        });
-      },
-      asio::detached);
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        while (finished + errors + eofs_seen < readers && Clock::now() < deadline.expiry()) {
-          asio::steady_timer t(io, std::chrono::milliseconds(20));
-          co_await t.async_wait(asio::use_awaitable);
-        }
-        for (auto& c : clients)
-          if (c) c->close();
-      },
-      asio::detached);
-  io.run();
-  if (turn.joinable()) turn.join();
-  std::size_t bytes_ok = 0, eofs = 0;
+  std::vector<Reader> rs(static_cast<std::size_t>(readers));
+  std::vector<std::unique_ptr<RawReaders>> cs;
+  std::size_t opened = 0;
+  for (int k = 0; k < conns; k++) {
+    const std::size_t first = static_cast<std::size_t>(readers) * static_cast<std::size_t>(k) / conns;
+    const std::size_t last = static_cast<std::size_t>(readers) * static_cast<std::size_t>(k + 1) / conns;
+    auto c = std::make_unique<RawReaders>(w.sock, rs, first, last - first);
+    if (!c->open(user, a + "/chat")) {
+      std::printf("connection %d: %s\n", k, c->error.c_str());
+      continue;
+    }
+    opened += last - first;
+    cs.push_back(std::move(c));
+  }
+  // Every fid is open: one thread per connection reads while the turn streams.
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  std::vector<std::thread> threads;
+  for (auto& c : cs) threads.emplace_back([&, c = c.get()] { c->run(events, width, marker, until); });
+  json resp = {{"stamp", true}, {"events", events}};
+  if (delay_ms) resp["delay_ms"] = delay_ms;
+  w.fake.push(resp);
+  if (auto st = w.write(a + "/prompt", marker); !st) std::printf("prompt: %s\n", st.ename().c_str());
+  for (auto& t : threads) t.join();
+
+  std::vector<double> lat;
+  std::string first_error;
+  for (auto& c : cs) {
+    lat.insert(lat.end(), c->lat.begin(), c->lat.end());
+    if (first_error.empty()) first_error = c->error;
+  }
+  std::size_t bytes_ok = 0, eofs = 0, errors = 0;
   for (auto& r : rs) {
     if (r.stamps == static_cast<std::size_t>(events)) bytes_ok++;
     if (r.eof) eofs++;
+    if (r.failed) errors++;
   }
   std::sort(lat.begin(), lat.end());
-  std::printf("fids opened: %d of %d on %d connections; readers with every stamp: %zu; errors: %d%s%s; EOFs: %zu\n", opened,
-              readers, conns, bytes_ok, errors, first_error.empty() ? "" : " first: ", first_error.c_str(), eofs);
+  std::printf("fids opened: %zu of %d on %d connections; readers with every stamp: %zu; errors: %zu%s%s; EOFs: %zu\n",
+              opened, readers, conns, bytes_ok, errors, first_error.empty() ? "" : " first: ", first_error.c_str(), eofs);
   std::printf("latency stamp -> Rread over %zu samples: p50 %.3f ms, p99 %.3f ms, max %.3f ms\n", lat.size(),
               pct(lat, 0.50), pct(lat, 0.99), lat.empty() ? 0 : lat.back());
 }
