@@ -659,7 +659,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
       spdlog::error("9p: {} tag {}: {}", type_name(r.type), r.tag, st.ename());
       (void)encode(rerror(r.tag, st.ename()), pending_);
     }
-    if (!batching_) write_pending();
+    if (batching_) return;  // serve_frames writes the replies of one read at once
+    // A reply of a request that resumed on its own (a blocked read woken by a change) goes out
+    // once the handlers queued on this strand have run: the thousand readers of one stream on a
+    // connection, woken together, get one write instead of a thousand.
+    if (flush_posted_) return;
+    flush_posted_ = true;
+    asio::post(strand_, [self = shared_from_this()] {
+      self->flush_posted_ = false;
+      self->write_pending();
+    });
   }
 
   // ---- Writing --------------------------------------------------------------------------------
@@ -788,6 +797,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::unordered_map<std::uint16_t, ReqPtr> reqs_;  // pending requests by tag, Tflushes included
   ReadBuffer rb_;
   bool batching_ = false;  // the reader is serving the frames of one read
+  bool flush_posted_ = false;  // a write_pending is queued on the strand
   std::vector<std::uint8_t> pending_, inflight_;
   std::size_t written_ = 0;  // bytes of inflight_ written
   bool writing_ = false;
