@@ -102,15 +102,8 @@ std::vector<std::string> chat_bodies(convo::World& w) {
 
 /// olliesrv's pid in world w (its command line names w's socket).
 pid_t server_pid(const convo::World& w) {
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string n = e.path().filename();
-    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = convo::read_file(e.path().string() + "/cmdline");
-    for (auto& ch : cmd)
-      if (ch == '\0') ch = ' ';
-    if (cmd.find("bin/olliesrv ") != std::string::npos && cmd.find(w.sock) != std::string::npos) return std::stoi(n);
-  }
-  return -1;
+  const auto p = convo::servers("bin/olliesrv ", w.sock);
+  return p.empty() ? -1 : p.front();
 }
 
 /// A field of /proc/<pid>/status in KiB (VmRSS, VmHWM, RssAnon).
