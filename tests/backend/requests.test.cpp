@@ -73,6 +73,25 @@ TEST_F(BackendRequests, OpenAiAsksForUsageAndSendsOnlyWhatItAccepts) {
   EXPECT_EQ(last_header("openai-organization"), "org-123");
 }
 
+// Real providers are reached over TLS: a connection per request would pay a handshake per round.
+TEST_F(BackendRequests, ConsecutiveRequestsShareOneConnectionAndADroppedStreamEndsIts) {
+  auto b = make("openai");
+  ASSERT_FALSE(run(*b, test::simple_request()).is_error());
+  ASSERT_FALSE(run(*b, test::simple_request()).is_error());
+  auto reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].connection, reqs[1].connection) << "the second request opened a connection of its own";
+  // A stream cut off mid-way leaves its connection unusable: the next request gets a new one.
+  EXPECT_TRUE(run(*b, test::simple_request(),
+                  json{{"fault", "drop"}, {"drop_after", 3}, {"text", "some text that streams for a while"}, {"chunk", 4}})
+                  .is_error());
+  ASSERT_FALSE(run(*b, test::simple_request()).is_error());
+  reqs = fake.requests();
+  ASSERT_EQ(reqs.size(), 4u);
+  EXPECT_EQ(reqs[2].connection, reqs[1].connection);
+  EXPECT_NE(reqs[3].connection, reqs[2].connection);
+}
+
 TEST_F(BackendRequests, OpenRouterGetsItsExtraSamplers) {
   auto b = make("openrouter");
   auto r = with_params();

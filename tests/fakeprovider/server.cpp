@@ -68,8 +68,10 @@ const char* reason(int status) {
   }
 }
 
+// `close`: the connection ends after this response (a fault that leaves the body unfinished);
+// else it is kept for the client's next request, as the providers' servers do.
 std::string head(int status, const std::vector<std::pair<std::string, std::string>>& headers, bool chunked,
-                 std::size_t length) {
+                 std::size_t length, bool close = false) {
   std::string h = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
   bool has_type = false;
   for (const auto& [k, v] : headers) {
@@ -78,7 +80,7 @@ std::string head(int status, const std::vector<std::pair<std::string, std::strin
   }
   if (!has_type) h += "Content-Type: application/json\r\n";
   h += chunked ? std::string("Transfer-Encoding: chunked\r\n") : "Content-Length: " + std::to_string(length) + "\r\n";
-  return h + "Connection: close\r\n\r\n";
+  return h + (close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n");
 }
 
 std::string chunk(std::string_view s) {
@@ -168,7 +170,7 @@ void Server::accept_loop() {
       return;
     }
     conns_.push_back(fd);
-    threads_.emplace_back([this, fd] { serve(fd); });
+    threads_.emplace_back([this, fd, n = ++accepted_] { serve(fd, n); });
   }
 }
 
@@ -189,19 +191,28 @@ void Server::record_closed(std::size_t index) {
   if (index < requests_.size()) requests_[index].client_closed = true;
 }
 
-void Server::serve(int fd) {
+void Server::serve(int fd, std::size_t connection) {
   std::string buf;
+  while (!stopping_ && answer_one(fd, connection, buf)) {
+  }
+  {
+    std::lock_guard lk(mu_);
+    std::erase(conns_, fd);
+  }
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
   char tmp[16384];
   std::size_t hend;
   while ((hend = buf.find("\r\n\r\n")) == std::string::npos) {
     const auto n = ::recv(fd, tmp, sizeof tmp, 0);
-    if (n <= 0 || buf.size() > (1u << 20)) {
-      ::close(fd);
-      return;
-    }
+    if (n <= 0 || buf.size() > (1u << 20)) return false;
     buf.append(tmp, static_cast<std::size_t>(n));
   }
   Recorded rec;
+  rec.connection = connection;
   {
     const std::string headtext = buf.substr(0, hend);
     const auto first = headtext.find("\r\n");
@@ -227,9 +238,12 @@ void Server::serve(int fd) {
   rec.body = buf.substr(hend + 4);
   while (rec.body.size() < length) {
     const auto n = ::recv(fd, tmp, sizeof tmp, 0);
-    if (n <= 0) break;
+    if (n <= 0) return false;
     rec.body.append(tmp, static_cast<std::size_t>(n));
   }
+  buf = rec.body.substr(std::min(length, rec.body.size()));  // the start of a next request, if any
+  rec.body.resize(std::min(length, rec.body.size()));
+  bool keep = lower(rec.headers.count("connection") ? rec.headers["connection"] : "") != "close";
   std::size_t index;
   {
     std::lock_guard lk(mu_);
@@ -259,7 +273,8 @@ void Server::serve(int fd) {
     if (fault == "oversized" && body.is_object()) body["padding"] = std::string(12u << 20, 'x');
     if (fault != "stall") return reply_json(status, body);
     // A byte every 100 ms: never idle, never complete.
-    bool alive = send_all(fd, head(200, {}, false, 1u << 20) + "{");
+    keep = false;
+    bool alive = send_all(fd, head(200, {}, false, 1u << 20, true) + "{");
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (alive && std::chrono::steady_clock::now() < end && (alive = wait_peer(fd, 100, stopping_)))
       alive = send_all(fd, " ");
@@ -341,9 +356,12 @@ void Server::serve(int fd) {
   }
 
   if (have && !reply.streamed) {
-    send_all(fd, head(reply.status, reply.headers, false, reply.body.size()) + reply.body);
+    keep = send_all(fd, head(reply.status, reply.headers, false, reply.body.size()) + reply.body) && keep;
   } else if (have) {
-    bool alive = send_all(fd, head(200, reply.headers, true, 0));
+    // A response cut off without its last chunk ends its connection: that is how the client learns it.
+    const bool unfinished = reply.hang || (reply.drop_after >= 0 && !reply.truncate);
+    keep = keep && !unfinished;
+    bool alive = send_all(fd, head(200, reply.headers, true, 0, unfinished));
     if (reply.hang) {
       while (alive && !stopping_) alive = wait_peer(fd, 50, stopping_);
       if (!stopping_) record_closed(index);
@@ -366,15 +384,11 @@ void Server::serve(int fd) {
            sent += reply.endless.size())
         alive = send_all(fd, chunk(reply.endless));
       if (!alive && !stopping_) record_closed(index);
-      if (alive && (reply.drop_after < 0 || reply.truncate)) send_all(fd, "0\r\n\r\n");
+      if (alive && (reply.drop_after < 0 || reply.truncate)) alive = send_all(fd, "0\r\n\r\n");
+      keep = keep && alive;
     }
   }
-  {
-    std::lock_guard lk(mu_);
-    std::erase(conns_, fd);
-  }
-  ::shutdown(fd, SHUT_WR);
-  ::close(fd);
+  return keep;
 }
 
 }  // namespace fakeprovider

@@ -23,6 +23,7 @@ struct Recorded {
   std::map<std::string, std::string> headers;  ///< names in lower case
   std::string body;
   bool client_closed = false;                  ///< the client went away before the end
+  std::size_t connection = 0;                  ///< which accepted connection carried it: 1, 2, …
 };
 
 class Server {
@@ -47,7 +48,10 @@ class Server {
 
  private:
   void accept_loop();
-  void serve(int fd);
+  void serve(int fd, std::size_t connection);
+  /// Reads one request from `fd` (after what `buf` holds) and answers it; false when the
+  /// connection ends with it.
+  bool answer_one(int fd, std::size_t connection, std::string& buf);
   nlohmann::json next_response();
   void record_closed(std::size_t index);
 
@@ -61,6 +65,7 @@ class Server {
   std::size_t cursor_ = 0;  // loop mode: index into script_["responses"]
   std::vector<Recorded> requests_;
   std::vector<int> conns_;
+  std::size_t accepted_ = 0;
   std::vector<std::thread> threads_;
   std::thread acceptor_;
   int tokens_issued_ = 0;
