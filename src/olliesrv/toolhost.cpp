@@ -985,6 +985,36 @@ asio::awaitable<p9::Result<std::map<std::string, std::string>>> ToolHost::info(s
   co_return kv;
 }
 
+asio::awaitable<p9::Result<std::vector<FileStamp>>> ToolHost::stat(std::string agent, std::vector<std::string> paths) {
+  auto s = s_;
+  if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  std::vector<FileStamp> out;
+  std::size_t at = 0;
+  while (at < paths.size()) {
+    // As many paths per request as keep it well inside one 9P message.
+    std::string req = "stat " + agent;
+    const std::size_t first = at;
+    while (at < paths.size() && (at == first || req.size() + paths[at].size() < 16384)) req += " " + quote(paths[at++]);
+    auto r = co_await s->need_rdwr("info", req);
+    if (!r) co_return r.error();
+    // One line per path, in request order: `path<TAB>exists<TAB>mtime_ns<TAB>size`.
+    std::size_t pos = 0;
+    for (std::size_t k = first; k < at; k++) {
+      const std::string& p = paths[k];
+      const auto nl = r->find('\n', pos + p.size());
+      if (r->compare(pos, p.size(), p) != 0 || pos + p.size() >= r->size() || (*r)[pos + p.size()] != '\t' ||
+          nl == std::string::npos)
+        co_return p9::error("bad stat reply");
+      const std::string line = r->substr(pos + p.size() + 1, nl - pos - p.size() - 1);
+      pos = nl + 1;
+      const auto t1 = line.find('\t'), t2 = line.find('\t', t1 == std::string::npos ? t1 : t1 + 1);
+      if (t1 == std::string::npos || t2 == std::string::npos) co_return p9::error("bad stat reply");
+      out.push_back({line.substr(0, t1) == "true", line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)});
+    }
+  }
+  co_return out;
+}
+
 asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   auto s = s_;
   if (!valid_word(req.tool)) co_return ToolOutcome{"error: unknown tool: " + valid_utf8(req.tool.substr(0, 64)), true};

@@ -40,6 +40,14 @@ struct ToolCallRequest {
   bool bypass = false;             ///< ask the hostowner to run it unsandboxed (§6.9)
 };
 
+/// One path as toolsrv's `info` request `stat` reports it (§6.4): mtime and size are "-" when
+/// the path does not exist.
+struct FileStamp {
+  bool exists = false;
+  std::string mtime_ns = "-", size = "-";
+  bool operator==(const FileStamp&) const = default;
+};
+
 /// A call's result as the model reads it (§8.3.4): `text` already converted, prefixed and cut.
 struct ToolOutcome {
   std::string text;
@@ -94,6 +102,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   asio::awaitable<p9::Result<std::vector<ToolInfo>>> catalog();
   /// `info` (agent "" = session scope): key → value.
   asio::awaitable<p9::Result<std::map<std::string, std::string>>> info(std::string agent);
+  /// `info` request `stat <agent> <path>...` (§6.4): one stamp per path, in order; a relative
+  /// path is taken against the agent's effective cwd.
+  asio::awaitable<p9::Result<std::vector<FileStamp>>> stat(std::string agent, std::vector<std::string> paths);
   /// Runs one call through proc/new and converts the reply (§8.3.4). Never throws for a tool
   /// failure or a lost toolsrv (those are results); throws operation_aborted when the awaiting
   /// coroutine is cancelled, after flushing the request.

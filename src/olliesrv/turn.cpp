@@ -16,6 +16,8 @@
 #include "backend/cost.hpp"
 #include "dispatch.hpp"
 #include "hub.hpp"
+#include "result_cache.hpp"
+#include "safety.hpp"
 #include "session.hpp"
 #include "settings.hpp"
 #include "sysprompt.hpp"
@@ -120,9 +122,17 @@ class Turn {
   asio::awaitable<Response> stream(const backend::ChatRequest& req);
   asio::awaitable<Response> attempt(const backend::ChatRequest& req);
   void account(const Response& r);
-  asio::awaitable<void> dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools);
+  /// Runs the calls of one response (§8.3); true when every result is an error.
+  asio::awaitable<bool> dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools);
   asio::awaitable<void> run_batch(std::vector<Call>& batch);
+  /// The path stamps of the batch's cacheable calls that would run (§8.3.3), one per call.
+  asio::awaitable<std::vector<std::optional<FileStamp>>> stamps(const std::vector<Call>& batch,
+                                                                const std::vector<std::size_t>& source);
   void deliver(const Call& c);
+  /// After a tool round: the error streak (§8.6) and the plan re-injection (§8.7).
+  void after_round(bool all_failed);
+  /// A context message: a user message in the history and a `context` block named `name`.
+  void add_context(const std::string& name, const std::string& text);
   void interrupted();
 
   std::shared_ptr<Agent> a_;
@@ -133,6 +143,8 @@ class Turn {
   bool any_provider_cost_ = false;
   std::vector<ToolInfo> schemas_for_;      ///< the tool list schemas_ was made from
   std::vector<backend::Tool> schemas_;     ///< its schemas as sent, dispatch flags added
+  ResultCache cache_;                      ///< §8.3.3: this turn's results
+  int rounds_ = 0, streak_ = 0;            ///< tool rounds of the turn; failed rounds in a row
 };
 
 asio::awaitable<void> Agent::run(Submission sub) {
@@ -229,13 +241,15 @@ asio::awaitable<void> Turn::run(Submission sub) {
         }
         calls.push_back(std::move(c));
       }
-      co_await dispatch(std::move(calls), tools);
+      const bool all_failed = co_await dispatch(std::move(calls), tools);
       a.deliver_inject();  // §8.8
-      s_->save_soon();
       if (r.stop == backend::StopReason::filtered) {
+        s_->save_soon();
         failure = "stopped: " + r.stop_raw;
         break;
       }
+      after_round(all_failed);
+      s_->save_soon();
       a.set_state("thinking");
     }
   } catch (const TurnFailed& f) {
@@ -502,8 +516,9 @@ void Turn::account(const Response& r) {
 }
 
 // §8.3.1: batches in order; the calls of a batch concurrently; results in call order.
-asio::awaitable<void> Turn::dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools) {
+asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools) {
   (void)tools;
+  bool all_failed = true;
   for (auto& batch : split_batches(std::move(calls))) {
     for (const auto& c : batch) a_->transcript.append(make_block("call", c.block_args, c.name));
     std::vector<std::string> names;
@@ -513,7 +528,41 @@ asio::awaitable<void> Turn::dispatch(std::vector<Call> calls, const std::vector<
     for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
     a_->set_state(state);
     co_await run_batch(batch);
+    for (const auto& c : batch) {
+      all_failed = all_failed && c.result->error;
+      if (c.preset) continue;  // ran nothing
+      // §8.3.3: what the batch may have changed is no longer known.
+      if (c.effect == "global") cache_.clear();
+      else if (c.effect == "write") cache_.drop_path(c.path);
+    }
   }
+  co_return all_failed;
+}
+
+void Turn::add_context(const std::string& name, const std::string& text) {
+  Agent& a = *a_;
+  {
+    std::lock_guard lock(a.mu);
+    HistoryMessage m;
+    m.msg.role = backend::Role::user;
+    m.msg.content = text;
+    a.history.push_back(std::move(m));
+  }
+  a.transcript.append(make_block("context", text, name));
+}
+
+void Turn::after_round(bool all_failed) {
+  rounds_++;
+  streak_ = all_failed ? streak_ + 1 : 0;
+  if (streak_ == NUDGE_STREAK) add_context("nudge", NUDGE_TEXT);
+  if (streak_ >= ABORT_STREAK) throw TurnFailed{ABORT_TEXT};
+  if (rounds_ % PLAN_EVERY != 0) return;
+  std::string plan;
+  {
+    std::lock_guard lock(a_->mu);
+    plan = a_->plan;
+  }
+  if (auto text = plan_reminder(plan); !text.empty()) add_context("plan", text);
 }
 
 void Turn::deliver(const Call& c) {
@@ -542,15 +591,60 @@ struct Join {
 
 }  // namespace
 
+asio::awaitable<std::vector<std::optional<FileStamp>>> Turn::stamps(const std::vector<Call>& batch,
+                                                                    const std::vector<std::size_t>& source) {
+  std::vector<std::optional<FileStamp>> out(batch.size());
+  std::vector<std::string> paths;
+  for (std::size_t i = 0; i < batch.size(); i++)
+    if (source[i] == i && cacheable(batch[i]) && !batch[i].path.empty() &&
+        std::find(paths.begin(), paths.end(), batch[i].path) == paths.end())
+      paths.push_back(batch[i].path);
+  if (paths.empty()) co_return out;
+  auto r = co_await s_->host->stat(a_->id, paths);
+  if (!r) co_return out;  // unknown: nothing is served from the cache or stored in it
+  for (std::size_t i = 0; i < batch.size(); i++) {
+    if (batch[i].path.empty()) continue;
+    if (auto at = std::find(paths.begin(), paths.end(), batch[i].path); at != paths.end()) out[i] = (*r)[at - paths.begin()];
+  }
+  co_return out;
+}
+
 asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
   Agent& a = *a_;
   auto ex = co_await asio::this_coro::executor;
   auto join = std::make_shared<Join>();
-  auto outcomes = std::make_shared<std::vector<std::optional<ToolOutcome>>>(batch.size());
-  for (std::size_t i = 0; i < batch.size(); i++) {
+  const std::size_t n = batch.size();
+  auto outcomes = std::make_shared<std::vector<std::optional<ToolOutcome>>>(n);
+  // §8.3.2: a cacheable call that repeats an earlier one of the batch takes that one's result.
+  std::vector<std::string> keys(n);
+  std::vector<std::size_t> source(n);
+  for (std::size_t i = 0; i < n; i++) {
+    source[i] = i;
+    if (!cacheable(batch[i])) continue;
+    keys[i] = dedupe_key(batch[i]);
+    for (std::size_t j = 0; j < i; j++)
+      if (keys[j] == keys[i]) {
+        source[i] = j;
+        break;
+      }
+  }
+  // §8.3.3: a hit is served when its path's stamp is unchanged; a miss that succeeds is stored
+  // with the stamp taken before it ran.
+  const auto stamp = co_await stamps(batch, source);
+  std::vector<bool> store(n, false);
+  for (std::size_t i = 0; i < n; i++) {
     if (batch[i].preset) {
       (*outcomes)[i] = ToolOutcome{*batch[i].preset, true};
       continue;
+    }
+    if (source[i] != i) continue;
+    if (cacheable(batch[i]) && (batch[i].path.empty() || stamp[i])) {
+      const auto* hit = cache_.find(keys[i]);
+      if (hit && hit->path == batch[i].path && (hit->path.empty() || hit->stamp == *stamp[i])) {
+        (*outcomes)[i] = hit->result;
+        continue;
+      }
+      store[i] = true;
     }
     join->left++;
     auto cancel = std::make_shared<asio::cancellation_signal>();
@@ -573,12 +667,15 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
   try {
     for (;;) {
       const auto seen = join->signal->version();
-      while (delivered < batch.size() && (*outcomes)[delivered]) {
-        batch[delivered].result = *(*outcomes)[delivered];
-        deliver(batch[delivered]);
+      while (delivered < n && (*outcomes)[source[delivered]]) {
+        auto& c = batch[delivered];
+        c.result = *(*outcomes)[source[delivered]];
+        if (store[delivered] && !c.result->error)
+          cache_.put(keys[delivered], {*c.result, c.path, stamp[delivered].value_or(FileStamp{})});
+        deliver(c);
         delivered++;
       }
-      if (delivered == batch.size()) break;
+      if (delivered == n) break;
       co_await join->signal->wait(seen);
     }
   } catch (const std::system_error& e) {

@@ -1,0 +1,223 @@
+// The engine in depth (issue 11), end to end through the real olliesrv, toolsrv and tools with
+// the fake provider: deduplication inside a batch (spec §8.3.2), the per-turn result cache and
+// its staleness (§8.3.3), the error streak (§8.6) and the plan re-injection (§8.7).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string nudge =
+    "[system: your last 5 tool rounds all failed. Step back and try a different approach, or ask the user for "
+    "help. Update your plan to show where you are.]";
+
+/// The body of the n-th chat request the fake provider received.
+json request_body(World& w, std::size_t n) {
+  std::vector<fakeprovider::Recorded> chats;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) chats.push_back(r);
+  if (n >= chats.size()) return json();
+  return json::parse(chats[n].body);
+}
+
+/// A tool call of a scripted response; `args` a JSON object, or a string sent as it is.
+json call(const std::string& id, const std::string& name, json args) {
+  return {{"id", id}, {"name", name}, {"arguments", std::move(args)}};
+}
+
+/// A scripted response with these calls.
+json round(json calls) { return {{"tool_calls", std::move(calls)}}; }
+
+/// A world whose tools include `probe` (read scope, meta-only): it notes every run in the cwd's
+/// `.probe-runs`, appends its `append` argument to `path` when given, then prints `path`. An
+/// agent `main` of session `work` has it loaded.
+struct ProbeWorld {
+  World w;
+  std::string a;
+  ProbeWorld() {
+    const std::string cmd =
+        "a=$(cat); p=$(printf '%s' \"$a\" | jq -r .path); x=$(printf '%s' \"$a\" | jq -j '.append // empty'); "
+        "echo \"$p\" >> .probe-runs; if [ -n \"$x\" ]; then printf '%s' \"$x\" >> \"$p\"; fi; cat \"$p\"";
+    json meta = {{"description", "Test probe: notes its run, maybe appends, prints the file."},
+                 {"args",
+                  {{"type", "object"},
+                   {"properties", {{"path", {{"type", "string"}}}, {"append", {{"type", "string"}}}}},
+                   {"required", json::array({"path"})}}},
+                 {"scope", "read"},
+                 {"cmd", cmd}};
+    write_file(w.root + "/tools/probe.meta", meta.dump());
+    w.extra_env = {"OLLIE_TOOLS_PATH=" + w.root + "/tools:" + w.config + "/tools"};
+    w.stop_server(SIGTERM);
+    w.start();
+    auto s = w.session("work");
+    a = w.agent(s, "main");
+    auto r = w.rdwr(a + "/ctl", "tool_load probe");
+    if (!r) throw std::runtime_error("tool_load probe: " + r.ename());
+  }
+  /// How many times probe ran.
+  std::size_t runs() {
+    const std::string t = read_file(w.project + "/.probe-runs");
+    return static_cast<std::size_t>(std::count(t.begin(), t.end(), '\n'));
+  }
+  /// Scripts `rounds` and a final answer, sends a prompt, waits for the turn to end.
+  void turn(const std::vector<json>& rounds) {
+    for (const auto& r : rounds) w.fake.push(r);
+    w.fake.push({{"text", "done"}});
+    const auto before = chat_requests(w);
+    ASSERT_TRUE(w.write(a + "/prompt", "go"));
+    ASSERT_TRUE(eventually([&] { return chat_requests(w) == before + rounds.size() + 1; }));
+    ASSERT_TRUE(w.wait_state(a, "idle"));
+  }
+};
+
+}  // namespace
+
+TEST(Dedupe, IdenticalReadsOfABatchRunOnceAndEachKeepsItsBlocks) {
+  ProbeWorld p;
+  write_file(p.w.project + "/a.txt", "alpha\n");
+  // The same arguments in another key order and spacing are one call; a dispatch flag makes another.
+  p.turn({round(json::array({call("c1", "probe", R"({"path": "a.txt", "append": ""})"),
+                             call("c2", "probe", R"({"append":"","path":"a.txt"})"),
+                             call("c3", "probe", {{"path", "a.txt"}, {"append", ""}, {"timeout", 20}})}))});
+  EXPECT_EQ(p.runs(), 2u);
+  std::vector<std::string> seq, results;
+  for (auto& b : blocks_of(p.w, p.a)) {
+    if (b["role"] == "call" || b["role"] == "tool") seq.push_back(b["role"].get<std::string>() + " " + b["name"].get<std::string>());
+    if (b["role"] == "tool") results.push_back(b["content"]);
+  }
+  EXPECT_EQ(seq, (std::vector<std::string>{"call probe", "call probe", "call probe", "tool probe", "tool probe", "tool probe"}));
+  EXPECT_EQ(results, (std::vector<std::string>{"alpha\n", "alpha\n", "alpha\n"}));
+  // Each call has its own result in the model's history.
+  std::vector<std::string> ids;
+  const json body = request_body(p.w, 1);
+  for (auto& m : body["messages"])
+    if (m["role"] == "tool") ids.push_back(m["tool_call_id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{"c1", "c2", "c3"}));
+}
+
+TEST(ResultCache, AReadIsServedAgainUntilAWriteOnItsPathOrAGlobalCall) {
+  ProbeWorld p;
+  write_file(p.w.project + "/a.txt", "alpha\n");
+  write_file(p.w.project + "/sub/b.txt", "bee\n");
+  const json read_a = call("r", "probe", {{"path", "a.txt"}});
+  auto read = [&](const std::string& id) {
+    json c = read_a;
+    c["id"] = id;
+    return round(json::array({c}));
+  };
+  p.turn({read("r1"), read("r2"),  // the second is a hit
+          round(json::array({call("w1", "file_write", {{"path", "sub/b.txt"}, {"content", "other\n"}})})),
+          read("r3"),  // a write elsewhere leaves it
+          // A write-scope call on a.txt drops it even when it changes nothing (old_string absent).
+          round(json::array({call("e1", "file_edit", {{"path", "./a.txt"}, {"old_string", "zzz"}, {"new_string", "y"}})})),
+          read("r4"), read("r5"),
+          round(json::array({call("s1", "shell", {{"cmd", "true"}})})),  // global: drops everything
+          read("r6")});
+  EXPECT_EQ(read_file(p.w.project + "/a.txt"), "alpha\n");
+  EXPECT_EQ(p.runs(), 3u);  // r1, r4, r6
+  std::vector<std::string> results;
+  for (auto& b : blocks_of(p.w, p.a))
+    if (b["role"] == "tool" && b["name"] == "probe") results.push_back(b["content"]);
+  EXPECT_EQ(results, std::vector<std::string>(6, "alpha\n"));  // a hit is reported like a run
+  EXPECT_EQ(contents(p.w, p.a, "call", "probe").size(), 6u);
+  // A new turn starts with an empty cache.
+  p.turn({read("r7")});
+  EXPECT_EQ(p.runs(), 4u);
+}
+
+TEST(ResultCache, AFileChangedBehindTheAgentsBackIsReadAgain) {
+  ProbeWorld p;
+  write_file(p.w.project + "/a.txt", "alpha\n");
+  // probe with `append` is another read-scope call: the cache does not know it writes.
+  p.turn({round(json::array({call("r1", "probe", {{"path", "a.txt"}})})),
+          round(json::array({call("x1", "probe", {{"path", "a.txt"}, {"append", "more\n"}})})),
+          round(json::array({call("r2", "probe", {{"path", "a.txt"}})})),
+          round(json::array({call("r3", "probe", {{"path", "a.txt"}})}))});
+  EXPECT_EQ(p.runs(), 3u);  // r1, x1, r2; r3 is a hit
+  const auto results = contents(p.w, p.a, "tool", "probe");
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_EQ(results[0], "alpha\n");
+  EXPECT_EQ(results[2], "alpha\nmore\n");
+  EXPECT_EQ(results[3], "alpha\nmore\n");
+}
+
+TEST(Safety, FiveFailedRoundsInARowNudgeAndTenAbortTheTurn) {
+  World w;
+  write_file(w.project + "/a.txt", "alpha\n");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto failing = [](int n) { return round(json::array({call("f" + std::to_string(n), "file_read", {{"path", "missing" + std::to_string(n)}})})); };
+  // Rounds 1-2 fail, 3 succeeds (the streak restarts), 4-13 fail: nudge after 8, abort after 13.
+  w.fake.push(failing(1));
+  w.fake.push(failing(2));
+  w.fake.push(round(json::array({call("ok", "file_read", {{"path", "a.txt"}})})));
+  for (int i = 4; i <= 13; i++) w.fake.push(failing(i));
+  w.fake.push({{"text", "never asked for"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "error").size() == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(chat_requests(w), 13u);
+  EXPECT_EQ(contents(w, a, "error"), std::vector<std::string>{"10 consecutive failed tool rounds: turn aborted"});
+  EXPECT_EQ(contents(w, a, "context", "nudge"), std::vector<std::string>{nudge});
+  // The nudge follows round 8's result, in the blocks and in the 9th request.
+  std::vector<std::string> seq;
+  for (auto& b : blocks_of(w, a))
+    if (b["role"] == "tool" || b["role"] == "context") seq.push_back(b["role"]);
+  ASSERT_EQ(seq.size(), 14u);
+  EXPECT_EQ(seq[8], "context");
+  auto body = request_body(w, 8);
+  ASSERT_TRUE(body.contains("messages"));
+  EXPECT_EQ(body["messages"].back()["role"], "user");
+  EXPECT_EQ(body["messages"].back()["content"], nudge);
+  for (std::size_t i = 0; i < 8; i++) {
+    const json earlier = request_body(w, i);
+    for (auto& m : earlier["messages"]) EXPECT_NE(m.value("content", json()), nudge) << i;
+  }
+}
+
+TEST(Plan, ANonBlankPlanIsReinjectedAfterTheTenthRound) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(a + "/plan", "- [x] look\n- [ ] fix\n"));
+  for (int i = 1; i <= 11; i++) {
+    write_file(w.project + "/f" + std::to_string(i), "file " + std::to_string(i) + "\n");
+    w.fake.push(round(json::array({call("c" + std::to_string(i), "file_read", {{"path", "f" + std::to_string(i)}})})));
+  }
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 12; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const std::string want =
+      "[system: your current plan:\n\n- [x] look\n- [ ] fix\n\nKeep it current: tick finished steps and revise it if "
+      "your approach changed. Continue.]";
+  EXPECT_EQ(contents(w, a, "context", "plan"), std::vector<std::string>{want});
+  std::vector<std::string> seq;
+  for (auto& b : blocks_of(w, a))
+    if (b["role"] == "tool" || b["role"] == "context") seq.push_back(b["role"]);
+  ASSERT_EQ(seq.size(), 12u);
+  EXPECT_EQ(seq[10], "context");  // after round 10's result
+  EXPECT_EQ(request_body(w, 10)["messages"].back()["content"], want);
+  EXPECT_NE(request_body(w, 9)["messages"].back()["content"], want);
+}
+
+TEST(Plan, ABlankPlanIsNotReinjected) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(a + "/plan", " \n\n"));
+  for (int i = 1; i <= 10; i++) {
+    write_file(w.project + "/f" + std::to_string(i), "x\n");
+    w.fake.push(round(json::array({call("c" + std::to_string(i), "file_read", {{"path", "f" + std::to_string(i)}})})));
+  }
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 11; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_TRUE(contents(w, a, "context", "plan").empty());
+}

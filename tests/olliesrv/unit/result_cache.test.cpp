@@ -1,0 +1,86 @@
+// Deduplication keys, the result cache's invalidation and bound (spec §8.3.2, §8.3.3), and the
+// plan reminder's text (§8.7).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "olliesrv/result_cache.hpp"
+#include "olliesrv/safety.hpp"
+
+using namespace ollie;
+
+namespace {
+
+const std::vector<ToolInfo> tools = {
+    {.name = "file_read", .scope = "read"}, {.name = "file_write", .scope = "write"}, {.name = "shell", .scope = "global"}};
+
+Call make(const std::string& name, const std::string& args) {
+  return make_call(backend::ToolCall{.id = "c", .name = name, .arguments = args}, "/p", tools);
+}
+
+ResultCache::Entry entry(const std::string& text, const std::string& path) { return {{text, false}, path, {true, "1", "2"}}; }
+
+}  // namespace
+
+TEST(DedupeKey, IsTheNameAndTheCanonicalArgumentsFlagsIncluded) {
+  EXPECT_EQ(dedupe_key(make("file_read", R"({ "path" : "a",  "b":{"z":1,"a":[1, 2]} })")),
+            "file_read\n" R"({"b":{"a":[1,2],"z":1},"path":"a"})");
+  EXPECT_EQ(dedupe_key(make("file_read", R"({"é":1,"z":2,"Z":3})")), "file_read\n" R"({"Z":3,"z":2,"é":1})");
+  EXPECT_NE(dedupe_key(make("file_read", R"({"path":"a"})")), dedupe_key(make("file_read", R"({"path":"a","timeout":5})")));
+}
+
+TEST(DedupeKey, OnlyForegroundReadCallsThatRunAreCacheable) {
+  EXPECT_TRUE(cacheable(make("file_read", R"({"path":"a"})")));
+  EXPECT_FALSE(cacheable(make("file_read", R"({"path":"a","background":true})")));
+  EXPECT_FALSE(cacheable(make("file_read", R"({"path":"a","timeout":"x"})")));
+  EXPECT_FALSE(cacheable(make("file_write", R"({"path":"a"})")));
+  EXPECT_FALSE(cacheable(make("shell", R"({"cmd":"ls"})")));
+  EXPECT_FALSE(cacheable(make("nosuch", R"({})")));
+  // A background call keeps its tool's scope for invalidation.
+  EXPECT_EQ(make("shell", R"({"cmd":"ls","background":true})").effect, "global");
+  EXPECT_EQ(make("file_write", R"({"path":"x"})").effect, "write");
+}
+
+TEST(ResultCacheTable, AWriteDropsThePathAndItsAncestorsOnly) {
+  ResultCache c;
+  c.put("k1", entry("file", "/p/d/f"));
+  c.put("k2", entry("dir", "/p/d"));
+  c.put("k3", entry("root", "/"));
+  c.put("k4", entry("sibling", "/p/d/fg"));
+  c.put("k5", entry("prefix", "/p/dd"));
+  c.put("k6", entry("below", "/p/d/f/x"));
+  c.put("k7", entry("no path", ""));
+  c.drop_path("/p/d/f");
+  EXPECT_EQ(c.find("k1"), nullptr);
+  EXPECT_EQ(c.find("k2"), nullptr);
+  EXPECT_EQ(c.find("k3"), nullptr);
+  ASSERT_NE(c.find("k4"), nullptr);
+  EXPECT_EQ(c.find("k4")->result.text, "sibling");
+  EXPECT_NE(c.find("k5"), nullptr);
+  EXPECT_NE(c.find("k6"), nullptr);
+  EXPECT_NE(c.find("k7"), nullptr);
+  c.clear();
+  EXPECT_EQ(c.size(), 0u);
+}
+
+TEST(ResultCacheTable, IsBoundedAndDropsTheOldestFirst) {
+  ResultCache c;
+  for (std::size_t i = 0; i < ResultCache::MAX_ENTRIES + 10; i++) c.put("k" + std::to_string(i), entry("t", ""));
+  EXPECT_EQ(c.size(), ResultCache::MAX_ENTRIES);
+  EXPECT_EQ(c.find("k9"), nullptr);
+  EXPECT_NE(c.find("k10"), nullptr);
+  c.put("k10", entry("again", ""));  // replaced: now the newest
+  c.put("new", entry("t", ""));
+  EXPECT_NE(c.find("k10"), nullptr);
+  EXPECT_EQ(c.find("k11"), nullptr);
+}
+
+TEST(PlanReminder, WrapsTheTrimmedPlanAndIsEmptyForABlankOne) {
+  EXPECT_EQ(plan_reminder("\n- [ ] a\n  - [x] b\n\n"),
+            "[system: your current plan:\n\n- [ ] a\n  - [x] b\n\nKeep it current: tick finished steps and revise it if "
+            "your approach changed. Continue.]");
+  EXPECT_EQ(plan_reminder("  indented\n"), "[system: your current plan:\n\n  indented\n\nKeep it current: tick finished "
+                                          "steps and revise it if your approach changed. Continue.]");
+  EXPECT_EQ(plan_reminder(" \t\n\n"), "");
+  EXPECT_EQ(plan_reminder(""), "");
+}
