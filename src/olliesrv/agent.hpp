@@ -139,6 +139,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
 
  private:
   friend class Turn;
+  friend class Compaction;
   void set_state(const std::string& s);
   void start_next();
   asio::awaitable<void> run(Submission s);

@@ -1,18 +1,180 @@
+// The compaction procedure (spec §8.5.3) and `ctl compact` (§3.3).
 #include "compaction.hpp"
 
+#include <asio/co_spawn.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <cctype>
+
 #include "agent.hpp"
+#include "hub.hpp"
+#include "session.hpp"
+#include "settings.hpp"
 
 namespace ollie {
 
+// ---- the procedure ----
+
+namespace {
+
+const char* trigger_state(Trigger why) { return why == Trigger::manual ? "idle" : "thinking"; }
+
+std::string pruned_text(const Pruned& p) {
+  return "pruned " + std::to_string(p.results) + " tool results (" + std::to_string(p.bytes) + " bytes)";
+}
+
+/// §8.5.3 step 6: [userPrompts] + the summary message + the hot zone.
+void replace_old(std::vector<HistoryMessage>& h, std::size_t hot, const std::string& user_prompts, const HistoryMessage& sm) {
+  std::vector<HistoryMessage> fresh;
+  if (!user_prompts.empty()) {
+    HistoryMessage up;
+    up.msg.role = backend::Role::user;
+    up.msg.content = user_prompts;
+    fresh.push_back(std::move(up));
+  }
+  fresh.push_back(sm);
+  fresh.insert(fresh.end(), std::make_move_iterator(h.begin() + static_cast<std::ptrdiff_t>(hot)),
+               std::make_move_iterator(h.end()));
+  h = std::move(fresh);
+}
+
+/// The summary text with its trailing blanks removed ("" = empty).
+std::string trimmed(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
+  Agent& a = *ap;
+  std::shared_ptr<backend::Backend> be;
+  std::string model;
+  {
+    std::lock_guard lock(a.mu);
+    if (a.stats.context_length > 0 && a.stats.context_length != 128000) co_return a.stats.context_length;
+    be = a.backend_;
+    model = a.model;
+  }
+  if (!be) co_return 128000;
+  // The provider's value (cached per model); asking may block: not on an I/O thread.
+  auto ask = [be, model]() -> asio::awaitable<int> {  // named: see lifecycle.cpp
+    auto r = be->context_length(model);
+    co_return r && *r > 0 ? *r : 128000;
+  };
+  const int len = co_await asio::co_spawn(a.hub.blocking, ask, asio::use_awaitable);
+  std::lock_guard lock(a.mu);
+  a.stats.context_length = len;
+  co_return len;
+}
+
+asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap, std::shared_ptr<Session> s,
+                                                      Trigger why, Summarizer summarize) {
+  Agent& a = *ap;
+  const bool automatic = why != Trigger::manual;
+  const int context = co_await context_length(ap);
+  std::vector<HistoryMessage> snapshot;
+  std::string user_prompts, system;
+  int percent;
+  std::optional<int> max_tokens;
+  {
+    std::lock_guard lock(a.mu);
+    if (!compactable(a.history, a.user_prompts)) co_return Compacted{};
+    snapshot = a.history;
+    user_prompts = a.user_prompts;
+    system = a.system_prompt;
+    percent = a.profile.compact_at;
+    max_tokens = to_generation_params(a.profile.params).max_tokens;
+  }
+  a.set_state("compacting");
+  auto fail = [&](const std::string& reason) -> p9::Result<Compacted> {
+    a.set_state(trigger_state(why));
+    if (!automatic) return p9::error("compact: " + reason);
+    a.transcript.append(make_block("error", "compact: " + reason));
+    return Compacted{};
+  };
+  // 1. The snapshot first: nothing is dropped that the recovery file does not hold.
+  auto write = [&a, sid = s->id, snapshot]() -> asio::awaitable<p9::Status> {  // named: see lifecycle.cpp
+    co_return a.hub.store.append_compaction(sid, a.id, snapshot);
+  };
+  if (auto st = co_await asio::co_spawn(a.hub.blocking, write, asio::use_awaitable); !st) co_return fail(st.ename());
+
+  const std::size_t hot = hot_start(snapshot), lead = old_start(snapshot, user_prompts);
+  Compacted done;
+  if (automatic) {
+    // Old tool output goes before anything is summarized: cold results, then warm ones.
+    Pruned pruned;
+    bool enough = false;
+    for (const char* tier : {"cold", "warm"}) {
+      std::lock_guard lock(a.mu);
+      pruned += prune(a.history, hot, tier);
+      a.stats.context_tokens = estimate_tokens(system, a.history);
+      enough = why == Trigger::threshold && !over_trigger(estimate_tokens(system, a.history), context, percent);
+      if (enough) break;
+    }
+    if (pruned.results > 0) {
+      done.changed = true;
+      a.transcript.append(make_block("info", pruned_text(pruned)));
+      s->save_soon();
+    }
+    if (enough) {
+      a.set_state(trigger_state(why));
+      co_return done;
+    }
+    std::lock_guard lock(a.mu);
+    snapshot = a.history;
+  }
+
+  const std::vector<HistoryMessage> old(snapshot.begin() + static_cast<std::ptrdiff_t>(lead),
+                                        snapshot.begin() + static_cast<std::ptrdiff_t>(hot));
+  backend::ChatRequest req;
+  {
+    std::lock_guard lock(a.mu);
+    req.model = a.model;
+  }
+  req.params.max_tokens = max_tokens.value_or(SUMMARY_MAX_TOKENS);
+  for (std::string text : {flatten(old, context), std::string(SUMMARY_INSTRUCTION)}) {
+    backend::Message m;
+    m.role = backend::Role::user;
+    m.content = std::move(text);
+    req.messages.push_back(std::move(m));
+  }
+  auto answer = co_await summarize(std::move(req));
+  if (!answer) co_return fail(answer.ename());
+  const std::string summary = trimmed(std::move(*answer));
+  if (summary.empty()) co_return fail("empty summary");
+
+  HistoryMessage sm;
+  sm.msg.role = backend::Role::user;
+  sm.msg.content = summary_message(summary, warm_index(old), latest_request(snapshot, lead, hot));
+  bool replaced = false;
+  {
+    std::lock_guard lock(a.mu);
+    replaced = a.history.size() == snapshot.size();  // else changed meanwhile: the caller owns it, so never
+    if (replaced) {
+      replace_old(a.history, hot, a.user_prompts, sm);
+      a.stats.context_tokens = estimate_tokens(a.system_prompt, a.history);
+    }
+  }
+  if (!replaced) co_return fail("history changed during compaction");
+  done = Compacted{true, old.size()};
+  a.transcript.append(make_block("context", sm.msg.content, "compaction"));
+  a.transcript.append(make_block("info", "compacted " + std::to_string(done.removed) + " messages"));
+  s->save_soon();
+  a.set_state(trigger_state(why));
+  co_return done;
+}
+
 bool compactable(const Agent& a) {
   std::lock_guard lock(a.mu);
-  return a.history.size() > HOT_ZONE;
+  return compactable(a.history, a.user_prompts);
 }
 
 asio::awaitable<p9::Result<std::size_t>> compact(std::shared_ptr<Agent> a, std::shared_ptr<Session> s) {
-  (void)a;
-  (void)s;
-  co_return p9::error("compact: not available yet");
+  auto summarizer = [a, s](backend::ChatRequest req) { return summarize(a, s, std::move(req)); };
+  auto r = co_await Compaction::run(a, s, Trigger::manual, summarizer);
+  if (!r) co_return p9::error(r.ename());
+  co_return r->removed;
 }
 
 }  // namespace ollie

@@ -170,7 +170,12 @@ p9::Result<Profile> load_profile(const std::string& config_root, const std::stri
   if (!get_string(j, "backend", p.backend)) return bad_profile(name, "backend must be a string");
   if (!get_string(j, "model", p.model)) return bad_profile(name, "model must be a string");
 
-  static const std::set<std::string> structural{"prompt", "userPrompts", "autoLoad", "systemPrompt", "backend", "model"};
+  if (auto it = j.find("compactAt"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || *it < 1 || *it > 100) return bad_profile(name, "compactAt must be an integer from 1 to 100");
+    p.compact_at = it->get<int>();
+  }
+
+  static const std::set<std::string> structural{"prompt", "userPrompts", "autoLoad", "systemPrompt", "backend", "model", "compactAt"};
   const auto& keys = param_keys();
   json params = json::object();
   for (const auto& [field, value] : j.items()) {

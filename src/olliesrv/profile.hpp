@@ -21,6 +21,8 @@ struct Profile {
   /// The generation parameters the profile sets, keyed by their cfg names (§2.8.3:
   /// maxTokens ... verbosity), values validated (numbers, bools, `stop` an array of strings).
   std::string params = "{}";  ///< JSON object text
+  /// `compactAt`: compact when the context estimate reaches this % of the context length (§8.5.2).
+  int compact_at = 50;
   std::vector<std::string> warnings;  ///< `agent profile <p>: unknown field <f>` per unknown field
 };
 

@@ -14,6 +14,7 @@
 
 #include "agent.hpp"
 #include "backend/cost.hpp"
+#include "compaction.hpp"
 #include "dispatch.hpp"
 #include "hub.hpp"
 #include "result_cache.hpp"
@@ -114,12 +115,23 @@ class Turn {
   Turn(std::shared_ptr<Agent> a, std::shared_ptr<Session> s) : a_(std::move(a)), s_(std::move(s)) {}
 
   asio::awaitable<void> run(Submission sub);
+  /// A summary request (§8.5.3 step 4): streamed without blocks, retried as §8.2 says, counted.
+  asio::awaitable<p9::Result<std::string>> summarize(backend::ChatRequest req);
+  /// The turn's cost so far (the summary requests of `ctl compact` add it to the session's).
+  double cost() const { return any_provider_cost_ ? provider_cost_ : table_cost_; }
 
  private:
   asio::awaitable<std::vector<ToolInfo>> tool_list();
   asio::awaitable<void> render_prompt(const std::vector<ToolInfo>& tools);
   backend::ChatRequest build(const std::vector<ToolInfo>& tools);
-  asio::awaitable<Response> stream(const backend::ChatRequest& req);
+  /// The request's messages from the history, and the context estimate (§8.5.1).
+  void fill_messages(backend::ChatRequest& req);
+  void fill_messages_locked(backend::ChatRequest& req);
+  /// §8.1.3 steps 2-3: the cold collapse, then compaction when the estimate reaches the trigger.
+  asio::awaitable<void> before_request();
+  /// An automatic compaction with this turn's summarizer; true when the history changed.
+  asio::awaitable<bool> compact(Trigger why);
+  asio::awaitable<Response> stream(backend::ChatRequest req);
   asio::awaitable<Response> attempt(const backend::ChatRequest& req);
   void account(const Response& r);
   /// Runs the calls of one response (§8.3); true when every result is an error.
@@ -143,6 +155,8 @@ class Turn {
   bool any_provider_cost_ = false;
   std::vector<ToolInfo> schemas_for_;      ///< the tool list schemas_ was made from
   std::vector<backend::Tool> schemas_;     ///< its schemas as sent, dispatch flags added
+  bool quiet_ = false;                     ///< a summary request streams: no blocks, no history
+  bool overflow_compacted_ = false;        ///< §8.2: one compaction per turn for a context overflow
   ResultCache cache_;                      ///< §8.3.3: this turn's results
   int rounds_ = 0, streak_ = 0;            ///< tool rounds of the turn; failed rounds in a row
 };
@@ -195,6 +209,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     for (;;) {
       auto tools = co_await tool_list();
       co_await render_prompt(tools);
+      co_await before_request();
       auto req = build(tools);
       Response r = co_await stream(req);
       account(r);
@@ -258,7 +273,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     if (!aborted(e)) throw;
     interrupt = true;
   }
-  if (interrupt && current_) {
+  if (interrupt && current_ && !quiet_) {
     // §8.9: an interrupted stream's partial text is kept as the assistant message, without calls.
     std::string text;
     {
@@ -373,30 +388,88 @@ backend::ChatRequest Turn::build(const std::vector<ToolInfo>& tools) {
   req.system = a.system_prompt;
   req.model = a.model;
   req.params = to_generation_params(merge_params(a.profile.params, a.overrides));
-  std::size_t bytes = req.system.size();
-  for (const auto& m : a.history) {
-    req.messages.push_back(m.msg);
-    bytes += m.msg.content.size();
-    for (const auto& c : m.msg.tool_calls) bytes += c.name.size() + c.arguments.size();
-  }
   if (!same_tools(tools, schemas_for_)) {  // the schemas with dispatch flags, made once per tool list
     schemas_.clear();
     for (const auto& t : tools) schemas_.push_back({t.name, t.description, with_dispatch_flags(t.parameters)});
     schemas_for_ = tools;
   }
   req.tools = schemas_;
-  a.stats.context_tokens = static_cast<std::int64_t>(bytes / 4);
+  fill_messages_locked(req);
   return req;
 }
 
-asio::awaitable<Response> Turn::stream(const backend::ChatRequest& req) {
+void Turn::fill_messages(backend::ChatRequest& req) {
+  std::lock_guard lock(a_->mu);
+  fill_messages_locked(req);
+}
+
+void Turn::fill_messages_locked(backend::ChatRequest& req) {
   Agent& a = *a_;
+  req.messages.clear();
+  for (const auto& m : a.history) req.messages.push_back(m.msg);
+  a.stats.context_tokens = estimate_tokens(req.system, a.history);
+}
+
+asio::awaitable<void> Turn::before_request() {
+  Agent& a = *a_;
+  const int context = co_await Compaction::context_length(a_);
+  bool over;
+  {
+    std::lock_guard lock(a.mu);
+    collapse_sent(a.history);  // §8.4
+    over = over_trigger(estimate_tokens(a.system_prompt, a.history), context, a.profile.compact_at);
+  }
+  if (over) co_await compact(Trigger::threshold);
+}
+
+asio::awaitable<bool> Turn::compact(Trigger why) {
+  auto summarizer = [this](backend::ChatRequest req) { return summarize(std::move(req)); };
+  auto r = co_await Compaction::run(a_, s_, why, summarizer);
+  co_return r && r->changed;
+}
+
+asio::awaitable<p9::Result<std::string>> Turn::summarize(backend::ChatRequest req) {
+  quiet_ = true;
+  std::string failed;
+  try {
+    Response r = co_await stream(std::move(req));
+    account(r);
+    quiet_ = false;
+    co_return std::move(r.text);
+  } catch (const TurnFailed& f) {
+    failed = f.message;
+  }
+  quiet_ = false;
+  co_return p9::error(failed);
+}
+
+asio::awaitable<p9::Result<std::string>> summarize(std::shared_ptr<Agent> a, std::shared_ptr<Session> s,
+                                                   backend::ChatRequest req) {
+  Turn t(a, std::move(s));
+  auto r = co_await t.summarize(std::move(req));
+  std::lock_guard lock(a->mu);
+  a->stats.totals.cost_session += t.cost();
+  co_return r;
+}
+
+asio::awaitable<Response> Turn::stream(backend::ChatRequest req) {
+  Agent& a = *a_;
+  const char* busy = quiet_ ? "compacting" : "thinking";
   for (int attempt = 0;; attempt++) {
     std::optional<backend::Error> failed;
     try {
       co_return co_await this->attempt(req);
     } catch (const backend::Error& e) {
       failed = e;  // handled below: no co_await inside a handler
+    }
+    // §8.2: a context overflow compacts once per turn and resends.
+    if (failed->cls == backend::ErrorClass::context_overflow && !quiet_ && !overflow_compacted_) {
+      overflow_compacted_ = true;
+      if (co_await compact(Trigger::overflow)) {
+        fill_messages(req);
+        a.set_state(busy);
+        continue;
+      }
     }
     std::string why;
     auto retry = retry_for(*failed, attempt, why);
@@ -406,7 +479,7 @@ asio::awaitable<Response> Turn::stream(const backend::ChatRequest& req) {
                                                 std::to_string(attempt + 1) + "/3): " + retry->reason));
     asio::steady_timer t(co_await asio::this_coro::executor, a.hub.retry_unit * retry->seconds);
     co_await t.async_wait(asio::use_awaitable);
-    a.set_state("thinking");
+    a.set_state(busy);
   }
 }
 
@@ -420,32 +493,23 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
     be = a.backend_;
   }
   if (!be) throw TurnFailed{"no backend: " + a.backend_name};
-  if (a.stats.context_length <= 0 || a.stats.context_length == 128000) {
-    // The context length is the provider's (cached per model); asking may block: not here.
-    const std::string model = req.model;
-    auto ask = [be, model]() -> asio::awaitable<int> {  // named: see lifecycle.cpp
-      auto r = be->context_length(model);
-      co_return r && *r > 0 ? *r : 128000;
-    };
-    int len = co_await asio::co_spawn(a.hub.blocking, ask, asio::use_awaitable);
-    std::lock_guard lock(a.mu);
-    a.stats.context_length = len;
-  }
+  co_await Compaction::context_length(a_);
   auto p = std::make_shared<Pending>();
   current_ = p;
   auto self = a_;
-  auto sink = [p, self](backend::StreamEvent ev) {
+  const bool shown = !quiet_;  // a summary request's text is not a reply: no blocks
+  auto sink = [p, self, shown](backend::StreamEvent ev) {
     using K = backend::StreamEvent::Kind;
     switch (ev.kind) {
       case K::content:
-        self->transcript.stream("assistant", ev.text);
+        if (shown) self->transcript.stream("assistant", ev.text);
         {
           std::lock_guard lock(p->mu);
           p->r.text += ev.text;
         }
         return;
       case K::reasoning:
-        self->transcript.stream("reasoning", ev.text);
+        if (shown) self->transcript.stream("reasoning", ev.text);
         {
           std::lock_guard lock(p->mu);
           p->r.reasoning += ev.text;

@@ -1,0 +1,245 @@
+// Result tiers (spec §8.4) and context compaction (§8.5), end to end: the real olliesrv and
+// toolsrv, the fake provider over real HTTP; what the model received is read from the provider's
+// side, what the user sees from log.raw, ctl replies and the session directory.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string HEADER =
+    "This conversation was compacted. The summary below was written from the earlier history; "
+    "continue from it without redoing finished work.";
+
+/// The bodies of the chat requests the fake provider received, in order.
+std::vector<json> bodies(World& w) {
+  std::vector<json> out;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(json::parse(r.body));
+  return out;
+}
+
+std::string ctl(World& w, const std::string& agent, const std::string& request) {
+  auto r = w.rdwr(agent + "/ctl", request);
+  return r ? *r : "error: " + r.ename();
+}
+
+/// One prompt answered by one text response; waits for the turn's end.
+void exchange(World& w, const std::string& a, const std::string& prompt, const std::string& answer) {
+  const auto before = chat_requests(w);
+  w.fake.push({{"text", answer}});
+  ASSERT_TRUE(w.write(a + "/prompt", prompt));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == before + 1; }));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() > 0 && contents(w, a, "assistant").back() == answer; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+}
+
+json shell_call(const std::string& id, const std::string& cmd) {
+  return {{"tool_calls", json::array({{{"id", id}, {"name", "shell"}, {"arguments", {{"cmd", cmd}}}}})}};
+}
+
+/// Replaces the world's agents/ and tools/ links with directories of links plus `profiles`
+/// (name → JSON) and `metas` (tool name → .meta JSON), before any agent or toolsrv reads them.
+void customize(World& w, const std::map<std::string, json>& profiles, const std::map<std::string, json>& metas = {}) {
+  namespace fs = std::filesystem;
+  for (const char* dir : {"agents", "tools"}) {
+    const fs::path link = w.config + "/" + dir;
+    const fs::path target = fs::read_symlink(link);
+    fs::remove(link);
+    fs::create_directory(link);
+    for (const auto& e : fs::directory_iterator(target)) fs::create_symlink(e.path(), link / e.path().filename());
+  }
+  for (const auto& [name, p] : profiles) write_file(w.config + "/agents/" + name + ".json", p.dump());
+  for (const auto& [name, m] : metas) write_file(w.config + "/tools/" + name + ".meta", m.dump());
+}
+
+std::vector<json> messages_of(const json& body) { return body["messages"].get<std::vector<json>>(); }
+
+}  // namespace
+
+// §8.4: a cold result is verbatim in the one request after it, then its one-line summary; the
+// `tool` block keeps it whole.
+TEST(Tiers, AColdResultIsSentOnceThenCollapsed) {
+  World w;
+  write_file(w.project + "/notes.txt", "alpha\nbeta\n");
+  auto a = w.agent(w.session("work"), "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "file_read"}, {"arguments", {{"path", "notes.txt"}}}}})}});
+  w.fake.push({{"text", "It says alpha and beta."}});
+  ASSERT_TRUE(w.write(a + "/prompt", "read notes.txt"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  exchange(w, a, "thanks", "welcome");
+  auto b = bodies(w);
+  ASSERT_EQ(b.size(), 3u);
+  auto tool_content = [](const json& body) {
+    for (auto& m : body["messages"])
+      if (m["role"] == "tool") return m["content"].get<std::string>();
+    return std::string();
+  };
+  const std::string verbatim = tool_content(b[1]);
+  ASSERT_NE(verbatim.find("beta"), std::string::npos) << verbatim;
+  std::size_t lines = std::count(verbatim.begin(), verbatim.end(), '\n') + (verbatim.back() == '\n' ? 0 : 1);
+  const std::string first = verbatim.substr(0, verbatim.find('\n'));
+  EXPECT_EQ(tool_content(b[2]), "[file_read result elided after use: " + std::to_string(lines) + " lines, " +
+                                    std::to_string(verbatim.size()) + " bytes; first line: " + first + "]");
+  EXPECT_EQ(contents(w, a, "tool").at(0), verbatim);
+}
+
+// §3.3, §8.5.3: ctl compact snapshots the history, summarizes the old part with the instruction
+// (no system prompt, no tools), keeps the hot zone, and the next request starts from the summary.
+TEST(Compaction, CtlCompactReplacesTheOldPartWithTheSummary) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  EXPECT_EQ(ctl(w, a, "compact"), "nothing to compact\n");
+  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
+  w.fake.push({{"text", "**Goal** testing\n\n"}});
+  EXPECT_EQ(ctl(w, a, "compact"), "compacted 4 messages\n");
+  auto b = bodies(w);
+  ASSERT_EQ(b.size(), 7u);
+  const json& sum = b[6];
+  EXPECT_FALSE(sum.contains("tools"));
+  EXPECT_EQ(sum["max_tokens"], 4096);
+  auto m = messages_of(sum);
+  ASSERT_EQ(m.size(), 2u) << sum.dump();
+  EXPECT_EQ(m[0]["role"], "user");
+  EXPECT_EQ(m[0]["content"], "## user\np1\n\n## assistant\nAnswer 1. More.\n\n## user\np2\n\n## assistant\nAnswer 2. More.");
+  EXPECT_TRUE(m[1]["content"].get<std::string>().starts_with("Write a hand-off summary of the conversation above"));
+  EXPECT_TRUE(m[1]["content"].get<std::string>().ends_with("Be concise and specific; do not invent anything."));
+  const std::string summary = HEADER + "\n\n**Goal** testing\n\n## Recent steps\n- Answer 1.\n- Answer 2.";
+  EXPECT_EQ(contents(w, a, "context", "compaction"), std::vector<std::string>{summary});
+  EXPECT_EQ(contents(w, a, "info").back(), "compacted 4 messages");
+  EXPECT_TRUE(contents(w, a, "assistant").back() == "Answer 6. More.");  // the summary made no reply block
+  exchange(w, a, "p7", "ok");
+  auto next = messages_of(bodies(w)[7]);
+  ASSERT_EQ(next.size(), 1u + 1u + 8u + 1u);  // system, summary, hot zone, p7
+  EXPECT_EQ(next[1]["content"], summary);
+  EXPECT_EQ(next[2]["content"], "p3");
+  // The snapshot holds the whole history before the compaction.
+  auto id = [&](const std::string& path) {
+    std::string t = *w.read(path + "/id");
+    return t.substr(0, t.find('\n'));
+  };
+  const std::string sid = id(s), aid = id(a);
+  auto lines = blocks_of(read_file(w.data + "/sessions/" + sid + "/" + aid + ".compaction.jsonl"));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["messages"].size(), 12u);
+  EXPECT_EQ(lines[0]["messages"][0]["content"], "p1");
+}
+
+// §8.5.3 step 4: an empty summary fails `ctl compact` and leaves the history as it was.
+TEST(Compaction, AnEmptySummaryFailsAndLeavesTheHistory) {
+  World w;
+  auto a = w.agent(w.session("work"), "main");
+  for (int i = 1; i <= 5; i++) exchange(w, a, "p" + std::to_string(i), "a" + std::to_string(i));
+  w.fake.push({{"text", " \n"}});
+  EXPECT_EQ(ctl(w, a, "compact"), "error: compact: empty summary");
+  EXPECT_EQ(w.read_state(a), "idle");
+  exchange(w, a, "p6", "a6");
+  auto m = messages_of(bodies(w).back());
+  ASSERT_EQ(m.size(), 12u);  // system + 10 + p6
+  EXPECT_EQ(m[1]["content"], "p1");
+  EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
+}
+
+// §8.5.2: at the trigger (here a profile's compactAt of 1 %) the turn compacts before its request;
+// the prompt that started the turn is carried verbatim.
+TEST(Compaction, TheTriggerCompactsBeforeTheRequestAndKeepsThePromptVerbatim) {
+  World w;
+  customize(w, {{"tight", {{"prompt", {"agent-default.md"}}, {"autoLoad", {"shell"}}, {"compactAt", 1}}}});
+  auto a = w.agent(w.session("work"), "main", "agent=tight");
+  for (int i = 1; i <= 4; i++) w.fake.push(shell_call("c" + std::to_string(i), "echo r" + std::to_string(i)));
+  w.fake.push({{"text", "SUM"}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "task one"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 6; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto b = bodies(w);
+  auto sum = messages_of(b[4]);
+  ASSERT_EQ(sum.size(), 2u) << b[4].dump();
+  EXPECT_EQ(sum[0]["content"], "## user\ntask one");
+  const std::string summary = HEADER + "\n\nSUM\n\n## Recent steps\n\n## Latest request (verbatim)\ntask one";
+  auto last = messages_of(b[5]);
+  ASSERT_EQ(last.size(), 1u + 1u + 8u);
+  EXPECT_EQ(last[1]["content"], summary);
+  EXPECT_EQ(contents(w, a, "info").back(), "compacted 1 messages");
+  EXPECT_EQ(contents(w, a, "assistant").back(), "done");
+  // A bad value is the profile's error.
+  write_file(w.config + "/agents/bad.json", R"({"compactAt": 0})");
+  auto r = w.rdwr(w.session("other") + "/agent/new", "name=x agent=bad");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.ename(), "agent profile bad: compactAt must be an integer from 1 to 100");
+}
+
+// §8.2: a context overflow compacts once and resends; a second one fails the turn.
+TEST(Compaction, AContextOverflowCompactsOnceAndResends) {
+  World w;
+  auto a = w.agent(w.session("work"), "main");
+  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "a" + std::to_string(i));
+  w.fake.push({{"fault", "context_overflow"}});
+  w.fake.push({{"text", "SUM"}});
+  w.fake.push({{"text", "fits now"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "p7"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 9; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "assistant").back(), "fits now");
+  EXPECT_EQ(contents(w, a, "info").back(), "compacted 5 messages");
+  auto resent = messages_of(bodies(w)[8]);
+  ASSERT_EQ(resent.size(), 1u + 1u + 8u);
+  EXPECT_EQ(resent[2]["content"], "a3");
+  // A second overflow in one turn: compacted once already → the error, the turn fails.
+  w.fake.push({{"fault", "context_overflow"}});
+  w.fake.push({{"text", "SUM2"}});
+  w.fake.push({{"fault", "context_overflow"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "p8"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 12; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "info").back(), "compacted 3 messages");
+  EXPECT_EQ(contents(w, a, "error").back(), "context overflow");
+}
+
+// Pruning first: before an automatic compaction's summary, warm results older than the hot zone
+// are shortened; when that brings the estimate under the trigger, no summary request is made.
+TEST(Compaction, PruningOldWarmResultsCanMakeTheSummaryUnnecessary) {
+  World w;
+  customize(w, {{"warm", {{"prompt", {"agent-default.md"}}, {"autoLoad", {"bigwarm"}}}}},
+            {{"bigwarm", {{"description", "prints 9000 bytes"}, {"tier", "warm"}, {"scope", "read"}, {"cmd", "yes w | head -c 9000"}}}});
+  auto a = w.agent(w.session("work"), "main", "agent=warm");
+  auto call = [](const std::string& id) {
+    return json{{"tool_calls", json::array({{{"id", id}, {"name", "bigwarm"}, {"arguments", json::object()}}})}};
+  };
+  for (int i = 1; i <= 3; i++) w.fake.push(call("c" + std::to_string(i)));
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 4; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  ASSERT_EQ(contents(w, a, "tool").size(), 3u);
+  ASSERT_NE(contents(w, a, "tool")[0].find("bytes omitted"), std::string::npos);  // 8 KiB as truncated
+  for (int i = 2; i <= 4; i++) exchange(w, a, "x", "y");
+  // The estimate at the last request, then a prompt that crosses 50 % of 65536 tokens by less
+  // than pruning the three results (about 1,500 tokens each) gives back.
+  auto stats = *w.read(a + "/stats");
+  const auto at = stats.find("contextTokens=");
+  const long before = std::stol(stats.substr(at + 14));
+  const long want = 65536 / 2 + 1500 - before;  // tokens the prompt must add
+  ASSERT_GT(want, 0);
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", std::string(static_cast<std::size_t>(want) * 4, 'q')));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 8; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "assistant").back(), "done");  // no summary request took "done"
+  auto info = contents(w, a, "info");
+  ASSERT_FALSE(info.empty());
+  EXPECT_TRUE(info.back().starts_with("pruned 3 tool results (")) << info.back();
+  EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
+  int shortened = 0;
+  const auto all = bodies(w);
+  for (auto& m : all.back()["messages"])
+    if (m["role"] == "tool") shortened += m["content"].get<std::string>().find("\n[shortened from ") != std::string::npos;
+  EXPECT_EQ(shortened, 3);
+}
