@@ -243,3 +243,22 @@ TEST(Compaction, PruningOldWarmResultsCanMakeTheSummaryUnnecessary) {
     if (m["role"] == "tool") shortened += m["content"].get<std::string>().find("\n[shortened from ") != std::string::npos;
   EXPECT_EQ(shortened, 3);
 }
+
+// §8.5.3 step 4: a failed automatic compaction is an `error` block; the request goes ahead with
+// the history unchanged.
+TEST(Compaction, AFailedAutomaticCompactionIsAnErrorBlockAndTheRequestGoesOn) {
+  World w;
+  customize(w, {{"tight", {{"prompt", {"agent-default.md"}}, {"autoLoad", {"shell"}}, {"compactAt", 1}}}});
+  auto a = w.agent(w.session("work"), "main", "agent=tight");
+  for (int i = 1; i <= 4; i++) w.fake.push(shell_call("c" + std::to_string(i), "echo r" + std::to_string(i)));
+  w.fake.push({{"text", ""}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "task one"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 6; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "error"), std::vector<std::string>{"compact: empty summary"});
+  EXPECT_EQ(contents(w, a, "assistant").back(), "done");
+  auto last = messages_of(bodies(w)[5]);
+  ASSERT_EQ(last.size(), 1u + 9u);  // system + the whole history
+  EXPECT_EQ(last[1]["content"], "task one");
+}
