@@ -135,15 +135,15 @@ TEST(ResultCache, AFileChangedBehindTheAgentsBackIsReadAgain) {
   write_file(p.w.project + "/a.txt", "alpha\n");
   // probe with `append` is another read-scope call: the cache does not know it writes.
   p.turn({round(json::array({call("r1", "probe", {{"path", "a.txt"}})})),
-          round(json::array({call("x1", "probe", {{"path", "a.txt"}, {"append", "more\n"}})})),
+          round(json::array({call("x1", "probe", {{"path", "a.txt"}, {"append", "more"}})})),
           round(json::array({call("r2", "probe", {{"path", "a.txt"}})})),
           round(json::array({call("r3", "probe", {{"path", "a.txt"}})}))});
   EXPECT_EQ(p.runs(), 3u);  // r1, x1, r2; r3 is a hit
   const auto results = contents(p.w, p.a, "tool", "probe");
   ASSERT_EQ(results.size(), 4u);
   EXPECT_EQ(results[0], "alpha\n");
-  EXPECT_EQ(results[2], "alpha\nmore\n");
-  EXPECT_EQ(results[3], "alpha\nmore\n");
+  EXPECT_EQ(results[2], "alpha\nmore");
+  EXPECT_EQ(results[3], "alpha\nmore");
 }
 
 TEST(Safety, FiveFailedRoundsInARowNudgeAndTenAbortTheTurn) {
