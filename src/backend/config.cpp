@@ -1,5 +1,6 @@
 #include "backend/config.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -60,6 +61,46 @@ const std::vector<std::string>& backend_names() {
   return names;
 }
 
+namespace {
+
+/// A whole number in [lo, hi], else nullopt.
+std::optional<std::int64_t> bounded(const std::string& v, std::int64_t lo, std::int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || n < lo || n > hi) return std::nullopt;
+  return n;
+}
+
+/// The keys before the first section: `backend` (§7.4) and the sub-agent limits.
+template <class Warn>
+void top_level(BackendsConf& conf, const std::string& key, const std::string& value, const Warn& warn) {
+  struct Limit {
+    const char* key;
+    std::int64_t lo, hi;
+    void (*set)(SubagentLimits&, std::int64_t);
+  };
+  static const Limit limits[] = {
+      {"subagents", 1, 64, [](SubagentLimits& l, std::int64_t n) { l.running = static_cast<int>(n); }},
+      {"subagent_depth", 1, 8, [](SubagentLimits& l, std::int64_t n) { l.depth = static_cast<int>(n); }},
+      {"subagent_budget", 0, std::int64_t{1} << 40, [](SubagentLimits& l, std::int64_t n) { l.budget = n; }},
+  };
+  if (key == "backend") {
+    conf.backend = value;
+    return;
+  }
+  for (const auto& l : limits) {
+    if (key != l.key) continue;
+    if (auto n = bounded(value, l.lo, l.hi)) l.set(conf.subagents, *n);
+    else warn(key + " must be a whole number from " + std::to_string(l.lo) + " to " + std::to_string(l.hi) + ", ignored");
+    return;
+  }
+  warn("only backend, subagents, subagent_depth and subagent_budget are allowed before the first section, '" + key +
+       "' ignored");
+}
+
+}  // namespace
+
 BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
   BackendsConf conf;
   BackendSection* section = nullptr;
@@ -92,8 +133,7 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
     const std::string value(trim(line.substr(eq + 1)));
     if (in_unknown) continue;
     if (!section) {
-      if (key == "backend") conf.backend = value;
-      else warn("only 'backend' is allowed before the first section, '" + key + "' ignored");
+      top_level(conf, key, value, warn);
       continue;
     }
     if (key == "url") section->url = value;

@@ -28,10 +28,19 @@ struct BackendSection {
   std::optional<int> num_ctx;        ///< ollama only
 };
 
+/// The bounds of sub-agent fan-out, per session (backends.conf's top-level `subagents`,
+/// `subagent_depth` and `subagent_budget`; doc/engine.md says why these defaults).
+struct SubagentLimits {
+  int running = 4;            ///< sub-agents running at once at each depth; more wait in line
+  int depth = 2;              ///< nesting: 1 = sub-agents cannot start sub-agents
+  std::int64_t budget = 0;    ///< tokens (input + output) per turn tree; 0 = no budget
+};
+
 /// A parsed backends.conf. Unknown sections or keys and malformed lines become warnings
 /// (also logged) and are otherwise ignored, as spec §7.4 says.
 struct BackendsConf {
   std::string backend;  ///< top-level default backend, "" when unset
+  SubagentLimits subagents;
   std::map<std::string, BackendSection, std::less<>> sections;
   std::vector<std::string> warnings;  ///< "<file>:<line>: <what>"
 };

@@ -162,6 +162,23 @@ void Agent::resolve_prompts() {
 
 void Agent::note(const std::string& role, const std::string& text) { transcript.append(make_block(role, text)); }
 
+namespace {
+
+/// What a turn added to the totals: `now - before`, field by field (cost: cost_session's).
+UsageRecord minus(const UsageRecord& now, const UsageRecord& before) {
+  UsageRecord d;
+  d.input = now.input - before.input;
+  d.output = now.output - before.output;
+  d.cached_input = now.cached_input - before.cached_input;
+  d.cache_creation = now.cache_creation - before.cache_creation;
+  d.requests = now.requests - before.requests;
+  d.estimated = now.estimated;
+  d.cost_session = now.cost_session - before.cost_session;
+  return d;
+}
+
+}  // namespace
+
 bool Agent::submit(Submission s) {
   {
     std::lock_guard lock(mu);
@@ -179,6 +196,7 @@ bool Agent::submit(Submission s) {
 // signal, so that `stop` interrupts exactly the turn that runs when it arrives.
 void Agent::start_next() {
   Submission s;
+  UsageRecord before;  // this agent's totals at the turn's start
   bool ended = false;
   {
     std::lock_guard lock(mu);
@@ -192,6 +210,8 @@ void Agent::start_next() {
       queue_.pop_front();
       cancel_ = std::make_shared<asio::cancellation_signal>();
       turn_active_ = true;
+      if (!subagent) tree = std::make_shared<TurnTree>();
+      before = stats.totals;
     }
   }
   if (ended) {
@@ -199,7 +219,7 @@ void Agent::start_next() {
     return;
   }
   asio::co_spawn(ex, run(std::move(s)),
-                 asio::bind_cancellation_slot(cancel_->slot(), [self = shared_from_this()](std::exception_ptr e) {
+                 asio::bind_cancellation_slot(cancel_->slot(), [self = shared_from_this(), before](std::exception_ptr e) {
                    if (e) {
                      try {
                        std::rethrow_exception(e);
@@ -207,13 +227,32 @@ void Agent::start_next() {
                        spdlog::error("agent {}: turn ended by {}", self->id, x.what());
                      }
                    }
+                   UsageRecord spent;
                    {
                      std::lock_guard lock(self->mu);
                      self->turn_active_ = false;
+                     // Rolled up after the turn's own end took the rest (§8.10.3).
+                     self->stats.totals.cost_session += std::exchange(self->rolled_cost_, 0.0);
+                     spent = minus(self->stats.totals, before);
                    }
+                   // Before the sub-agent counts as idle, so while its issuer's call still runs.
+                   if (auto up = self->issuer.lock(); up && self->subagent) up->roll_up(spent);
                    // Not from inside the handler: start_next replaces the signal this handler is bound to.
                    asio::post(self->ex, [self] { self->start_next(); });
                  }));
+}
+
+void Agent::roll_up(const UsageRecord& u) {
+  std::lock_guard lock(mu);
+  auto& t = stats.totals;
+  t.input += u.input;
+  t.output += u.output;
+  t.cached_input += u.cached_input;
+  t.cache_creation += u.cache_creation;
+  t.requests += u.requests;
+  t.estimated = t.estimated || u.estimated;
+  if (turn_active_) rolled_cost_ += u.cost_session;
+  else t.cost_session += u.cost_session;
 }
 
 std::optional<Submission> Agent::pop_queued() {

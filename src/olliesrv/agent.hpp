@@ -7,6 +7,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -43,6 +44,12 @@ struct Stats {
   int context_length = 128000;
 };
 
+/// The tokens spent by one turn of a persistent agent together with every sub-agent started
+/// under it, at any depth: what backends.conf's `subagent_budget` bounds (doc/engine.md).
+struct TurnTree {
+  std::atomic<std::int64_t> tokens{0};
+};
+
 class Agent : public std::enable_shared_from_this<Agent> {
  public:
   static constexpr std::size_t MAX_QUEUE = 256;  ///< queued prompts (§8.1.2); more are refused
@@ -60,6 +67,12 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// agent/idx's `parent` (§2.6): the `parent=` agent's id, else the issuing agent's, else "".
   /// Set before the agent joins its session, never changed; not persisted.
   std::string parent;
+  /// The agent whose request started this sub-agent (none: the hostowner's); its stats get
+  /// this one's usage and cost (§8.10.3). Set before the agent joins its session.
+  std::weak_ptr<Agent> issuer;
+  /// Sub-agent nesting: 0 for a persistent agent, 1 for a sub-agent of one (or of the
+  /// hostowner), 2 for a sub-agent's sub-agent... Set before the agent joins its session.
+  int depth = 0;
   const asio::any_io_executor ex;
   Transcript transcript;
 
@@ -84,6 +97,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::string agent_text, user_prompts;  ///< resolved prompt entries
   std::vector<ToolInfo> last_tools;      ///< the tool list the system prompt was rendered with
   bool prompts_ready = false;            ///< prompt entries resolved (at creation; restore defers it)
+  /// The turn tree this agent spends in: a persistent agent's is new at each turn, a sub-agent's
+  /// is its issuer's at its creation.
+  std::shared_ptr<TurnTree> tree = std::make_shared<TurnTree>();
   bool killed = false;
 
   // ---- reading ----
@@ -134,6 +150,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// The session is saved (persistence moment).
   void save();
 
+  /// §8.10.3: a sub-agent's turn spent `u` (totals, cost in cost_session): added to these
+  /// totals, its cost to the running turn's (shown in costLast at its end), else to costSession.
+  void roll_up(const UsageRecord& u);
+
   /// An `info`/`error` block appended from a verb (§3.4).
   void note(const std::string& role, const std::string& text);
 
@@ -158,6 +178,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn
   std::optional<std::string> inject_;                  ///< the pending inject (§8.8)
   std::shared_ptr<backend::Backend> backend_;
+  double rolled_cost_ = 0;  ///< sub-agents' cost rolled up during the running turn (§8.10.3)
 };
 
 }  // namespace ollie

@@ -140,6 +140,43 @@ class SubagentGuard {
   std::shared_ptr<Agent> a_;
 };
 
+/// A running sub-agent's place among its depth's `subagents` (released however the request ends).
+class SubagentSlot {
+ public:
+  SubagentSlot(std::shared_ptr<Session> s, int depth) : s_(std::move(s)), depth_(depth) {}
+  SubagentSlot(const SubagentSlot&) = delete;
+  SubagentSlot& operator=(const SubagentSlot&) = delete;
+  ~SubagentSlot() {
+    {
+      std::lock_guard lock(s_->mu);
+      --s_->subagents_running[depth_];
+    }
+    s_->subagent_done->notify();
+  }
+
+ private:
+  std::shared_ptr<Session> s_;
+  int depth_;
+};
+
+/// Waits for a place among the sub-agents of `depth` (one pool per depth: a sub-agent waiting
+/// for its own sub-agents never holds the place they need). A flushed request stops waiting.
+asio::awaitable<p9::Result<std::shared_ptr<SubagentSlot>>> subagent_slot(std::shared_ptr<Session> s, int depth,
+                                                                        int limit) {
+  for (;;) {
+    const auto seen = s->subagent_done->version();
+    {
+      std::lock_guard lock(s->mu);
+      if (s->killed) co_return p9::error("session killed");
+      if (s->subagents_running[depth] < limit) {
+        ++s->subagents_running[depth];
+        co_return std::make_shared<SubagentSlot>(s, depth);
+      }
+    }
+    co_await s->subagent_done->wait(seen);
+  }
+}
+
 /// Sub-agent mode, steps 3-4: submits the prompt, waits for the turn's end (or the timeout) and
 /// answers the final assistant message exactly.
 asio::awaitable<p9::Result<std::string>> run_subagent(std::shared_ptr<Agent> a, std::string prompt, int timeout) {
@@ -260,10 +297,27 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   }
   auto choice = resolve_backend_choice(in, hub.conf(), hub.env);
   if (!choice) co_return choice.error();
+  // Sub-agent fan-out (doc/engine.md): a depth cap, then a place among that depth's running ones.
+  const auto limits = hub.conf().subagents;
+  const int depth = sub ? (caller ? caller->depth : 0) + 1 : 0;
+  if (sub && depth > limits.depth)
+    co_return p9::error("agent/new: sub-agent depth limit reached: " + std::to_string(limits.depth));
+  std::shared_ptr<SubagentSlot> slot;
+  if (sub) {
+    auto got = co_await subagent_slot(s, depth, limits.running);
+    if (!got) co_return got.error();
+    slot = std::move(*got);
+  }
 
   auto a = std::make_shared<Agent>(hub, s, id, hub.next_executor());
   a->subagent = sub;
   a->parent = parent ? parent->id : caller ? caller->id : std::string();
+  a->depth = depth;
+  if (sub && caller) {  // it spends in its issuer's turn tree, and rolls up into its stats
+    a->issuer = caller;
+    std::lock_guard lock(caller->mu);
+    a->tree = caller->tree;
+  }
   if (sub) a->transcript.on_final = nullptr;  // never persisted (§7.7)
   {
     std::lock_guard lock(a->mu);
@@ -302,6 +356,24 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
   s->save_soon();
   co_return id + "\n";
+}
+
+asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, std::string text) {
+  auto conductor = s->find("conductor");
+  if (!conductor) {
+    // As `agent/new name=conductor agent=conductor` of the hostowner (§4.3: the session's cwd).
+    // Named first: GCC 12 destroys a temporary of a co_await expression twice.
+    virtfs::Principal hostowner{"", "", true};
+    std::string request = "name=conductor agent=conductor";
+    auto made = co_await new_agent(hub, s, std::move(hostowner), std::move(request));
+    conductor = s->find("conductor");  // also one a concurrent goal write created meanwhile
+    if (!conductor) co_return p9::error("conductor: " + (made ? std::string("killed at creation") : made.ename()));
+  }
+  Submission goal;
+  goal.text = std::move(text);
+  goal.origin = "goal";
+  if (!conductor->submit(std::move(goal))) co_return p9::error("conductor: queue full or agent killed");
+  co_return p9::Status{};
 }
 
 void kill_session(Hub& hub, const std::shared_ptr<Session>& s) {

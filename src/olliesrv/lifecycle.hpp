@@ -20,6 +20,9 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
 /// `agent/new` of a session.
 asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Session> s, virtfs::Principal who,
                                                    std::string request);
+/// The goal workflow (§8.13), after `goal` stored `text`: the agent `conductor` (created with the
+/// profile `conductor` when the session has none) gets the goal as a submission.
+asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, std::string text);
 /// Session `ctl kill`.
 void kill_session(Hub& hub, const std::shared_ptr<Session>& s);
 /// Agent `ctl kill`.

@@ -125,6 +125,12 @@ std::optional<virtfs::Instance<Ctx>> agent_lookup(const Ctx& c, const std::strin
   return virtfs::Instance<Ctx>{std::move(child), a};
 }
 
+// §8.13: stored as written (never rewritten by the workflow), then submitted to `conductor`.
+asio::awaitable<p9::Status> set_goal(Ctx& c, std::string text) {
+  if (auto st = write_goal(*c.session, text); !st) co_return st;
+  co_return co_await submit_goal(c.srv->hub(), c.session, std::move(text));
+}
+
 Reply agent_new(Ctx& c, std::string request) {
   if (auto st = gone(c); !st) co_return st.error();
   co_return co_await new_agent(c.srv->hub(), c.session, c.who, std::move(request));
@@ -219,9 +225,9 @@ virtfs::Node<Ctx> declare() {
       D::Leaf("env", Mode{0600}, Doc{"the tools' environment additions, KEY=VALUE; write KEY=VALUE tokens, KEY= unsets"},
               Read(alive([](Ctx& c) { return Text(read_env(*c.session)); })),
               Write([](Ctx& c, std::string text) { return write_env(*c.session, text); })),
-      D::Leaf("goal", Mode{0644}, Doc{"the session's goal, exactly as last written; write to set it"},
+      D::Leaf("goal", Mode{0644}, Doc{"the session's goal, exactly as last written; a write sets it and submits it to the agent conductor"},
               Read(alive([](Ctx& c) { return Text(read_goal(*c.session)); })),
-              Write([](Ctx& c, std::string text) { return write_goal(*c.session, std::move(text)); })),
+              Write(set_goal)),
       session_bypass_file(),
       D::Dir("agent", Mode{0555}, Doc{"the session's agents"},
              D::Leaf("new", Mode{0666}, Doc{"create an agent: name= cwd= agent= backend= model= parent=; reply: its id; with timeout= prompt=<rest>: a sub-agent's answer"},

@@ -32,6 +32,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string goal, bypass;
   std::uint64_t bypass_counter = 0;
   bool killed = false;
+  /// Sub-agents running now, by depth: backends.conf's `subagents` bounds each depth; a
+  /// request beyond it waits for `subagent_done` (doc/engine.md, "Sub-agents and budgets").
+  std::map<int, int> subagents_running;
+  const std::shared_ptr<virtfs::Signal> subagent_done = std::make_shared<virtfs::Signal>();
 
   /// The name now (it changes under mu).
   std::string current_name() const {

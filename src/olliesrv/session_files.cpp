@@ -88,8 +88,6 @@ p9::Status write_goal(Session& s, std::string text) {
     s.goal = std::move(text);
   }
   s.save_soon();
-  // The goal workflow of §8.13 (the engine issue) starts here: create or reuse the agent
-  // `conductor` and submit the goal to it. The stored goal is never altered by it.
   return {};
 }
 

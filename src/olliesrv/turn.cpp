@@ -295,7 +295,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
   {
     std::lock_guard lock(a.mu);
     auto& t = a.stats.totals;
-    t.cost_last = any_provider_cost_ ? provider_cost_ : table_cost_;
+    t.cost_last = (any_provider_cost_ ? provider_cost_ : table_cost_) + std::exchange(a.rolled_cost_, 0.0);  // §8.10.3
     t.cost_session += t.cost_last;
     // Idle from here on when nothing is queued, so an idle-only verb right after the `idle`
     // state is accepted; a submission arriving now waits for this turn's end (start_next).
@@ -454,6 +454,12 @@ asio::awaitable<p9::Result<std::string>> summarize(std::shared_ptr<Agent> a, std
 
 asio::awaitable<Response> Turn::stream(backend::ChatRequest req) {
   Agent& a = *a_;
+  if (a.subagent) {  // a sub-agent asks no more once its turn tree spent the budget
+    const auto budget = a.hub.conf().subagents.budget;
+    const auto spent = a.tree->tokens.load();
+    if (budget > 0 && spent >= budget)
+      throw TurnFailed{"turn budget exhausted: " + std::to_string(spent) + " tokens spent of " + std::to_string(budget)};
+  }
   const char* busy = quiet_ ? "compacting" : "thinking";
   for (int attempt = 0;; attempt++) {
     std::optional<backend::Error> failed;
@@ -572,6 +578,7 @@ void Turn::account(const Response& r) {
   t.cache_creation += r.usage.cache_creation;
   t.requests += r.usage.requests > 0 ? r.usage.requests : 1;
   t.estimated = t.estimated || r.usage.estimated;
+  a.tree->tokens += r.usage.input + r.usage.output;
   if (r.usage.cost) {
     any_provider_cost_ = true;
     provider_cost_ += *r.usage.cost;

@@ -51,12 +51,31 @@ TEST(BackendConfig, UnknownSectionsKeysAndBadLinesWarnWithFileAndLine) {
   auto c = parse_backends_conf("model = x\n[mistral]\nurl = y\n[ollama]\ncolour = blue\nnonsense\nheader = A: b\n",
                                "/cfg/backends.conf");
   ASSERT_EQ(c.warnings.size(), 5u);
-  EXPECT_EQ(c.warnings[0], "/cfg/backends.conf:1: only 'backend' is allowed before the first section, 'model' ignored");
+  EXPECT_EQ(c.warnings[0], "/cfg/backends.conf:1: only backend, subagents, subagent_depth and subagent_budget are "
+                           "allowed before the first section, 'model' ignored");
   EXPECT_EQ(c.warnings[1], "/cfg/backends.conf:2: unknown backend [mistral], ignored");
   EXPECT_EQ(c.warnings[2], "/cfg/backends.conf:5: unknown key 'colour' in [ollama], ignored");
   EXPECT_EQ(c.warnings[3], "/cfg/backends.conf:6: expected key = value, ignored");
   EXPECT_NE(c.warnings[4].find(":7: header"), std::string::npos);
   EXPECT_FALSE(c.sections.count("mistral"));
+}
+
+TEST(BackendConfig, SubagentLimitsBeforeTheFirstSectionWithDefaultsAndBounds) {
+  auto d = parse_backends_conf("");
+  EXPECT_EQ(d.subagents.running, 4);
+  EXPECT_EQ(d.subagents.depth, 2);
+  EXPECT_EQ(d.subagents.budget, 0);
+  auto c = parse_backends_conf("subagents = 3\nsubagent_depth = 1\nsubagent_budget = 200000\n[ollama]\n");
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(c.subagents.running, 3);
+  EXPECT_EQ(c.subagents.depth, 1);
+  EXPECT_EQ(c.subagents.budget, 200000);
+  auto bad = parse_backends_conf("subagents = 0\nsubagent_depth = many\nsubagent_budget = -5\n");
+  ASSERT_EQ(bad.warnings.size(), 3u);
+  EXPECT_EQ(bad.warnings[0], "backends.conf:1: subagents must be a whole number from 1 to 64, ignored");
+  EXPECT_EQ(bad.subagents.running, 4);
+  EXPECT_EQ(bad.subagents.depth, 2);
+  EXPECT_EQ(bad.subagents.budget, 0);
 }
 
 TEST(BackendConfig, SectionBeatsVariableBeatsDefault) {

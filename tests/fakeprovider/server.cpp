@@ -174,13 +174,17 @@ void Server::accept_loop() {
   }
 }
 
-json Server::next_response() {
+json Server::next_response(const std::string& body) {
   std::lock_guard lk(mu_);
-  if (!queue_.empty()) {
-    auto r = std::move(queue_.front());
-    queue_.pop_front();
+  // The first queued response for this request: one with `when` only for a body containing it.
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    const auto when = it->is_object() ? it->value("when", "") : std::string();
+    if (!when.empty() && body.find(when) == std::string::npos) continue;
+    auto r = std::move(*it);
+    queue_.erase(it);
     return r;
   }
+  if (!queue_.empty()) return json{{"fault", "no_script"}};  // only responses for other requests
   const auto& all = script_.value("responses", json::array());
   if (script_.value("loop", false) && !all.empty()) return all[cursor_++ % all.size()];
   return json{{"fault", "no_script"}};
@@ -341,7 +345,7 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
         const auto m0 = path.find("/models/") + 8;
         info.model = path.substr(m0, path.find(':', m0) - m0);
       }
-      auto resp = next_response();
+      auto resp = next_response(rec.body);
       if (resp.value("fault", "") == "no_script") {
         have = false;
         reply_json(500, {{"error", "fakeprovider: no scripted response left"}});

@@ -52,7 +52,7 @@ class Server {
   /// Reads one request from `fd` (after what `buf` holds) and answers it; false when the
   /// connection ends with it.
   bool answer_one(int fd, std::size_t connection, std::string& buf);
-  nlohmann::json next_response();
+  nlohmann::json next_response(const std::string& body);
   void record_closed(std::size_t index);
 
   nlohmann::json script_;

@@ -1,0 +1,213 @@
+// Sub-agents in a real conversation (spec §4.2, §8.10) with the bounds of doc/engine.md, and the
+// goal workflow (§8.13): the parent calls the shipped subagent_spawn, which calls back through
+// ollie-9p; the fake provider answers each agent its own (`when`), whatever order they ask in.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+json spawn(const std::string& id, const std::string& prompt) {
+  return {{"id", id}, {"name", "subagent_spawn"}, {"arguments", {{"prompt", prompt}}}};
+}
+
+json usage(int input, int output, double cost) { return {{"input", input}, {"output", output}, {"cost", cost}}; }
+
+/// `key=value` of a stats text, as a number.
+double stat(const std::string& stats, const std::string& key) {
+  const auto at = stats.find(key + "=");
+  return at == std::string::npos ? -1 : std::stod(stats.substr(at + key.size() + 1));
+}
+
+/// The sub-agents (group `subagent`) listed in agent/idx now: rows whose parent column is set.
+int listed_subagents(World& w, const std::string& session, const std::string& parent_id) {
+  auto idx = w.read(session + "/agent/idx");
+  if (!idx) return 0;
+  int n = 0;
+  for (std::size_t pos = 0, nl; (nl = idx->find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    const std::string row = idx->substr(pos, nl - pos);
+    if (row.size() >= parent_id.size() && row.compare(row.size() - parent_id.size(), parent_id.size(), parent_id) == 0) n++;
+  }
+  return n;
+}
+
+std::string agent_id(World& w, const std::string& agent) {
+  auto id = w.read(agent + "/id");
+  return id ? id->substr(0, 36) : "";
+}
+
+}  // namespace
+
+TEST(Subagents, ParallelOnesEachCallToolsrvAndTheParentsStatsIncludeTheirCost) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.rdwr(a + "/ctl", "tool_load subagent_spawn"));
+  w.fake.push({{"when", "orchestrate"},
+               {"tool_calls", json::array({spawn("p1", "task-1"), spawn("p2", "task-2"), spawn("p3", "task-3")})},
+               {"usage", usage(100, 10, 0.25)}});
+  for (int i = 1; i <= 3; i++) {
+    const std::string n = std::to_string(i);
+    // Its first request has its task; its second, its own shell output too.
+    w.fake.push({{"when", "done-" + n},
+                 {"text", "reply-" + n},
+                 {"usage", usage(1000, 50, 1.0)}});
+    w.fake.push({{"when", "task-" + n},
+                 {"tool_calls", json::array({{{"id", "s" + n}, {"name", "shell"}, {"arguments", {{"cmd", "echo done-" + n}}}}})},
+                 {"delay_ms", 300},
+                 {"usage", usage(1000, 50, 1.0)}});
+  }
+  w.fake.push({{"when", "reply-3"}, {"text", "all three answered"}, {"usage", usage(100, 10, 0.25)}});
+  const std::string parent_id = agent_id(w, a);
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "orchestrate three tasks\n"));
+  int most = 0;
+  eventually(
+      [&] {
+        most = std::max(most, listed_subagents(w, s, parent_id));
+        return most == 3;
+      },
+      20s);
+  auto text = World::read_until(chat, "all three answered");
+  ASSERT_NE(text.find("all three answered"), std::string::npos) << w.log_text();
+  EXPECT_EQ(most, 3) << "the three sub-agents of one batch run at once";
+  // Each sub-agent's own answer, in call order, as its spawn's result.
+  auto results = contents(w, a, "tool");
+  ASSERT_EQ(results.size(), 3u);
+  for (int i = 1; i <= 3; i++) EXPECT_EQ(results[i - 1], "reply-" + std::to_string(i) + "\n");
+  // Each ran its own shell call (its second request carries that output), and is gone.
+  for (int i = 1; i <= 3; i++) {
+    bool seen = false;
+    for (auto& r : w.fake.requests()) seen = seen || r.body.find("done-" + std::to_string(i) + "\\n") != std::string::npos;
+    EXPECT_TRUE(seen) << "sub-agent " << i << " did not get its shell output";
+  }
+  EXPECT_EQ(listed_subagents(w, s, parent_id), 0);
+  // §8.10.3: the parent's stats hold its own two requests and the six of its sub-agents.
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto stats = *w.read(a + "/stats");
+  EXPECT_EQ(stat(stats, "input"), 2 * 100 + 6 * 1000) << stats;
+  EXPECT_EQ(stat(stats, "output"), 2 * 10 + 6 * 50) << stats;
+  EXPECT_EQ(stat(stats, "requests"), 8) << stats;
+  EXPECT_NEAR(stat(stats, "costLast"), 0.5 + 6.0, 1e-9) << stats;
+  EXPECT_NEAR(stat(stats, "costSession"), 6.5, 1e-9) << stats;
+}
+
+TEST(Subagents, BeyondTheCapTheFourthWaitsInLineAndStillAnswers) {
+  World w;
+  write_file(w.config + "/backends.conf", "subagents = 3\n");
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.rdwr(a + "/ctl", "tool_load subagent_spawn"));
+  w.fake.push({{"when", "fan out"},
+               {"tool_calls", json::array({spawn("p1", "task-1"), spawn("p2", "task-2"), spawn("p3", "task-3"),
+                                           spawn("p4", "task-4")})}});
+  for (int i = 1; i <= 4; i++)
+    w.fake.push({{"when", "task-" + std::to_string(i)}, {"text", "reply-" + std::to_string(i)}, {"delay_ms", 700}});
+  w.fake.push({{"when", "reply-4"}, {"text", "four answers"}});
+  const std::string parent_id = agent_id(w, a);
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "fan out four tasks\n"));
+  // Sample the listing while they run: three at most, and the fourth after one of them ended.
+  int most = 0, samples = 0;
+  std::atomic<bool> done{false};
+  std::thread watch([&] {
+    while (!done) {
+      most = std::max(most, listed_subagents(w, s, parent_id));
+      samples++;
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  auto text = World::read_until(chat, "four answers", "", 60s);
+  done = true;
+  watch.join();
+  ASSERT_NE(text.find("four answers"), std::string::npos) << w.log_text();
+  EXPECT_EQ(most, 3) << samples << " samples";
+  auto results = contents(w, a, "tool");
+  ASSERT_EQ(results.size(), 4u);
+  for (int i = 1; i <= 4; i++) EXPECT_EQ(results[i - 1], "reply-" + std::to_string(i) + "\n");
+}
+
+TEST(Subagents, TheDepthCapRefusesASubagentsSubagentAndNothingIsCreated) {
+  World w;
+  write_file(w.config + "/backends.conf", "subagent_depth = 1\n");
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  auto s = w.session("work");
+  auto events = w.open("event");
+  // The sub-agent loads subagent_spawn and tries to start one of its own; it is told why not.
+  w.fake.push({{"when", "depth limit reached"}, {"text", "could not delegate"}});
+  w.fake.push({{"when", "loaded: subagent_spawn"}, {"tool_calls", json::array({spawn("d2", "inner task")})}});
+  w.fake.push({{"when", "outer task"},
+               {"tool_calls", json::array({{{"id", "d1"}, {"name", "tool_load"}, {"arguments", {{"name", "subagent_spawn"}}}}})}});
+  auto r = w.rdwr(s + "/agent/new", "name=outer prompt=outer task");
+  ASSERT_TRUE(r) << r.ename() << w.log_text();
+  EXPECT_EQ(*r, "could not delegate");
+  std::string refused;
+  for (auto& req : w.fake.requests())
+    if (req.body.find("depth limit reached") != std::string::npos) refused = req.body;
+  EXPECT_NE(refused.find("agent/new: sub-agent depth limit reached: 1"), std::string::npos) << refused;
+  // One sub-agent was created and destroyed; the inner one never was.
+  auto seen = World::read_until(events, ".kill session/work/agent/outer\n");
+  std::size_t created = 0;
+  for (auto at = seen.find(".new "); at != std::string::npos; at = seen.find(".new ", at + 1)) created++;
+  EXPECT_EQ(created, 1u) << seen;
+  EXPECT_NE(seen.find(".new session/work/agent/outer\n"), std::string::npos) << seen;
+}
+
+TEST(Subagents, ATurnTreeBudgetEndsTheSubagentWithAClearReply) {
+  World w;
+  write_file(w.config + "/backends.conf", "subagent_budget = 5000\n");
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.rdwr(a + "/ctl", "tool_load subagent_spawn"));
+  // The parent's own request spends 6000 tokens: its sub-agent is past the budget before it asks.
+  w.fake.push({{"when", "delegate"}, {"tool_calls", json::array({spawn("b1", "costly task")})}, {"usage", usage(5900, 100, 0)}});
+  w.fake.push({{"when", "budget exhausted"}, {"text", "out of budget"}});
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "delegate it\n"));
+  auto text = World::read_until(chat, "out of budget");
+  ASSERT_NE(text.find("out of budget"), std::string::npos) << w.log_text();
+  auto results = contents(w, a, "tool");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_NE(results[0].find("subagent failed: turn budget exhausted: 6000 tokens spent of 5000"), std::string::npos)
+      << results[0];
+  // No request of the sub-agent reached the provider.
+  for (auto& r : w.fake.requests()) EXPECT_EQ(r.body.find("costly task\""), std::string::npos);
+  // A new turn is a new tree: the hostowner's own sub-agent is not bound by the parent's spending.
+  w.fake.push({{"when", "fresh"}, {"text", "fresh answer"}});
+  auto fresh = w.rdwr(s + "/agent/new", "prompt=fresh task");
+  ASSERT_TRUE(fresh) << fresh.ename();
+  EXPECT_EQ(*fresh, "fresh answer");
+}
+
+TEST(Goal, CreatesTheConductorOnceAndSubmitsEveryGoalToIt) {
+  World w;
+  auto s = w.session("work");
+  w.fake.push({{"when", "ship the release"}, {"text", "planning the release"}});
+  auto st = w.write(s + "/goal", "ship the release");
+  ASSERT_TRUE(st) << st.ename() << w.log_text();
+  const std::string c = s + "/agent/conductor";
+  ASSERT_TRUE(eventually([&] { return contents(w, c, "assistant").size() == 1; })) << w.log_text();
+  auto cfg = w.read(c + "/cfg");
+  ASSERT_TRUE(cfg);
+  EXPECT_NE(cfg->find("\nagent=conductor\n"), std::string::npos) << *cfg;
+  EXPECT_EQ(contents(w, c, "user", "goal"), std::vector<std::string>{"ship the release"});
+  // A new goal: stored as written, submitted to the same agent.
+  w.fake.push({{"when", "and write the notes"}, {"text", "notes too"}});
+  ASSERT_TRUE(w.write(s + "/goal", "and write the notes"));
+  ASSERT_TRUE(eventually([&] { return contents(w, c, "assistant").size() == 2; })) << w.log_text();
+  EXPECT_EQ(contents(w, c, "user", "goal"), (std::vector<std::string>{"ship the release", "and write the notes"}));
+  EXPECT_EQ(*w.read(s + "/goal"), "and write the notes");
+  auto idx = *w.read(s + "/agent/idx");
+  EXPECT_EQ(std::count(idx.begin(), idx.end(), '\n'), 1) << idx;
+}
