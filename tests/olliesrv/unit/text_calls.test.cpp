@@ -1,0 +1,110 @@
+// Text-based tool calls (spec §8.15): which fragments of an answer become calls, and the text left.
+#include <gtest/gtest.h>
+
+#include "olliesrv/text_calls.hpp"
+
+using namespace ollie;
+
+namespace {
+
+const std::vector<std::string> LOADED{"shell", "file_read"};
+
+}  // namespace
+
+TEST(TextCallsUnit, AToolCallElementBecomesACallAndLeavesTheTextAround) {
+  auto r = extract_text_calls("Let me look.\n<tool_call>{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}}</tool_call>\nThen I'll read.",
+                              LOADED);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "shell");
+  EXPECT_EQ(r.calls[0].arguments, R"({"cmd":"ls"})");
+  EXPECT_TRUE(r.calls[0].id.empty());
+  EXPECT_EQ(r.text, "Let me look.\n\nThen I'll read.");
+}
+
+TEST(TextCallsUnit, FencedJsonAndToolCallBlocksBecomeCalls) {
+  auto r = extract_text_calls(
+      "First:\n```json\n{\"name\": \"file_read\", \"arguments\": {\"path\": \"a.txt\"}}\n```\n"
+      "Second:\n```tool_call\n{\"name\":\"shell\",\"arguments\":{\"cmd\":\"pwd\"}}\n```\n",
+      LOADED);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "file_read");
+  EXPECT_EQ(r.calls[0].arguments, R"({"path":"a.txt"})");
+  EXPECT_EQ(r.calls[1].name, "shell");
+  EXPECT_EQ(r.text, "First:\n\nSecond:");
+}
+
+TEST(TextCallsUnit, SeveralCallsKeepTheirOrder) {
+  std::string text;
+  for (int i = 0; i < 3; i++) text += "<tool_call>{\"name\":\"shell\",\"arguments\":{\"cmd\":\"echo " + std::to_string(i) + "\"}}</tool_call>\n";
+  auto r = extract_text_calls(text, LOADED);
+  ASSERT_EQ(r.calls.size(), 3u);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(r.calls[i].arguments, "{\"cmd\":\"echo " + std::to_string(i) + "\"}");
+  EXPECT_EQ(r.text, "");
+}
+
+TEST(TextCallsUnit, AnUnknownToolStaysText) {
+  const std::string text = "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>";
+  auto r = extract_text_calls(text, LOADED);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.text, text);
+}
+
+TEST(TextCallsUnit, MalformedJsonStaysTextAndTheNextCallIsStillFound) {
+  const std::string bad = "<tool_call>{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"</tool_call>";
+  auto r = extract_text_calls(bad + "\nok\n<tool_call>{\"name\":\"shell\",\"arguments\":{}}</tool_call>", LOADED);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, "{}");
+  EXPECT_EQ(r.text, bad + "\nok");
+  // not exactly {name, arguments}: stays text
+  for (std::string body : {R"({"name":"shell"})", R"({"name":"shell","arguments":"ls"})", R"({"name":5,"arguments":{}})",
+                           R"({"name":"shell","arguments":{},"extra":1})", R"([1,2])", "", "{"}) {
+    auto t = "<tool_call>" + body + "</tool_call>";
+    auto o = extract_text_calls(t, LOADED);
+    EXPECT_TRUE(o.calls.empty()) << body;
+    EXPECT_EQ(o.text, t);
+  }
+  // an element never closed stays text
+  auto open = extract_text_calls("<tool_call>{\"name\":\"shell\",\"arguments\":{}}", LOADED);
+  EXPECT_TRUE(open.calls.empty());
+}
+
+TEST(TextCallsUnit, BracesAndTagsInsideStringsAreArguments) {
+  auto r = extract_text_calls(
+      "```json\n{\"name\":\"shell\",\"arguments\":{\"cmd\":\"awk '{print $1}' f | grep '}}'\"}}\n```", LOADED);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"cmd":"awk '{print $1}' f | grep '}}'"})");
+  auto n = extract_text_calls(R"(<tool_call>{"name":"shell","arguments":{"cmd":"echo {\"a\":{\"b\":1}}"}}</tool_call>)", LOADED);
+  ASSERT_EQ(n.calls.size(), 1u);
+  EXPECT_EQ(n.calls[0].arguments, R"({"cmd":"echo {\"a\":{\"b\":1}}"})");
+}
+
+TEST(TextCallsUnit, AFenceHoldingSomethingElseStaysText) {
+  const std::string other = "Here is the config:\n```json\n{\"name\": \"shell\", \"version\": 2}\n```\nand a script:\n"
+                            "```sh\n<tool_call>{\"name\":\"shell\",\"arguments\":{}}</tool_call>\n```\n";
+  auto r = extract_text_calls(other, LOADED);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.text, other);
+  // a json fence with a call and more text in it is not exactly such an object
+  const std::string mixed = "```json\n{\"name\":\"shell\",\"arguments\":{}}\n{\"x\":1}\n```";
+  EXPECT_TRUE(extract_text_calls(mixed, LOADED).calls.empty());
+  // an unclosed fence is all code
+  EXPECT_TRUE(extract_text_calls("```json\n{\"name\":\"shell\",\"arguments\":{}}\n", LOADED).calls.empty());
+}
+
+TEST(TextCallsUnit, InputIsBounded) {
+  std::string text;
+  for (int i = 0; i < 40; i++) text += "<tool_call>{\"name\":\"shell\",\"arguments\":{}}</tool_call>\n";
+  auto r = extract_text_calls(text, LOADED);
+  EXPECT_EQ(r.calls.size(), TEXT_CALLS_MAX);
+  EXPECT_NE(r.text.find("<tool_call>"), std::string::npos);  // the rest stays text
+  // a call beyond the scanned prefix stays text
+  std::string big(TEXT_CALLS_SCANNED, 'x');
+  big += "\n<tool_call>{\"name\":\"shell\",\"arguments\":{}}</tool_call>";
+  auto b = extract_text_calls(big, LOADED);
+  EXPECT_TRUE(b.calls.empty());
+  EXPECT_EQ(b.text, big);
+  // deep nesting and garbage do not crash
+  std::string deep = "<tool_call>" + std::string(100000, '[') + "</tool_call>```json\n" + std::string(5000, '{') + "\n```";
+  EXPECT_TRUE(extract_text_calls(deep, LOADED).calls.empty());
+  EXPECT_TRUE(extract_text_calls("plain text", {}).calls.empty());
+}
