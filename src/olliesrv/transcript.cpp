@@ -185,13 +185,21 @@ struct Transcript::State {
   }
 
   /// Finalizes the in-flight block. The assistant text is already in the window: only its
-  /// trailer is added.
-  std::optional<Block> finalize_open() {
+  /// trailer is added. `content`: an assistant block's final content, in place of what streamed
+  /// (empty: the block is dropped).
+  std::optional<Block> finalize_open(const std::optional<std::string>& content = std::nullopt) {
     if (!open) return std::nullopt;
     Block b = std::move(*open);
     open.reset();
     open_seq++;
     if (b.role == "assistant") add_text(trailer(b.content));
+    if (b.role == "assistant" && content) {
+      if (content->empty()) {
+        version++;
+        return std::nullopt;
+      }
+      b.content = *content;
+    }
     by_id[b.id] = blocks.size();
     raw_size += b.json().size() + 1;
     blocks.push_back(b);
@@ -373,6 +381,17 @@ std::optional<Block> Transcript::finish_stream() {
     b = s_->finalize_open();
   }
   if (!b) return b;
+  s_->signal->notify();
+  deliver();
+  return b;
+}
+
+std::optional<Block> Transcript::finish_stream(std::string content) {
+  std::optional<Block> b;
+  {
+    std::lock_guard lk(s_->mu);
+    b = s_->finalize_open(std::move(content));
+  }
   s_->signal->notify();
   deliver();
   return b;

@@ -22,6 +22,7 @@
 #include "session.hpp"
 #include "settings.hpp"
 #include "sysprompt.hpp"
+#include "text_calls.hpp"
 #include "verbs.hpp"
 
 namespace ollie {
@@ -45,7 +46,11 @@ struct Response {
   backend::StopReason stop = backend::StopReason::end;
   std::string stop_raw;
   std::vector<std::string> reasoning_items;
+  bool text_calls = false;  ///< `calls` were taken from the text (§8.15): ids `text-<call block id>`
 };
+
+/// The id of a text-based call until its call block gives it one (§8.15).
+constexpr std::string_view TEXT_CALL_PENDING = "text-pending-";
 
 /// Shared between the backend's thread (the sink) and the turn.
 struct Pending {
@@ -146,6 +151,11 @@ class Turn {
   /// A context message: a user message in the history and a `context` block named `name`.
   void add_context(const std::string& name, const std::string& text);
   void interrupted();
+  /// §8.15: a response without API calls, its text scanned for calls to the loaded tools; the
+  /// assistant block is finalized without them.
+  void take_text_calls(Response& r);
+  /// §8.15: a text-based call's id becomes `text-<id of its call block>`, in the history too.
+  void name_text_call(Call& c, const std::string& block_id);
 
   std::shared_ptr<Agent> a_;
   std::shared_ptr<Session> s_;
@@ -159,6 +169,7 @@ class Turn {
   bool overflow_compacted_ = false;        ///< §8.2: one compaction per turn for a context overflow
   ResultCache cache_;                      ///< §8.3.3: this turn's results
   int rounds_ = 0, streak_ = 0;            ///< tool rounds of the turn; failed rounds in a row
+  std::vector<std::string> loaded_;        ///< the names of the tools of this request
 };
 
 asio::awaitable<void> Agent::run(Submission sub) {
@@ -208,6 +219,8 @@ asio::awaitable<void> Turn::run(Submission sub) {
   try {
     for (;;) {
       auto tools = co_await tool_list();
+      loaded_.clear();
+      for (const auto& t : tools) loaded_.push_back(t.name);
       co_await render_prompt(tools);
       co_await before_request();
       auto req = build(tools);
@@ -558,14 +571,49 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
   transfer.cancel();
   // The blocks streamed so far are final, whether the response succeeded or not (§8.2: after a
   // drop the retried response gets new blocks).
-  a.transcript.finish_stream();
   current_.reset();
-  std::lock_guard lock(p->mu);
+  std::unique_lock lock(p->mu);
   if (p->error) {
     // Whatever a failed attempt streamed is not part of the history; tokens it cost still count.
+    lock.unlock();
+    a.transcript.finish_stream();
     throw *p->error;
   }
-  co_return std::move(p->r);
+  Response r = std::move(p->r);
+  lock.unlock();
+  if (shown) take_text_calls(r);  // finalizes the assistant block
+  else a.transcript.finish_stream();
+  co_return r;
+}
+
+void Turn::take_text_calls(Response& r) {
+  if (!r.calls.empty() || loaded_.empty()) {
+    a_->transcript.finish_stream();
+    return;
+  }
+  auto found = extract_text_calls(r.text, loaded_);
+  if (found.calls.empty()) {
+    a_->transcript.finish_stream();
+    return;
+  }
+  for (std::size_t i = 0; i < found.calls.size(); i++) found.calls[i].id = std::string(TEXT_CALL_PENDING) + std::to_string(i);
+  r.text = std::move(found.text);
+  r.calls = std::move(found.calls);
+  r.text_calls = true;
+  a_->transcript.finish_stream(r.text);
+}
+
+void Turn::name_text_call(Call& c, const std::string& block_id) {
+  if (!c.id.starts_with(TEXT_CALL_PENDING)) return;
+  const std::string id = "text-" + block_id;
+  std::lock_guard lock(a_->mu);
+  for (auto m = a_->history.rbegin(); m != a_->history.rend(); ++m) {
+    if (m->msg.role != backend::Role::assistant) continue;
+    for (auto& tc : m->msg.tool_calls)
+      if (tc.id == c.id) tc.id = id;
+    break;
+  }
+  c.id = id;
 }
 
 void Turn::account(const Response& r) {
@@ -591,7 +639,7 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<
   (void)tools;
   bool all_failed = true;
   for (auto& batch : split_batches(std::move(calls))) {
-    for (const auto& c : batch) a_->transcript.append(make_block("call", c.block_args, c.name));
+    for (auto& c : batch) name_text_call(c, a_->transcript.append(make_block("call", c.block_args, c.name)).id);
     std::vector<std::string> names;
     for (const auto& c : batch)
       if (std::find(names.begin(), names.end(), c.name) == names.end()) names.push_back(c.name);

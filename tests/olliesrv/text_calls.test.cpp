@@ -1,0 +1,76 @@
+// Text-based tool calls and small contexts (spec §8.15, §8.16), end to end: the real olliesrv and
+// toolsrv, the fake provider over real HTTP.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "olliesrv/world.hpp"
+
+using namespace convo;
+using json = nlohmann::json;
+
+namespace {
+
+/// The bodies of the chat requests the fake provider received on paths containing `path`.
+std::vector<json> bodies(World& w, const std::string& path) {
+  std::vector<json> out;
+  for (auto& r : w.fake.requests())
+    if (r.path.find(path) != std::string::npos) out.push_back(json::parse(r.body));
+  return out;
+}
+
+}  // namespace
+
+TEST(TextCalls, AToolCallWrittenAsTextRunsAndItsResultIsSent) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "I will run it.\n<tool_call>{\"name\": \"shell\", \"arguments\": {\"cmd\": \"echo hi\"}}</tool_call>\n"}});
+  w.fake.push({{"text", "It said hi."}});
+  ASSERT_TRUE(w.write(a + "/prompt", "say hi"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+
+  // The transcript: the assistant text without the fragment, the call block, its result.
+  auto blocks = blocks_of(w, a);
+  std::vector<std::string> roles;
+  for (auto& b : blocks) roles.push_back(b["role"]);
+  ASSERT_EQ(roles, (std::vector<std::string>{"user", "assistant", "call", "tool", "assistant"})) << *w.read(a + "/log.raw");
+  EXPECT_EQ(blocks[1]["content"], "I will run it.");
+  EXPECT_EQ(blocks[2]["name"], "shell");
+  EXPECT_EQ(blocks[2]["content"], R"({"cmd":"echo hi"})");
+  EXPECT_NE(blocks[3]["content"].get<std::string>().find("hi"), std::string::npos) << blocks[3].dump();
+  EXPECT_EQ(blocks[4]["content"], "It said hi.");
+  const std::string id = "text-" + blocks[2]["id"].get<std::string>();
+
+  // The next request carries the call (id text-<call block id>) and its result.
+  auto body = bodies(w, "/chat/completions").at(1);
+  json assistant, tool;
+  for (auto& m : body["messages"]) {
+    if (m["role"] == "assistant") assistant = m;
+    if (m["role"] == "tool") tool = m;
+  }
+  ASSERT_TRUE(assistant.is_object()) << body.dump();
+  EXPECT_EQ(assistant["content"], "I will run it.");
+  ASSERT_EQ(assistant["tool_calls"].size(), 1u) << assistant.dump();
+  EXPECT_EQ(assistant["tool_calls"][0]["id"], id);
+  EXPECT_EQ(assistant["tool_calls"][0]["function"]["name"], "shell");
+  ASSERT_TRUE(tool.is_object()) << body.dump();
+  EXPECT_EQ(tool["tool_call_id"], id);
+  EXPECT_NE(tool["content"].get<std::string>().find("hi"), std::string::npos) << tool.dump();
+}
+
+TEST(TextCalls, TextNamingNoLoadedToolStaysTheAnswer) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string text = "Try this:\n```json\n{\"name\": \"not_a_tool\", \"arguments\": {}}\n```";
+  w.fake.push({{"text", text}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hello"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto said = contents(w, a, "assistant");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_EQ(said[0], text);
+  EXPECT_TRUE(contents(w, a, "call").empty());
+}
