@@ -116,7 +116,8 @@ class World {
   std::string root, home, config, data, project, sock;
   fakeprovider::Server fake;
 
-  World() {
+  /// `script`: the fake provider's (doc/fakeprovider.md), e.g. its models' context lengths.
+  explicit World(nlohmann::json script = nlohmann::json::object()) : fake(std::move(script)) {
     std::string templ = "/tmp/ollie-convo-XXXXXX";
     root = ::mkdtemp(templ.data());
     home = root + "/home";
