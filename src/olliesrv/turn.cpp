@@ -156,6 +156,9 @@ class Turn {
   void take_text_calls(Response& r);
   /// §8.15: a text-based call's id becomes `text-<id of its call block>`, in the history too.
   void name_text_call(Call& c, const std::string& block_id);
+  /// Once per agent: an `info` block when the system prompt and the tool schemas alone do not fit
+  /// the context length (small local models then tend to write their calls as text).
+  void note_small_context(const backend::ChatRequest& req);
 
   std::shared_ptr<Agent> a_;
   std::shared_ptr<Session> s_;
@@ -224,6 +227,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
       co_await render_prompt(tools);
       co_await before_request();
       auto req = build(tools);
+      note_small_context(req);
       Response r = co_await stream(req);
       account(r);
       // The assistant message: text, calls and the opaque reasoning items (§8.16).
@@ -614,6 +618,37 @@ void Turn::name_text_call(Call& c, const std::string& block_id) {
     break;
   }
   c.id = id;
+}
+
+namespace {
+
+/// Whether `a` is told of its small context for the first time (§8.15: once per agent). The
+/// agents told, as long as they live: bounded by the live agents.
+bool first_small_context(const std::shared_ptr<Agent>& a) {
+  static std::mutex mu;
+  static std::set<std::weak_ptr<Agent>, std::owner_less<std::weak_ptr<Agent>>> told;
+  std::lock_guard lock(mu);
+  std::erase_if(told, [](const std::weak_ptr<Agent>& w) { return w.expired(); });
+  return told.insert(a).second;
+}
+
+}  // namespace
+
+void Turn::note_small_context(const backend::ChatRequest& req) {
+  Agent& a = *a_;
+  std::size_t bytes = req.system.size();  // estimated as §8.5.1 does: bytes / 4
+  for (const auto& t : req.tools) bytes += t.name.size() + t.description.size() + t.parameters.size();
+  const auto tokens = static_cast<std::int64_t>(bytes / 4);
+  std::string text;
+  {
+    std::lock_guard lock(a.mu);
+    const int context = a.stats.context_length;
+    if (context <= 0 || tokens < context || !first_small_context(a_)) return;
+    text = "context length " + std::to_string(context) + " is too small for the system prompt and tools (~" +
+           std::to_string(tokens) + " tokens): the model may answer tool calls as text";
+    if (a.backend_name == "ollama") text += "; raise [ollama] num_ctx in backends.conf";
+  }
+  a.transcript.append(make_block("info", text));
 }
 
 void Turn::account(const Response& r) {

@@ -27,7 +27,7 @@ TEST(TextCalls, AToolCallWrittenAsTextRunsAndItsResultIsSent) {
   auto a = w.agent(s, "main");
   w.fake.push({{"text", "I will run it.\n<tool_call>{\"name\": \"shell\", \"arguments\": {\"cmd\": \"echo hi\"}}</tool_call>\n"}});
   w.fake.push({{"text", "It said hi."}});
-  ASSERT_TRUE(w.write(a + "/prompt", "say hi"));
+  ASSERT_TRUE(w.write(a + "/prompt", "say hi")) << w.log_text();
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
 
@@ -73,4 +73,33 @@ TEST(TextCalls, TextNamingNoLoadedToolStaysTheAnswer) {
   ASSERT_EQ(said.size(), 1u);
   EXPECT_EQ(said[0], text);
   EXPECT_TRUE(contents(w, a, "call").empty());
+}
+
+// An ollama agent whose num_ctx (backends.conf) cannot hold its system prompt and tools is told
+// once, not at every request; every ollama request sets options.num_ctx.
+TEST(TextCalls, ASmallOllamaContextIsReportedOncePerAgent) {
+  World w;
+  write_file(w.config + "/backends.conf", "[ollama]\nurl = " + w.fake.url() + "\nnum_ctx = 1024\n");
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(a + "/cfg", "backend=ollama model=fake-model")) << w.log_text();
+  w.fake.push({{"text", "first"}});
+  w.fake.push({{"text", "second"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "one"));
+  ASSERT_TRUE(eventually([&] { return bodies(w, "/api/chat").size() == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  ASSERT_TRUE(w.write(a + "/prompt", "two"));
+  ASSERT_TRUE(eventually([&] { return bodies(w, "/api/chat").size() == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::vector<std::string> small;
+  for (auto& c : contents(w, a, "info"))
+    if (c.find("too small") != std::string::npos) small.push_back(c);
+  ASSERT_EQ(small.size(), 1u) << *w.read(a + "/log.raw");
+  EXPECT_EQ(small[0].rfind("context length 1024 is too small for the system prompt and tools (~", 0), 0u) << small[0];
+  EXPECT_NE(small[0].find(" tokens): the model may answer tool calls as text; raise [ollama] num_ctx in backends.conf"),
+            std::string::npos)
+      << small[0];
+  for (auto& b : bodies(w, "/api/chat")) EXPECT_EQ(b["options"]["num_ctx"], 1024) << b.dump().substr(0, 300);
+  EXPECT_EQ(contents(w, a, "assistant"), (std::vector<std::string>{"first", "second"}));
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "olliesrv/text_calls.hpp"
+#include "olliesrv/transcript.hpp"
 
 using namespace ollie;
 
@@ -107,4 +108,27 @@ TEST(TextCallsUnit, InputIsBounded) {
   std::string deep = "<tool_call>" + std::string(100000, '[') + "</tool_call>```json\n" + std::string(5000, '{') + "\n```";
   EXPECT_TRUE(extract_text_calls(deep, LOADED).calls.empty());
   EXPECT_TRUE(extract_text_calls("plain text", {}).calls.empty());
+}
+
+// The streamed assistant block is finalized with the text left (log.raw, block); an empty text
+// drops it. The rendered text keeps what streamed.
+TEST(TextCallsUnit, TheAssistantBlockIsFinalizedWithTheTextLeft) {
+  Transcript t("session", "agent");
+  std::vector<Block> finals;
+  t.on_final = [&](const Block& b) { finals.push_back(b); };
+  t.stream("assistant", "Looking.\n<tool_call>{}</tool_call>");
+  auto b = t.finish_stream(std::string("Looking."));
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->content, "Looking.");
+  ASSERT_EQ(finals.size(), 1u);
+  EXPECT_EQ(finals[0].content, "Looking.");
+  EXPECT_EQ(t.find(b->id)->content, "Looking.");
+  EXPECT_NE(t.log().find("<tool_call>"), std::string::npos);
+  t.stream("assistant", "<tool_call>{}</tool_call>");
+  EXPECT_FALSE(t.finish_stream(std::string()));
+  EXPECT_EQ(t.size(), 1u);
+  EXPECT_EQ(finals.size(), 1u);
+  auto next = t.append(make_block("call", "{}", "shell"));  // the next block has a fresh id
+  EXPECT_NE(next.id, b->id);
+  EXPECT_EQ(t.size(), 2u);
 }
