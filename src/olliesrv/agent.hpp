@@ -73,6 +73,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Sub-agent nesting: 0 for a persistent agent, 1 for a sub-agent of one (or of the
   /// hostowner), 2 for a sub-agent's sub-agent... Set before the agent joins its session.
   int depth = 0;
+  /// Foreground write- and global-scope calls of this agent running now: they hold toolsrv's
+  /// path locks, so a sub-agent request it sends meanwhile is refused (§4.2).
+  std::atomic<int> locking_calls{0};
   const asio::any_io_executor ex;
   Transcript transcript;
 

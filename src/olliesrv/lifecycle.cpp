@@ -241,6 +241,9 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   auto called_by = new_agent_caller(*s, who, kv->get("parent"));
   if (!called_by) co_return called_by.error();
   const std::shared_ptr<Agent> caller = *called_by;
+  // Its write and global calls would wait for the lock that the calling one holds while it waits.
+  if (sub && caller && caller->locking_calls > 0)
+    co_return p9::error("agent/new: caller holds the session's global tool lock");
   std::shared_ptr<Agent> parent;
   if (const std::string p = kv->get("parent"); !p.empty()) {
     parent = s->find(p);

@@ -806,13 +806,17 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
     ToolCallRequest req{batch[i].name, a.id, a.secret, batch[i].args, batch[i].timeout, batch[i].bypass};
     auto host = s_->host;
     auto agent = batch[i].background ? a_ : nullptr;  // proc/new.bg (§6.10)
+    // A background call takes no lock (its scope is read here); §4.2 refuses sub-agents meanwhile.
+    auto locking = batch[i].scope != "read" ? a_ : nullptr;
+    if (locking) locking->locking_calls++;
     asio::co_spawn(
         ex,
         [host, agent, req, outcomes, i]() -> asio::awaitable<void> {
           if (agent) (*outcomes)[i] = co_await start_background(agent, req);
           else (*outcomes)[i] = co_await host->call(req);
         },
-        asio::bind_cancellation_slot(cancel->slot(), [join](std::exception_ptr) {
+        asio::bind_cancellation_slot(cancel->slot(), [join, locking](std::exception_ptr) {
+          if (locking) locking->locking_calls--;
           join->left--;
           join->signal->notify();
         }));

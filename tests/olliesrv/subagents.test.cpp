@@ -211,3 +211,25 @@ TEST(Goal, CreatesTheConductorOnceAndSubmitsEveryGoalToIt) {
   auto idx = *w.read(s + "/agent/idx");
   EXPECT_EQ(std::count(idx.begin(), idx.end(), '\n'), 1) << idx;
 }
+
+TEST(Subagents, ARequestFromInsideTheCallersShellCallIsRefusedAtOnce) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  // shell is global: while it runs, its agent's sub-agent would wait for the lock it holds.
+  const std::string cmd = "printf 'prompt=hi\\n' | ollie-9p rdwr \"session/$OLLIE_SESSION_ID/agent/new\" 2>&1; true";
+  w.fake.push({{"when", "delegate from the shell"},
+               {"tool_calls", json::array({{{"id", "g1"}, {"name", "shell"}, {"arguments", {{"cmd", cmd}}}}})}});
+  w.fake.push({{"when", "global tool lock"}, {"text", "refused as expected"}});
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "delegate from the shell\n"));
+  auto text = World::read_until(chat, "refused as expected");
+  ASSERT_NE(text.find("refused as expected"), std::string::npos) << w.log_text();
+  auto results = contents(w, a, "tool");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_NE(results[0].find("agent/new: caller holds the session's global tool lock"), std::string::npos) << results[0];
+  // Nothing was created: no sub-agent asked the provider, none is listed.
+  for (auto& r : w.fake.requests()) EXPECT_EQ(r.body.find("\"content\":\"hi\""), std::string::npos);
+  auto idx = *w.read(s + "/agent/idx");
+  EXPECT_EQ(std::count(idx.begin(), idx.end(), '\n'), 1) << idx;
+}
