@@ -262,3 +262,33 @@ TEST(Compaction, AFailedAutomaticCompactionIsAnErrorBlockAndTheRequestGoesOn) {
   ASSERT_EQ(last.size(), 1u + 9u);  // system + the whole history
   EXPECT_EQ(last[1]["content"], "task one");
 }
+
+// §8.9 everywhere: `stop` during an automatic compaction's summary request, then during a retry's
+// wait, ends the turn at once; the history is not compacted and the next prompt runs.
+TEST(Compaction, StopDuringAnAutomaticSummaryOrARetryWaitInterruptsTheTurn) {
+  World w;
+  customize(w, {{"tight", {{"prompt", {"agent-default.md"}}, {"autoLoad", {"shell"}}, {"compactAt", 1}}}});
+  auto a = w.agent(w.session("work"), "main", "agent=tight");
+  for (int i = 1; i <= 4; i++) w.fake.push(shell_call("c" + std::to_string(i), "echo r" + std::to_string(i)));
+  w.fake.push({{"text", "a summary that takes its time"}, {"delay_ms", 5000}});
+  ASSERT_TRUE(w.write(a + "/prompt", "task one"));
+  ASSERT_TRUE(w.wait_state(a, "compacting"));
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "stop"), "stopped\n");
+  ASSERT_TRUE(w.wait_state(a, "idle", 2s));
+  EXPECT_EQ(contents(w, a, "info").back(), "interrupted");
+  for (const auto& i : contents(w, a, "info")) EXPECT_EQ(i.rfind("compacted", 0), std::string::npos) << i;
+  EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
+  // A rate limit asking for the longest wait (120 s, in test units of 5 ms: 600 ms): stopped in it.
+  w.fake.push({{"fault", "rate_limit"}, {"retry_after", 120}});
+  ASSERT_TRUE(w.write(a + "/prompt", "task two"));
+  ASSERT_TRUE(w.wait_state(a, "retrying", 5s));
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "stop"), "stopped\n");
+  ASSERT_TRUE(w.wait_state(a, "idle", 2s));
+  EXPECT_EQ(contents(w, a, "info").back(), "interrupted");
+  // The agent goes on: the next prompt is answered.
+  w.fake.push({{"text", "SUM"}});
+  w.fake.push({{"text", "back to work"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "task three"));
+  ASSERT_TRUE(eventually([&] { return !contents(w, a, "assistant").empty() && contents(w, a, "assistant").back() == "back to work"; }))
+      << w.log_text();
+}
