@@ -37,14 +37,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// The bodies of the chat requests the fake provider received, in order.
-std::vector<std::string> chat_bodies(convo::World& w) {
-  std::vector<std::string> out;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(r.body);
-  return out;
-}
-
 /// Replaces the world's tools/ link by a directory linking every built tool; `hot_file_read`
 /// gives file_read a .meta of tier hot (the shipped one is cold).
 void own_tools(convo::World& w, bool hot_file_read) {
@@ -105,7 +97,7 @@ CompactionRun compaction_turn(bool with, int rounds) {
   auto text = convo::World::read_until(chat, "done-compaction", "", std::chrono::seconds(180));
   r.ms = ms_since(t0);
   r.done = text.find("done-compaction") != std::string::npos;
-  for (const auto& b : chat_bodies(w)) {
+  for (const auto& b : convo::chat_texts(w)) {
     if (b.find(turn) != std::string::npos) {
       r.bytes.push_back(b.size());
     } else {

@@ -92,14 +92,6 @@ void spawn_wait(const std::vector<std::string>& args, bool use_fork) {
 
 std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
 
-/// The chat requests the fake provider received, in order.
-std::vector<std::string> chat_bodies(convo::World& w) {
-  std::vector<std::string> out;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(r.body);
-  return out;
-}
-
 /// olliesrv's pid in world w (its command line names w's socket).
 pid_t server_pid(const convo::World& w) {
   const auto p = convo::servers("bin/olliesrv ", w.sock);
@@ -655,7 +647,7 @@ void bench_tokens() {
   }
   convo::World::read_until(chat, "done");
   convo::eventually([&] { return w.read_state(a) == "idle"; });
-  auto bodies = chat_bodies(w);
+  auto bodies = convo::chat_texts(w);
   if (bodies.size() < 3) {
     std::printf("only %zu requests reached the provider\n", bodies.size());
     return;

@@ -23,18 +23,6 @@ bool wait_block(World& w, const std::string& agent, const std::string& role, con
   });
 }
 
-std::vector<json> chat_bodies(World& w) {
-  std::vector<json> out;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(json::parse(r.body));
-  return out;
-}
-
-std::string ctl(World& w, const std::string& agent, const std::string& request) {
-  auto r = w.rdwr(agent + "/ctl", request);
-  return r ? *r : "error: " + r.ename();
-}
-
 std::string cfg_value(World& w, const std::string& agent, const std::string& key) {
   auto c = w.read(agent + "/cfg");
   if (!c) return "error: " + c.ename();

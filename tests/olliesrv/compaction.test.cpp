@@ -16,19 +16,6 @@ const std::string HEADER =
     "This conversation was compacted. The summary below was written from the earlier history; "
     "continue from it without redoing finished work.";
 
-/// The bodies of the chat requests the fake provider received, in order.
-std::vector<json> bodies(World& w) {
-  std::vector<json> out;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(json::parse(r.body));
-  return out;
-}
-
-std::string ctl(World& w, const std::string& agent, const std::string& request) {
-  auto r = w.rdwr(agent + "/ctl", request);
-  return r ? *r : "error: " + r.ename();
-}
-
 /// One prompt answered by one text response; waits for the turn's end.
 void exchange(World& w, const std::string& a, const std::string& prompt, const std::string& answer) {
   const auto before = chat_requests(w);
@@ -74,7 +61,7 @@ TEST(Tiers, AColdResultIsSentOnceThenCollapsed) {
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
   exchange(w, a, "thanks", "welcome");
-  auto b = bodies(w);
+  auto b = chat_bodies(w);
   ASSERT_EQ(b.size(), 3u);
   auto tool_content = [](const json& body) {
     for (auto& m : body["messages"])
@@ -100,7 +87,7 @@ TEST(Compaction, CtlCompactReplacesTheOldPartWithTheSummary) {
   for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
   w.fake.push({{"text", "**Goal** testing\n\n"}});
   EXPECT_EQ(ctl(w, a, "compact"), "compacted 4 messages\n");
-  auto b = bodies(w);
+  auto b = chat_bodies(w);
   ASSERT_EQ(b.size(), 7u);
   const json& sum = b[6];
   EXPECT_FALSE(sum.contains("tools"));
@@ -116,7 +103,7 @@ TEST(Compaction, CtlCompactReplacesTheOldPartWithTheSummary) {
   EXPECT_EQ(contents(w, a, "info").back(), "compacted 4 messages");
   EXPECT_TRUE(contents(w, a, "assistant").back() == "Answer 6. More.");  // the summary made no reply block
   exchange(w, a, "p7", "ok");
-  auto next = messages_of(bodies(w)[7]);
+  auto next = messages_of(chat_bodies(w)[7]);
   ASSERT_EQ(next.size(), 1u + 1u + 8u + 1u);  // system, summary, hot zone, p7
   EXPECT_EQ(next[1]["content"], summary);
   EXPECT_EQ(next[2]["content"], "p3");
@@ -141,7 +128,7 @@ TEST(Compaction, AnEmptySummaryFailsAndLeavesTheHistory) {
   EXPECT_EQ(ctl(w, a, "compact"), "error: compact: empty summary");
   EXPECT_EQ(w.read_state(a), "idle");
   exchange(w, a, "p6", "a6");
-  auto m = messages_of(bodies(w).back());
+  auto m = messages_of(chat_bodies(w).back());
   ASSERT_EQ(m.size(), 12u);  // system + 10 + p6
   EXPECT_EQ(m[1]["content"], "p1");
   EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
@@ -159,7 +146,7 @@ TEST(Compaction, TheTriggerCompactsBeforeTheRequestAndKeepsThePromptVerbatim) {
   ASSERT_TRUE(w.write(a + "/prompt", "task one"));
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 6; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
-  auto b = bodies(w);
+  auto b = chat_bodies(w);
   auto sum = messages_of(b[4]);
   ASSERT_EQ(sum.size(), 2u) << b[4].dump();
   EXPECT_EQ(sum[0]["content"], "## user\ntask one");
@@ -189,7 +176,7 @@ TEST(Compaction, AContextOverflowCompactsOnceAndResends) {
   ASSERT_TRUE(w.wait_state(a, "idle"));
   EXPECT_EQ(contents(w, a, "assistant").back(), "fits now");
   EXPECT_EQ(contents(w, a, "info").back(), "compacted 5 messages");
-  auto resent = messages_of(bodies(w)[8]);
+  auto resent = messages_of(chat_bodies(w)[8]);
   ASSERT_EQ(resent.size(), 1u + 1u + 8u);
   EXPECT_EQ(resent[2]["content"], "a3");
   // A second overflow in one turn: compacted once already → the error, the turn fails.
@@ -238,7 +225,7 @@ TEST(Compaction, PruningOldWarmResultsCanMakeTheSummaryUnnecessary) {
   EXPECT_TRUE(info.back().starts_with("pruned 3 tool results (")) << info.back();
   EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
   int shortened = 0;
-  const auto all = bodies(w);
+  const auto all = chat_bodies(w);
   for (auto& m : all.back()["messages"])
     if (m["role"] == "tool") shortened += m["content"].get<std::string>().find("\n[shortened from ") != std::string::npos;
   EXPECT_EQ(shortened, 3);
@@ -258,7 +245,7 @@ TEST(Compaction, AFailedAutomaticCompactionIsAnErrorBlockAndTheRequestGoesOn) {
   ASSERT_TRUE(w.wait_state(a, "idle"));
   EXPECT_EQ(contents(w, a, "error"), std::vector<std::string>{"compact: empty summary"});
   EXPECT_EQ(contents(w, a, "assistant").back(), "done");
-  auto last = messages_of(bodies(w)[5]);
+  auto last = messages_of(chat_bodies(w)[5]);
   ASSERT_EQ(last.size(), 1u + 9u);  // system + the whole history
   EXPECT_EQ(last[1]["content"], "task one");
 }

@@ -338,6 +338,27 @@ inline std::vector<std::string> contents(World& w, const std::string& agent, con
   return out;
 }
 
+/// The bodies of the chat requests the fake provider has received, as sent, in order.
+inline std::vector<std::string> chat_texts(World& w) {
+  std::vector<std::string> out;
+  for (auto& r : w.fake.requests())
+    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(r.body);
+  return out;
+}
+
+/// chat_texts(), parsed.
+inline std::vector<nlohmann::json> chat_bodies(World& w) {
+  std::vector<nlohmann::json> out;
+  for (const auto& t : chat_texts(w)) out.push_back(nlohmann::json::parse(t));
+  return out;
+}
+
+/// An agent `ctl` request's reply, or `error: <its error>`.
+inline std::string ctl(World& w, const std::string& agent, const std::string& request) {
+  auto r = w.rdwr(agent + "/ctl", request);
+  return r ? *r : "error: " + r.ename();
+}
+
 /// How many chat requests the fake provider has received.
 inline std::size_t chat_requests(World& w) {
   std::size_t n = 0;
