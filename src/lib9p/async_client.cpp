@@ -326,6 +326,7 @@ asio::awaitable<Result<std::string>> AsyncFid::call(std::string path, std::strin
     pieces.push_back(std::min<std::size_t>(c.iounit(), request.size() - at));
     sent.push_back(c.start(tmsg::write(w.newfid(), at, request.substr(at, pieces.back())), out));
   }
+  sent.push_back(c.start(tmsg::read(w.newfid(), 0, c.iounit()), out));
   c.write(std::move(out));
 
   Status st = w.take(co_await sent[0].reply());
@@ -333,14 +334,22 @@ asio::awaitable<Result<std::string>> AsyncFid::call(std::string path, std::strin
   // Requests are taken in order, so the number is free for whatever is sent after the open.
   if (w.created()) f = AsyncFid(c_, w.newfid(), w.qid());
   else c.mux_->release_fid(w.newfid());
+  std::string reply;
   for (std::size_t i = 1; i < sent.size(); i++) {
     auto r = co_await sent[i].reply();
     if (!st) continue;
     if (!r) st = r.error();
+    else if (i == sent.size() - 1) reply = std::move(r->data);
     else if (i >= 2 && r->count != pieces[i - 2]) st = error("short write");
   }
   if (!st) co_return st.error();
-  co_return co_await f.read_all();
+  // The reply is held whole once the first read returns (spec §1.7): a read shorter than asked
+  // for reached its end.
+  if (reply.size() < c.iounit()) co_return reply;
+  f.seek(reply.size());
+  auto rest = co_await f.read_all();
+  if (!rest) co_return rest;
+  co_return reply + *rest;
 }
 
 }  // namespace p9

@@ -123,10 +123,11 @@ class AsyncFid {
   asio::awaitable<Result<std::size_t>> write(std::string data);
   asio::awaitable<Result<Dir>> stat() const;
   asio::awaitable<Status> clunk();
-  /// One exchange with an Rdwr file (toolsrv's proc/new): walks to path, opens it ORDWR and
-  /// writes request, pipelined in one write to the socket (a 9P server takes a connection's
-  /// walk and open in order, as lib9p and plan9port's do); then reads the reply to EOF and
-  /// clunks without waiting. Three round trips where one at a time takes six.
+  /// One exchange with an Rdwr file (toolsrv's proc/new): walks to path, opens it ORDWR, writes
+  /// request and reads the reply, pipelined in one write to the socket (a 9P server takes a
+  /// connection's requests in order, as lib9p and plan9port's do); a reply of an iounit or more
+  /// is read on to EOF (an Rdwr reply is held whole from its first read, so a shorter read is
+  /// its end). Clunks without waiting. One round trip where one at a time takes six.
   asio::awaitable<Result<std::string>> call(std::string path, std::string request) const;
 
   std::uint32_t num() const { return fid_; }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -9,8 +10,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <optional>
+#include <memory>
 
 #include "toolsrv/landlock.hpp"
 #include "toolsrv/unixsock.hpp"
@@ -19,7 +22,7 @@ namespace toolsrv {
 namespace {
 
 // Steps of the child, reported with errno over the error pipe.
-enum Step : int { step_pgrp = 1, step_pdeathsig, step_parent_gone, step_sigmask, step_nnp, step_landlock, step_unix, step_dup, step_close, step_chdir, step_exec };
+enum Step : int { step_pgrp = 1, step_pdeathsig, step_parent_gone, step_sigmask, step_nnp, step_landlock, step_unix, step_unshare, step_dup, step_close, step_chdir, step_exec };
 
 const char* step_name(int step) {
   switch (step) {
@@ -30,6 +33,7 @@ const char* step_name(int step) {
     case step_nnp: return "prctl PR_SET_NO_NEW_PRIVS";
     case step_landlock: return "landlock_restrict_self";
     case step_unix: return "seccomp unix filter";
+    case step_unshare: return "unshare CLONE_FILES";
     case step_dup: return "dup2";
     case step_close: return "close_range";
     case step_chdir: return "chdir";
@@ -38,26 +42,74 @@ const char* step_name(int step) {
   return "spawn";
 }
 
-[[noreturn]] void child_fail(int errfd, int step) noexcept {
+// The child's code runs on a stack AddressSanitizer does not know (child_stack_top): it is left
+// uninstrumented, or ASan's bookkeeping for a call that does not return (its __asan_handle_no_return)
+// takes that stack for a corrupt one.
+
+[[noreturn, gnu::no_sanitize_address]] void child_fail(int errfd, int step) noexcept {
   const int msg[2] = {step, errno};
   (void)!::write(errfd, msg, sizeof msg);
   ::_exit(127);
 }
 
 // Moves `fd` to a number >= 3 so dup2 onto 0-2 cannot clobber another pipe end.
-int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 3); }
+[[gnu::no_sanitize_address]] int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 3); }
 
-[[noreturn]] void run_child(const SpawnSpec& spec, const UnixFilter* unix_filter, pid_t parent, char* const* argv,
-                            char* const* envp, int in_r, int out_w, int err_w, int errfd) noexcept {
+// The signals whose disposition is not SIG_DFL, from /proc/self/status (SigIgn and SigCgt,
+// process-wide): the child resets those, a handful, where asking each of the 64 takes as many
+// system calls (a third of a spawn's). All of them when the file cannot be read.
+std::uint64_t non_default_signals() {
+  constexpr std::uint64_t all = ~std::uint64_t{0};
+  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return all;
+  char buf[4096];
+  std::size_t got = 0;
+  for (ssize_t n; got < sizeof buf - 1 && (n = ::read(fd, buf + got, sizeof buf - 1 - got)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  buf[got] = '\0';
+  std::uint64_t set = 0;
+  int found = 0;
+  for (const char* key : {"\nSigIgn:", "\nSigCgt:"}) {
+    const char* at = std::strstr(buf, key);
+    if (!at) return all;
+    char* end = nullptr;
+    errno = 0;
+    set |= std::strtoull(at + std::strlen(key), &end, 16);
+    if (errno != 0 || end == at + std::strlen(key)) return all;
+    found++;
+  }
+  return found == 2 ? set : all;
+}
+
+// What the child needs, on the parent's stack (the child shares our memory until it execs).
+struct Child {
+  const SpawnSpec* spec;
+  bool unix_filter;
+  pid_t parent;
+  std::uint64_t reset;
+  char* const* argv;
+  char* const* envp;
+  int in_r, out_w, err_w, errfd;
+  int listener = -1;  // set by the child: the filter's listener, in the descriptor table we share
+};
+
+[[noreturn, gnu::no_sanitize_address]] void run_child(Child& c) noexcept {
+  const SpawnSpec& spec = *c.spec;
+  const int errfd = c.errfd;
   if (::setpgid(0, 0) != 0) child_fail(errfd, step_pgrp);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(errfd, step_pdeathsig);
-  if (::getppid() != parent) {
+  if (::getppid() != c.parent) {
     errno = ESRCH;
     child_fail(errfd, step_parent_gone);
   }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) (void)::sigaction(sig, &dfl, nullptr);
+  for (int sig = 1; sig < NSIG && sig <= 64; ++sig)  // bit sig-1 is signal sig
+    if (c.reset >> (sig - 1) & 1) (void)::sigaction(sig, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
   if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) child_fail(errfd, step_sigmask);
@@ -68,12 +120,20 @@ int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLO
       child_fail(errfd, step_landlock);
     }
   }
-  if (unix_filter) {
-    if (const int e = unix_filter->install(); e != 0) {
-      errno = e;
+  if (c.unix_filter) {
+    // Made in the descriptor table we share with toolsrv, so toolsrv holds the listener with no
+    // hand-over (a hand-over through a socket would need a hole in the filter, and a second
+    // filter to close it: each filter is a BPF program compiled by the kernel, the dearest step
+    // of a spawn). Then the child takes a table of its own for the rest.
+    const int l = UnixFilter::get().install();
+    if (l < 0) {
+      errno = -l;
       child_fail(errfd, step_unix);
     }
+    c.listener = l;
+    if (::unshare(CLONE_FILES) != 0) child_fail(errfd, step_unshare);
   }
+  int in_r = c.in_r, out_w = c.out_w, err_w = c.err_w;
   in_r = above_stdio(in_r);
   out_w = above_stdio(out_w);
   err_w = above_stdio(err_w);
@@ -83,8 +143,17 @@ int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLO
   if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) child_fail(errfd, step_close);
   const int cwd_fd = spec.cwd_dir ? spec.cwd_dir->get() : -1;  // reads only: async-signal-safe
   if ((cwd_fd >= 0 ? ::fchdir(cwd_fd) : ::chdir(spec.cwd.c_str())) != 0) child_fail(errfd, step_chdir);
-  ::execve(argv[0], argv, envp);
+  ::execve(c.argv[0], c.argv, c.envp);
   child_fail(errfd, step_exec);
+}
+
+[[gnu::no_sanitize_address]] int child_main(void* c) { run_child(*static_cast<Child*>(c)); }
+
+// The child's stack: one per spawning thread, reused (the thread waits while the child runs on it).
+char* child_stack_top() {
+  constexpr std::size_t size = 64 * 1024;
+  thread_local const std::unique_ptr<char[]> stack(new char[size]);
+  return stack.get() + size;  // new[] of this size is aligned for any type; the stack grows down
 }
 
 std::vector<char*> c_array(const std::vector<std::string>& v) {
@@ -108,27 +177,31 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
   UniqueFd err_r(err[0]), err_w(err[1]);
   if (::pipe2(ep, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
   UniqueFd ep_r(ep[0]), ep_w(ep[1]);
-  std::optional<UnixFilter> unix_filter;
-  if (spec.unix_filter) {
-    auto f = UnixFilter::prepare();
-    if (!f) return f.error();
-    unix_filter = std::move(*f);
-  }
-
   auto argv = c_array(spec.argv);
   auto envp = c_array(spec.env);
-  const pid_t parent = ::getpid();
-  // vfork: the child borrows our memory until it execs, so nothing of this (large, threaded)
-  // process is copied. Every signal stays blocked meanwhile, so no handler of ours runs in the
-  // child; the child resets dispositions and the mask before exec.
+  Child c{.spec = &spec,
+          .unix_filter = spec.unix_filter,
+          .parent = ::getpid(),
+          .reset = non_default_signals(),
+          .argv = argv.data(),
+          .envp = envp.data(),
+          .in_r = in_r.get(),
+          .out_w = out_w.get(),
+          .err_w = err_w.get(),
+          .errfd = ep_w.get()};
+  // As vfork, on a stack of its own: the child borrows our memory until it execs, so nothing of
+  // this (large, threaded) process is copied, and we wait meanwhile. With the unix filter it also
+  // shares our descriptor table until the filter is in. Every signal stays blocked meanwhile, so
+  // no handler of ours runs in the child; the child resets dispositions and the mask before exec.
   sigset_t all, old;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = ::vfork();
-  if (pid == 0) run_child(spec, unix_filter ? &*unix_filter : nullptr, parent, argv.data(), envp.data(), in_r.get(), out_w.get(), err_w.get(), ep_w.get());
+  const int flags = CLONE_VM | CLONE_VFORK | (spec.unix_filter ? CLONE_FILES : 0) | SIGCHLD;
+  const pid_t pid = ::clone(child_main, child_stack_top(), flags, &c);
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) return p9::error(std::string("vfork: ") + std::strerror(fork_errno));
+  if (pid < 0) return p9::error(std::string("clone: ") + std::strerror(fork_errno));
+  UniqueFd listener(c.listener);
 
   (void)::setpgid(pid, pid);  // also here, so a kill right after start cannot miss the group
   in_r.reset();
@@ -159,16 +232,7 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     return p9::error(std::string("pidfd_open: ") + std::strerror(e));
   }
-  if (unix_filter) {
-    auto listener = unix_filter->take_listener();
-    if (!listener) {
-      ::kill(-pid, SIGKILL);
-      int status = 0;
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-      return listener.error();
-    }
-    s.unix_listener = std::move(*listener);
-  }
+  s.unix_listener = std::move(listener);
   for (int fd : {in_w.get(), out_r.get(), err_r.get()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   s.stdin_w = std::move(in_w);
   s.stdout_r = std::move(out_r);

@@ -1,9 +1,11 @@
 #pragma once
-/// spawn: vfork and exec one tool process as spec §6.6 says. Between vfork and exec the child (on
-/// our memory, below our stack frame) makes only async-signal-safe system calls: own process
-/// group, parent-death signal, signal dispositions and mask reset, no_new_privs, landlock_restrict_self, the Unix-socket seccomp filter (unixsock.hpp), the pipes onto 0-2, every other descriptor
-/// close-on-exec, chdir (fchdir to a held cwd), execve. A failing step is reported over a close-on-exec pipe and nothing
-/// is executed.
+/// spawn: clone (as vfork, on a stack of its own) and exec one tool process as spec §6.6 says.
+/// Between clone and exec the child (on our memory) makes only async-signal-safe system calls:
+/// own process group, parent-death signal, the reset of the signals we handle or ignore and of
+/// the mask, no_new_privs, landlock_restrict_self, the Unix-socket seccomp filter (unixsock.hpp)
+/// made in our descriptor table and then a table of its own, the pipes onto 0-2, every other
+/// descriptor close-on-exec, chdir (fchdir to a held cwd), execve. A failing step is reported
+/// over a close-on-exec pipe and nothing is executed.
 
 #include <sys/types.h>
 
@@ -37,7 +39,7 @@ struct Spawned {
   UniqueFd unix_listener;  ///< the filter's seccomp notification descriptor (unix_filter)
 };
 
-/// Vforks and execs. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.
+/// Clones and execs. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.
 /// `exec /x/tool: Permission denied`, `chdir /gone: No such file or directory`,
 /// `landlock_restrict_self: ...`. Must be called from a thread that lives as long as the children
 /// should (PR_SET_PDEATHSIG follows the forking thread).

@@ -35,11 +35,6 @@ namespace {
 
 // ---- the filter ----
 
-// The child's hand-over of the listener: the one sendmsg the filter lets through, on the child's
-// end of the pair with exactly these flags; the seal refuses that combination afterwards. No tool
-// sends with MSG_CMSG_CLOEXEC (a receive flag the kernel ignores on send).
-constexpr unsigned handoff_flags = MSG_NOSIGNAL | MSG_DONTWAIT | MSG_CMSG_CLOEXEC;
-
 constexpr std::uint32_t x32_bit = 0x40000000;
 // i386 numbers (int 0x80 from a 64-bit process): the socket calls are refused there, since their
 // arguments (socketcall's in memory) cannot be handled as the native ones are.
@@ -89,7 +84,7 @@ class Bpf {
 
 constexpr std::uint32_t ret_errno(int e) { return SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(e) & SECCOMP_RET_DATA); }
 
-std::vector<sock_filter> filter_program(int handoff_fd) {
+std::vector<sock_filter> filter_program() {
   Bpf b;
   b.load(off_arch);
   b.if_ne(AUDIT_ARCH_X86_64, "foreign");
@@ -98,7 +93,7 @@ std::vector<sock_filter> filter_program(int handoff_fd) {
   b.if_eq(__NR_connect, "notify");
   b.if_eq(__NR_sendmmsg, "notify");
   b.if_eq(__NR_sendto, "sendto");
-  b.if_eq(__NR_sendmsg, "sendmsg");
+  b.if_eq(__NR_sendmsg, "notify");
   b.if_eq(nr_io_uring_setup, "enosys");
   b.if_eq(nr_io_uring_enter, "enosys");
   b.if_eq(nr_io_uring_register, "enosys");
@@ -114,12 +109,6 @@ std::vector<sock_filter> filter_program(int handoff_fd) {
   b.load(arg_lo(5));
   b.if_eq(0, "allow");
   b.ret(SECCOMP_RET_USER_NOTIF);
-  b.label("sendmsg");
-  b.load(arg_lo(0));
-  b.if_ne(static_cast<std::uint32_t>(handoff_fd), "notify");
-  b.load(arg_lo(2));
-  b.if_ne(handoff_flags, "notify");
-  b.ret(SECCOMP_RET_ALLOW);
   b.label("foreign");
   b.if_ne(AUDIT_ARCH_I386, "kill");
   b.load(off_nr);
@@ -136,24 +125,6 @@ std::vector<sock_filter> filter_program(int handoff_fd) {
   b.ret(SECCOMP_RET_ALLOW);
   b.label("kill");
   b.ret(SECCOMP_RET_KILL_PROCESS);
-  return b.done();
-}
-
-// Stacked on the filter after the hand-over: the most severe verdict of all filters wins, so this
-// ERRNO overrides the filter's ALLOW for the hand-over pattern, and nothing else.
-std::vector<sock_filter> seal_program(int handoff_fd) {
-  Bpf b;
-  b.load(off_arch);
-  b.if_ne(AUDIT_ARCH_X86_64, "allow");
-  b.load(off_nr);
-  b.if_ne(__NR_sendmsg, "allow");
-  b.load(arg_lo(0));
-  b.if_ne(static_cast<std::uint32_t>(handoff_fd), "allow");
-  b.load(arg_lo(2));
-  b.if_ne(handoff_flags, "allow");
-  b.ret(ret_errno(EACCES));
-  b.label("allow");
-  b.ret(SECCOMP_RET_ALLOW);
   return b.done();
 }
 
@@ -447,56 +418,17 @@ bool unix_notify_available() {
 
 // ---- UnixFilter ----
 
-p9::Result<UnixFilter> UnixFilter::prepare() {
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-    return p9::error(std::string("socketpair: ") + std::strerror(errno));
-  }
-  UnixFilter f;
-  f.ours_.reset(sv[0]);
-  f.theirs_.reset(sv[1]);
-  f.filter_ = filter_program(sv[1]);
-  f.seal_ = seal_program(sv[1]);
+const UnixFilter& UnixFilter::get() {
+  static const UnixFilter f;
   return f;
 }
 
+UnixFilter::UnixFilter() : filter_(filter_program()) {}
+
 int UnixFilter::install() const noexcept {
   sock_fprog filter{static_cast<unsigned short>(filter_.size()), const_cast<sock_filter*>(filter_.data())};
-  sock_fprog seal{static_cast<unsigned short>(seal_.size()), const_cast<sock_filter*>(seal_.data())};
   const long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &filter);
-  if (listener < 0) return errno;
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = control;
-  m.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int fd = static_cast<int>(listener);
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  const bool sent = ::sendmsg(theirs_.get(), &m, handoff_flags) == 1;
-  const int e = errno;
-  ::close(fd);
-  if (!sent) return e;
-  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seal) != 0) return errno;
-  return 0;
-}
-
-p9::Result<UniqueFd> UnixFilter::take_listener() {
-  theirs_.reset();
-  char byte;
-  int fds[2];
-  if (recv_with_fds(ours_.get(), &byte, 1, fds, 2) != 1 || fds[0] < 0) {
-    if (fds[1] >= 0) ::close(fds[1]);
-    return p9::error("seccomp: no listener from the child");
-  }
-  if (fds[1] >= 0) ::close(fds[1]);
-  return UniqueFd(fds[0]);
+  return listener < 0 ? -errno : static_cast<int>(listener);
 }
 
 // ---- UnixGuard ----

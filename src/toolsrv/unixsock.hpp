@@ -54,21 +54,19 @@ struct UnixAccess {
   std::optional<std::vector<std::uint16_t>> tcp_connect;
 };
 
-/// The filter of one spawn, made in toolsrv before the fork: the socket pair that carries the
-/// listener back and the two BPF programs (the filter, and the seal that closes the one sendmsg
-/// the filter lets through, the child's hand-over of the listener).
+/// The filter: one BPF program, the same for every spawn (what a call may reach is the guard's
+/// UnixAccess, not the filter's).
 class UnixFilter {
  public:
-  static p9::Result<UnixFilter> prepare();
-  /// In the child, after no_new_privs and Landlock: installs the filter, sends its listener to
-  /// toolsrv, seals. Async-signal-safe; returns 0 or an errno value.
+  static const UnixFilter& get();
+  /// In the child, after no_new_privs and Landlock: installs the filter and returns its listener
+  /// (close-on-exec), or -errno. Async-signal-safe. spawn() shares the child's descriptor table
+  /// until then, so the listener is toolsrv's too: nothing has to carry it over.
   int install() const noexcept;
-  /// In toolsrv once the child has exec'd: the listener it sent.
-  p9::Result<UniqueFd> take_listener();
 
  private:
-  UniqueFd ours_, theirs_;
-  std::vector<sock_filter> filter_, seal_;
+  UnixFilter();
+  std::vector<sock_filter> filter_;
 };
 
 class UnixGuard {

@@ -158,7 +158,7 @@ void bench_rounds() {
     return;
   }
   auto chat = w.open(a + "/chat");
-  std::vector<double> per_round, per_true, per_sh, per_fork, per_save, srv_cpu, tsrv_cpu;
+  std::vector<double> per_round, per_true, per_sh, per_fork, per_save, srv_cpu, tsrv_cpu, fake_cpu;
   // §7.7 saves session.json after every tool round: the same save (temp, fsync, rename) of a
   // session in mid-turn (100 rounds of history), in the same data directory, as a baseline.
   ollie::Store store(w.data + "/bench-store");
@@ -195,7 +195,7 @@ void bench_rounds() {
     const pid_t srv = server_pid(w);
     const auto ts = w.toolsrvs();
     const pid_t tsrv = ts.empty() ? -1 : ts.front();
-    const double c0 = cpu_ms(srv), t0cpu = tsrv > 0 ? cpu_ms(tsrv) : 0;
+    const double c0 = cpu_ms(srv), t0cpu = tsrv > 0 ? cpu_ms(tsrv) : 0, f0 = w.fake.cpu_ms();
     const auto t0 = Clock::now();
     if (auto st = w.write(a + "/prompt", "go " + std::to_string(rep + 1) + "\n"); !st) {
       std::printf("prompt: %s\n", st.ename().c_str());
@@ -208,12 +208,13 @@ void bench_rounds() {
                   w.log_text().substr(w.log_text().size() > 2000 ? w.log_text().size() - 2000 : 0).c_str());
       return;
     }
-    const double c1 = cpu_ms(srv), t1cpu = tsrv > 0 ? cpu_ms(tsrv) : 0;
+    const double c1 = cpu_ms(srv), t1cpu = tsrv > 0 ? cpu_ms(tsrv) : 0, f1 = w.fake.cpu_ms();
     convo::eventually([&] { return w.read_state(a) == "idle"; });
     if (rep < 0) continue;
     got_turns++;
     srv_cpu.push_back((c1 - c0) / rounds);
     tsrv_cpu.push_back((t1cpu - t0cpu) / rounds);
+    fake_cpu.push_back((f1 - f0) / (rounds + 1));
     per_round.push_back(ms / rounds);
     // A fresh history for the next turn, so every turn's requests are the same size.
     std::string clear_err;
@@ -250,6 +251,8 @@ void bench_rounds() {
   std::printf("spawn+wait /bin/sh -c true:    %.3f ms   -> overhead beyond it: %.3f ms per round\n", sh, r - sh);
   std::printf("CPU per round (user+sys, clock ticks): olliesrv %.3f ms, toolsrv with its children %.3f ms\n",
               median(srv_cpu), median(tsrv_cpu));
+  std::printf("the fake provider's CPU per request (reading it, parsing its JSON body, keeping it, answering): %.3f ms\n",
+              median(fake_cpu));
   std::printf("session.json save (temp, fsync, rename) of a mid-turn session: %.3f ms (%zu bytes)\n", median(per_save),
               ollie::to_json(mid_turn).size());
   std::printf("(fork+exec /bin/true from this bench: %.3f ms; its VmRSS %ld KiB, the fake provider keeps every request)\n",

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 #include "render.hpp"
@@ -197,7 +198,15 @@ void Server::record_closed(std::size_t index) {
 
 void Server::serve(int fd, std::size_t connection) {
   std::string buf;
-  while (!stopping_ && answer_one(fd, connection, buf)) {
+  auto thread_ns = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  };
+  for (auto last = thread_ns(); !stopping_ && answer_one(fd, connection, buf);) {
+    const auto now = thread_ns();
+    cpu_ns_ += now - last;
+    last = now;
   }
   {
     std::lock_guard lk(mu_);

@@ -4,6 +4,7 @@
 /// transcript, with injected faults. doc/fakeprovider.md describes the script format.
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -45,6 +46,9 @@ class Server {
   std::vector<Recorded> requests() const;
   /// Closes the listener and every connection, and joins the threads.
   void stop();
+  /// CPU time its connection threads have spent on requests answered so far, in ms (for the
+  /// benches: the provider's share of a round).
+  double cpu_ms() const { return static_cast<double>(cpu_ns_.load()) / 1e6; }
 
  private:
   void accept_loop();
@@ -59,6 +63,7 @@ class Server {
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> cpu_ns_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<nlohmann::json> queue_;

@@ -83,6 +83,23 @@ TEST_F(AsyncClient9p, CallWalksOpensWritesAndReadsTheReplyOnOneFid) {
   EXPECT_EQ(st->requests, (std::vector<std::string>{"hi", "bad"}));
 }
 
+// The first read goes out with the walk, open and write; a reply of an iounit or more is read on.
+TEST_F(AsyncClient9p, CallReadsAReplyOfAnIounitOrMoreToItsEnd) {
+  t.run([&]() -> asio::awaitable<void> {
+    auto [c, root] = co_await mount(srv.addr());
+    const std::size_t unit = c->iounit();
+    for (const std::size_t size : {unit - 7, unit - 6, unit - 5, 3 * unit}) {  // replies of iounit-1 ... 3 iounits+6
+      const std::string request(size, 'q');
+      const auto reply = must(co_await root.call("ctl", request), "call");
+      EXPECT_EQ(reply.size(), size + 6) << size;
+      EXPECT_EQ(reply, "reply:" + std::string(size, 'Q')) << size;
+    }
+  }());
+  std::lock_guard lk(st->mu);
+  ASSERT_EQ(st->requests.size(), 4u);
+  EXPECT_EQ(st->requests.back().size(), 3 * std::size_t{st->requests.front().size() + 7});
+}
+
 TEST_F(AsyncClient9p, WalksMoreThanSixteenElements) {
   t.run([&]() -> asio::awaitable<void> {
     auto [c, root] = co_await mount(srv.addr());

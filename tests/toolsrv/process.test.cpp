@@ -59,6 +59,23 @@ TEST(ProcessTable, ExitStatusAndSeparateStreams) {
   EXPECT_TRUE(p->read_out(11, 100).eof);
 }
 
+// toolsrv ignores SIGPIPE and catches SIGTERM; a tool starts with every disposition at default.
+TEST(ProcessTable, ToolsStartWithDefaultSignalDispositions) {
+  struct sigaction ign {}, caught {}, old_pipe {}, old_usr1 {};
+  ign.sa_handler = SIG_IGN;
+  caught.sa_handler = [](int) {};
+  ASSERT_EQ(::sigaction(SIGPIPE, &ign, &old_pipe), 0);
+  ASSERT_EQ(::sigaction(SIGUSR1, &caught, &old_usr1), 0);
+  ProcessTable t;
+  auto p = start_sync(t, sh_launch("exec cat /proc/self/status"));  // cat handles no signal of its own
+  wait_finished(*p);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
+  ::sigaction(SIGUSR1, &old_usr1, nullptr);
+  const auto status = p->read_out(0, 1 << 16).data;
+  EXPECT_NE(status.find("\nSigIgn:\t0000000000000000\n"), std::string::npos) << status;
+  EXPECT_NE(status.find("\nSigCgt:\t0000000000000000\n"), std::string::npos) << status;
+}
+
 TEST(ProcessTable, StrayBackgroundChildDoesNotHangTheCall) {
   ProcessTable t;
   const auto start = std::chrono::steady_clock::now();

@@ -2,7 +2,7 @@
 // with rounds interleaved (this machine's speed drifts):
 //
 //   (spawn)     toolsrv's spawn of /bin/true under Landlock, with and without the filter
-//               (the filter adds a socket pair, two seccomp(2) calls and the hand-over)
+//               (the filter adds one seccomp(2) call and the child's unshare of its descriptor table)
 //   (connects)  one spawned process that makes N connects to an allowed pathname socket
 //               (socket, connect, close), with and without the filter: with it, every connect
 //               is a notification that UnixGuard checks and its connector performs
