@@ -88,7 +88,7 @@ std::uint64_t non_default_signals() {
 // What the child needs, on the parent's stack (the child shares our memory until it execs).
 struct Child {
   const SpawnSpec* spec;
-  bool unix_filter;
+  const UnixFilter* unix_filter;  // made before the clone (its first use builds it): the child allocates nothing
   pid_t parent;
   std::uint64_t reset;
   char* const* argv;
@@ -125,7 +125,7 @@ struct Child {
     // hand-over (a hand-over through a socket would need a hole in the filter, and a second
     // filter to close it: each filter is a BPF program compiled by the kernel, the dearest step
     // of a spawn). Then the child takes a table of its own for the rest.
-    const int l = UnixFilter::get().install();
+    const int l = c.unix_filter->install();
     if (l < 0) {
       errno = -l;
       child_fail(errfd, step_unix);
@@ -180,7 +180,7 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
   auto argv = c_array(spec.argv);
   auto envp = c_array(spec.env);
   Child c{.spec = &spec,
-          .unix_filter = spec.unix_filter,
+          .unix_filter = spec.unix_filter ? &UnixFilter::get() : nullptr,
           .parent = ::getpid(),
           .reset = non_default_signals(),
           .argv = argv.data(),

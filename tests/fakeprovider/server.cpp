@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <set>
 #include <stdexcept>
 
 #include "render.hpp"
@@ -267,7 +268,16 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
   RequestInfo info;
   info.path = rec.path;
   info.key = credential(rec);
-  info.body = json::parse(rec.body, nullptr, false);
+  // Only top-level fields are read (model, stream_options): the conversation and the tools,
+  // most of a request's bytes, are scanned but not built, so the fake answers at once.
+  static const std::set<std::string, std::less<>> skipped = {"messages", "tools", "contents", "system", "input",
+                                                              "systemInstruction", "toolConfig"};
+  info.body = json::parse(
+      rec.body,
+      [](int depth, json::parse_event_t event, json& parsed) {
+        return !(depth == 1 && event == json::parse_event_t::key && skipped.count(parsed.get_ref<const std::string&>()));
+      },
+      false);
   if (!info.body.is_object()) info.body = json::object();
   info.model = info.body.value("model", "");
 
