@@ -91,6 +91,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::uint32_t plan_version = 0;        ///< Qid.vers of `plan`: bumped when its content changes
   std::vector<std::string> peers;        ///< linked peers' ids (§8.11: ctl peeradd/peerdel), persisted
   std::string feed;                      ///< the feed value (§8.12), persisted
+  bool small_context_noted = false;      ///< the small-context `info` block was appended (once, §8.15)
   std::map<int, std::shared_ptr<BgProc>> procs;  ///< background processes toolsrv still tracks (§6.10)
   std::int64_t created = 0;
   std::vector<HistoryMessage> history;

@@ -10,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <set>
 
 #include "agent.hpp"
 #include "backend/cost.hpp"
@@ -620,20 +619,6 @@ void Turn::name_text_call(Call& c, const std::string& block_id) {
   c.id = id;
 }
 
-namespace {
-
-/// Whether `a` is told of its small context for the first time (§8.15: once per agent). The
-/// agents told, as long as they live: bounded by the live agents.
-bool first_small_context(const std::shared_ptr<Agent>& a) {
-  static std::mutex mu;
-  static std::set<std::weak_ptr<Agent>, std::owner_less<std::weak_ptr<Agent>>> told;
-  std::lock_guard lock(mu);
-  std::erase_if(told, [](const std::weak_ptr<Agent>& w) { return w.expired(); });
-  return told.insert(a).second;
-}
-
-}  // namespace
-
 void Turn::note_small_context(const backend::ChatRequest& req) {
   Agent& a = *a_;
   std::size_t bytes = req.system.size();  // estimated as §8.5.1 does: bytes / 4
@@ -643,7 +628,8 @@ void Turn::note_small_context(const backend::ChatRequest& req) {
   {
     std::lock_guard lock(a.mu);
     const int context = a.stats.context_length;
-    if (context <= 0 || tokens < context || !first_small_context(a_)) return;
+    if (context <= 0 || tokens < context || a.small_context_noted) return;
+    a.small_context_noted = true;
     text = "context length " + std::to_string(context) + " is too small for the system prompt and tools (~" +
            std::to_string(tokens) + " tokens): the model may answer tool calls as text";
     if (a.backend_name == "ollama") text += "; raise [ollama] num_ctx in backends.conf";

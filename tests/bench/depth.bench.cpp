@@ -22,29 +22,22 @@
 #include <vector>
 
 #include "olliesrv/world.hpp"
+#include "support/bench.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = testing_support::BenchClock;
+using testing_support::median;
+using testing_support::ms_since;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 /// Replaces the world's tools/ link by a directory linking every built tool; `hot_file_read`
 /// gives file_read a .meta of tier hot (the shipped one is cold).
 void own_tools(convo::World& w, bool hot_file_read) {
-  const std::string dir = w.config + "/tools";
+  const std::string dir = w.own_dir("tools");
   const std::string built = testing_support::built("tools");
-  fs::remove(dir);
-  fs::create_directory(dir);
-  for (const auto& e : fs::directory_iterator(built)) fs::create_symlink(e.path(), dir + "/" + e.path().filename().string());
   // Its own copy: the sandbox grants the tool directories, not the build tree a link points into.
   fs::remove(dir + "/file_read");
   fs::copy_file(fs::canonical(built + "/file_read"), dir + "/file_read");
@@ -225,19 +218,6 @@ void bench_subagents() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::setenv("OLLIE_BUILD_DIR", OLLIE_BENCH_BUILD_DIR, 0);
-  ::setenv("OLLIE_SOURCE_DIR", OLLIE_BENCH_SOURCE_DIR, 0);
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::vector<std::string> want(argv + 1, argv + argc);
-  if (want.empty()) want = {"compaction", "subagents"};
-  std::printf("depth-bench: bin/olliesrv of %s\n", std::getenv("OLLIE_BUILD_DIR"));
-  for (const auto& b : want) {
-    try {
-      if (b == "compaction") bench_compaction();
-      else if (b == "subagents") bench_subagents();
-      else std::printf("unknown benchmark: %s (compaction, subagents)\n", b.c_str());
-    } catch (const std::exception& e) {
-      std::printf("%s: failed: %s\n", b.c_str(), e.what());
-    }
-  }
+  return testing_support::run_bench_parts("depth-bench", argc, argv, OLLIE_BENCH_BUILD_DIR, OLLIE_BENCH_SOURCE_DIR,
+                                          {{"compaction", bench_compaction}, {"subagents", bench_subagents}});
 }

@@ -32,12 +32,15 @@
 #include "olliesrv/ids.hpp"
 #include "olliesrv/store.hpp"
 #include "olliesrv/world.hpp"
+#include "support/bench.hpp"
 
 extern char** environ;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = testing_support::BenchClock;
+using testing_support::median;
+using testing_support::ms_since;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -56,13 +59,6 @@ struct LogOnThrow {
   }
 };
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double pct(std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
@@ -127,11 +123,7 @@ double cpu_ms(pid_t pid) {
 
 /// Replaces the world's tools/ link by a directory linking every built tool, plus `true`.
 void add_true_tool(convo::World& w) {
-  const std::string dir = w.config + "/tools";
-  const std::string built = testing_support::built("tools");
-  fs::remove(dir);
-  fs::create_directory(dir);
-  for (const auto& e : fs::directory_iterator(built)) fs::create_symlink(e.path(), dir + "/" + e.path().filename().string());
+  const std::string dir = w.own_dir("tools");
   // Distinct arguments per call keep the per-turn read cache (§8.3.3) from answering a round.
   convo::write_file(dir + "/true.meta",
                     R"({"description":"does nothing","cmd":"true","scope":"read",)"
@@ -675,28 +667,17 @@ void bench_tokens() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // ./dev.sh bench runs the benchmarks without an environment: default to this build.
-  ::setenv("OLLIE_BUILD_DIR", OLLIE_BENCH_BUILD_DIR, 0);
-  ::setenv("OLLIE_SOURCE_DIR", OLLIE_BENCH_SOURCE_DIR, 0);
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::vector<std::string> want(argv + 1, argv + argc);
-  if (want.empty()) want = {"tokens", "rounds", "readers", "memory", "restore"};
-  std::printf("engine-bench: bin/olliesrv of %s\n", std::getenv("OLLIE_BUILD_DIR"));
-  for (const auto& b : want) {
-    try {
-      if (b == "rounds") bench_rounds();
-      else if (b == "readers") {
-        bench_readers(1, 10);  // baseline: the same stream to one reader
-        bench_readers(1000, 10);
-        bench_readers(1, 0);
-        bench_readers(1000, 0);
-      } else if (b == "memory") bench_memory();
-      else if (b == "restore") bench_restore();
-      else if (b == "tokens") bench_tokens();
-      else std::printf("unknown benchmark: %s (rounds, readers, memory, restore, tokens)\n", b.c_str());
-    } catch (const std::exception& e) {
-      std::printf("%s: failed: %s\n", b.c_str(), e.what());
-    }
-    std::fflush(stdout);
-  }
+  return testing_support::run_bench_parts(
+      "engine-bench", argc, argv, OLLIE_BENCH_BUILD_DIR, OLLIE_BENCH_SOURCE_DIR,
+      {{"tokens", bench_tokens},
+       {"rounds", bench_rounds},
+       {"readers",
+        [] {
+          bench_readers(1, 10);  // baseline: the same stream to one reader
+          bench_readers(1000, 10);
+          bench_readers(1, 0);
+          bench_readers(1000, 0);
+        }},
+       {"memory", bench_memory},
+       {"restore", bench_restore}});
 }

@@ -11,14 +11,14 @@
 #include <cstdio>
 
 #include "olliesrv/sshd.hpp"
+#include "support/bench.hpp"
 
 extern char** environ;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+using Clock = testing_support::BenchClock;
+using testing_support::ms_since;
 
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "support/bench.hpp"
 #include "tools/host.hpp"
 
 extern char** environ;
@@ -31,6 +32,7 @@ extern char** environ;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing_support::median;
 
 const std::string tree = "/tmp/ollie-bench-tree-v1";
 const std::string big = tree + "-big.txt";
@@ -104,11 +106,6 @@ double timed_call(tools_test::ToolHost& host, const std::string& tool, const std
   if (!r.ok()) throw std::runtime_error(tool + " failed: " + r.out + r.err);
   *bytes = r.out.size();
   return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

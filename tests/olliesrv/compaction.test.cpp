@@ -33,14 +33,7 @@ json shell_call(const std::string& id, const std::string& cmd) {
 /// Replaces the world's agents/ and tools/ links with directories of links plus `profiles`
 /// (name → JSON) and `metas` (tool name → .meta JSON), before any agent or toolsrv reads them.
 void customize(World& w, const std::map<std::string, json>& profiles, const std::map<std::string, json>& metas = {}) {
-  namespace fs = std::filesystem;
-  for (const char* dir : {"agents", "tools"}) {
-    const fs::path link = w.config + "/" + dir;
-    const fs::path target = fs::read_symlink(link);
-    fs::remove(link);
-    fs::create_directory(link);
-    for (const auto& e : fs::directory_iterator(target)) fs::create_symlink(e.path(), link / e.path().filename());
-  }
+  for (const char* dir : {"agents", "tools"}) w.own_dir(dir);
   for (const auto& [name, p] : profiles) write_file(w.config + "/agents/" + name + ".json", p.dump());
   for (const auto& [name, m] : metas) write_file(w.config + "/tools/" + name + ".meta", m.dump());
 }

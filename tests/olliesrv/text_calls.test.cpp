@@ -9,18 +9,6 @@
 using namespace convo;
 using json = nlohmann::json;
 
-namespace {
-
-/// The bodies of the chat requests the fake provider received on paths containing `path`.
-std::vector<json> bodies(World& w, const std::string& path) {
-  std::vector<json> out;
-  for (auto& r : w.fake.requests())
-    if (r.path.find(path) != std::string::npos) out.push_back(json::parse(r.body));
-  return out;
-}
-
-}  // namespace
-
 TEST(TextCalls, AToolCallWrittenAsTextRunsAndItsResultIsSent) {
   World w;
   auto s = w.session("work");
@@ -44,7 +32,7 @@ TEST(TextCalls, AToolCallWrittenAsTextRunsAndItsResultIsSent) {
   const std::string id = "text-" + blocks[2]["id"].get<std::string>();
 
   // The next request carries the call (id text-<call block id>) and its result.
-  auto body = bodies(w, "/chat/completions").at(1);
+  auto body = chat_bodies(w).at(1);
   json assistant, tool;
   for (auto& m : body["messages"]) {
     if (m["role"] == "assistant") assistant = m;
@@ -87,10 +75,10 @@ TEST(TextCalls, ASmallOllamaContextIsReportedOncePerAgent) {
   w.fake.push({{"text", "first"}});
   w.fake.push({{"text", "second"}});
   ASSERT_TRUE(w.write(a + "/prompt", "one"));
-  ASSERT_TRUE(eventually([&] { return bodies(w, "/api/chat").size() == 1; }));
+  ASSERT_TRUE(eventually([&] { return chat_bodies(w, "/api/chat").size() == 1; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
   ASSERT_TRUE(w.write(a + "/prompt", "two"));
-  ASSERT_TRUE(eventually([&] { return bodies(w, "/api/chat").size() == 2; }));
+  ASSERT_TRUE(eventually([&] { return chat_bodies(w, "/api/chat").size() == 2; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
   std::vector<std::string> small;
   for (auto& c : contents(w, a, "info"))
@@ -100,6 +88,6 @@ TEST(TextCalls, ASmallOllamaContextIsReportedOncePerAgent) {
   EXPECT_NE(small[0].find(" tokens): the model may answer tool calls as text; raise [ollama] num_ctx in backends.conf"),
             std::string::npos)
       << small[0];
-  for (auto& b : bodies(w, "/api/chat")) EXPECT_EQ(b["options"]["num_ctx"], 1024) << b.dump().substr(0, 300);
+  for (auto& b : chat_bodies(w, "/api/chat")) EXPECT_EQ(b["options"]["num_ctx"], 1024) << b.dump().substr(0, 300);
   EXPECT_EQ(contents(w, a, "assistant"), (std::vector<std::string>{"first", "second"}));
 }

@@ -143,6 +143,19 @@ class World {
   }
   World(const World&) = delete;
 
+  /// Replaces the config's `name` link (agents, tools) with a directory of links to what it
+  /// pointed to, so a test can add or replace entries before an agent or toolsrv reads them.
+  /// Returns the directory.
+  std::string own_dir(const std::string& name) const {
+    namespace fs = std::filesystem;
+    const fs::path link = config + "/" + name;
+    const fs::path target = fs::read_symlink(link);
+    fs::remove(link);
+    fs::create_directory(link);
+    for (const auto& e : fs::directory_iterator(target)) fs::create_symlink(e.path(), link / e.path().filename());
+    return link.string();
+  }
+
   /// More variables for olliesrv (set them, then stop_server and start again).
   std::vector<std::string> extra_env;
 
@@ -338,18 +351,19 @@ inline std::vector<std::string> contents(World& w, const std::string& agent, con
   return out;
 }
 
-/// The bodies of the chat requests the fake provider has received, as sent, in order.
-inline std::vector<std::string> chat_texts(World& w) {
+/// The bodies of the chat requests the fake provider has received (on paths containing `path`:
+/// the openai dialect's by default), as sent, in order.
+inline std::vector<std::string> chat_texts(World& w, const std::string& path = "/chat/completions") {
   std::vector<std::string> out;
   for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) out.push_back(r.body);
+    if (r.path.find(path) != std::string::npos) out.push_back(r.body);
   return out;
 }
 
 /// chat_texts(), parsed.
-inline std::vector<nlohmann::json> chat_bodies(World& w) {
+inline std::vector<nlohmann::json> chat_bodies(World& w, const std::string& path = "/chat/completions") {
   std::vector<nlohmann::json> out;
-  for (const auto& t : chat_texts(w)) out.push_back(nlohmann::json::parse(t));
+  for (const auto& t : chat_texts(w, path)) out.push_back(nlohmann::json::parse(t));
   return out;
 }
 
@@ -360,11 +374,6 @@ inline std::string ctl(World& w, const std::string& agent, const std::string& re
 }
 
 /// How many chat requests the fake provider has received.
-inline std::size_t chat_requests(World& w) {
-  std::size_t n = 0;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) n++;
-  return n;
-}
+inline std::size_t chat_requests(World& w) { return chat_texts(w).size(); }
 
 }  // namespace convo

@@ -31,6 +31,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "support/bench.hpp"
 #include "toolsrv/landlock.hpp"
 #include "toolsrv/policy.hpp"
 #include "toolsrv/sandbox.hpp"
@@ -39,6 +40,7 @@
 
 using namespace toolsrv;
 using Clock = std::chrono::steady_clock;
+using testing_support::median;
 
 namespace {
 
@@ -83,11 +85,6 @@ double run(const std::vector<std::string>& argv, int ruleset, UnixGuard* guard, 
     throw std::runtime_error(what);
   }
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
