@@ -9,6 +9,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "buffer.hpp"
 #include "dsl.hpp"
@@ -280,6 +281,9 @@ class Adapter : public p9::FileServer {
     std::string seen, delivered;          // BlockOnce
     std::shared_ptr<Cursor> cursor;       // Stream
     bool started = false;                 // Stream: first read done
+    // Why the request being written was cut off: a piece was refused after others were taken.
+    // That request never takes effect (spec §1.7): its read or clunk answers this instead.
+    std::string broken;
   };
 
   static std::shared_ptr<Handle> handle(p9::Fid& fid) { return std::static_pointer_cast<Handle>(fid.file); }
@@ -305,6 +309,10 @@ class Adapter : public p9::FileServer {
     auto h = handle(fid);
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     const auto& n = *h->node;
+    if (!o.broken.empty() && (n.rdwr || (n.stream && !o.started))) {  // the request ends here
+      o.pending = false;
+      return p9::Result<std::string>(p9::error(std::exchange(o.broken, {})));
+    }
     if (n.rdwr) {
       if (o.running || o.pending || (!o.reply && n.default_request)) return std::nullopt;
       if (!o.reply) return std::string();  // never written, no default request
@@ -352,7 +360,14 @@ class Adapter : public p9::FileServer {
       o.reply.reset();
       o.request.clear();
     }
-    if (auto st = o.request.append(data); !st) return st.error();
+    if (!o.broken.empty()) return p9::error(o.broken);
+    if (auto st = o.request.append(data); !st) {
+      if (!o.request.empty()) {  // pieces were taken: the request is cut off, and its bytes go
+        o.broken = st.ename();
+        o.request.clear();
+      }
+      return st.error();
+    }
     o.pending = true;
     return static_cast<std::uint32_t>(data.size());
   }
@@ -363,6 +378,7 @@ class Adapter : public p9::FileServer {
     auto h = handle(fid);
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     const auto& n = *h->node;
+    if (!o.broken.empty()) return p9::Status(p9::error(o.broken));  // the handler never sees it
     if (n.rdwr && o.pending) return std::nullopt;
     if (n.write_co && !o.request.empty()) return std::nullopt;  // clunk runs it
     if (n.write && !o.request.empty()) return n.write(h->ctx, o.request.take());

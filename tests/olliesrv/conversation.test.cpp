@@ -262,6 +262,35 @@ TEST(Conversation, APromptWrittenIn4KiBPiecesIsOnePrompt) {
   EXPECT_EQ(body["messages"].back()["content"].get<std::string>().size(), big.size() - 1);  // trailing newline trimmed
 }
 
+// A prompt past the 16 MiB a fid holds is refused, and none of it is submitted, also when the
+// client clunks the fid after the refusal (as close(2) on a v9fs mount does): the pieces taken
+// before it are not a prompt (spec §1.7: a half-written request never takes effect).
+TEST(Conversation, APromptPastTheWriteCapIsRefusedAndNothingOfItRuns) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto f = w.walk(a + "/prompt");
+  ASSERT_TRUE(f) << f.ename();
+  ASSERT_TRUE(f->open(p9::OWRITE));
+  auto w1 = f->write(std::string(16u << 20, 'x'));
+  ASSERT_TRUE(w1) << w1.ename();
+  auto w2 = f->write("and more");
+  ASSERT_FALSE(w2);
+  EXPECT_EQ(w2.ename(), "write too large");
+  auto c = f->clunk();
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.ename(), "write too large");
+  w.fake.push({{"text", "small answer"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "small"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(request_body(w, 0)["messages"].back()["content"], "small");
+  std::vector<std::string> users;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "user") users.push_back(b["content"]);
+  EXPECT_EQ(users, std::vector<std::string>{"small"});
+}
+
 // `ollie-9p read -l statewait` prints each state change as it happens, one line each.
 TEST(Conversation, ReadDashLFollowsStatewait) {
   World w;

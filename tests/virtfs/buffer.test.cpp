@@ -133,3 +133,49 @@ TEST(ConnBuffers, TheRealServerCapsWhatOneConnectionBuffers) {
   ASSERT_EQ(st->writes.size(), 1u);
   EXPECT_EQ(st->writes.front().size(), MAX_WRITE);
 }
+
+// A request cut off by a refused piece never takes effect (spec §1.7): the Write handler does not
+// run at clunk, which answers the refusal; its bytes are given back at once; later pieces of it
+// are refused too.
+TEST_F(Conn, AWriteCutOffByARefusedPieceNeverRuns) {
+  auto sink = opened("sink", p9::OWRITE);
+  EXPECT_EQ(answer(*sink, p9::Twrite, std::string(MAX_WRITE - 1, 'x')).type, p9::Rwrite);
+  EXPECT_EQ(answer(*sink, p9::Twrite, "yz").ename, "write too large");
+  EXPECT_EQ(*buffered, 0u);
+  EXPECT_EQ(answer(*sink, p9::Twrite, "z").ename, "write too large");
+  EXPECT_EQ(answer(*sink, p9::Tclunk).ename, "write too large");
+  std::lock_guard lk(st->mu);
+  EXPECT_TRUE(st->writes.empty());
+}
+
+// The same for a Rdwr request, through the real server: the read that would run the handler
+// answers the refusal instead, and the fid then takes a new request.
+TEST(ConnBuffers, ARdwrRequestCutOffByARefusedPieceNeverRuns) {
+  auto st = std::make_shared<testing_support::DemoState>();
+  testing_support::TestServer srv(testing_support::demo_fs(st));
+  auto c = p9::Client::dial(srv.addr());
+  ASSERT_TRUE(c) << c.ename();
+  auto root = (*c)->attach("glenda");
+  ASSERT_TRUE(root) << root.ename();
+  auto ctl = root->walk("ctl");
+  ASSERT_TRUE(ctl) << ctl.ename();
+  ASSERT_TRUE(ctl->open(p9::ORDWR));
+  ASSERT_TRUE(ctl->write(std::string(MAX_WRITE - 1, 'a')));
+  auto refused = ctl->pwrite(0, "bc");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.ename(), "write too large");
+  auto r = ctl->pread(0, 100);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.ename(), "write too large");
+  {
+    std::lock_guard lk(st->mu);
+    EXPECT_TRUE(st->requests.empty());
+  }
+  ASSERT_TRUE(ctl->pwrite(0, "again"));
+  auto again = ctl->pread(0, 100);
+  ASSERT_TRUE(again) << again.ename();
+  EXPECT_EQ(*again, "reply:AGAIN");
+  std::lock_guard lk(st->mu);
+  ASSERT_EQ(st->requests.size(), 1u);
+  EXPECT_EQ(st->requests.front(), "again");
+}
