@@ -269,6 +269,7 @@ bool Agent::stop() {
     inject_.reset();
     if (!running_) return false;
   }
+  stopped_->notify();
   asio::post(ex, [self = shared_from_this()] {
     if (self->cancel_) self->cancel_->emit(asio::cancellation_type::terminal);
   });
@@ -300,6 +301,7 @@ bool Agent::hold() {
   std::lock_guard lock(mu);
   if (running_ || killed) return false;
   running_ = held_ = true;
+  held_at_ = stopped_->version();
   return true;
 }
 

@@ -133,7 +133,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   bool submit(Submission s);
   /// Takes the head of the prompt queue (a `fifo` read, §2.8.5); nullopt when it is empty.
   std::optional<Submission> pop_queued();
-  /// Interrupts the running turn (§8.9) and discards a pending inject. True when one was running.
+  /// Interrupts the running turn (§8.9), or the manual compaction of a hold, and discards a
+  /// pending inject. True when one was running.
   bool stop();
   /// `inject` (§8.8): while running, makes `text` the pending inject (replacing an undelivered
   /// one) and returns true; idle, returns false (the caller submits it instead).
@@ -180,6 +181,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   bool turn_active_ = false;  // a turn's coroutine exists (set by start_next, cleared at its end)
   bool held_ = false;         // hold(): no turn starts until release()
   std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn
+  /// Bumped by every stop() that found the agent running; hold() notes its version, so the work
+  /// of a hold (a manual compaction) sees a stop that came after it.
+  std::shared_ptr<virtfs::Signal> stopped_ = std::make_shared<virtfs::Signal>();
+  std::uint64_t held_at_ = 0;
   std::optional<std::string> inject_;                  ///< the pending inject (§8.8)
   std::shared_ptr<backend::Backend> backend_;
   double rolled_cost_ = 0;  ///< sub-agents' cost rolled up during the running turn (§8.10.3)

@@ -2,6 +2,7 @@
 #include "compaction.hpp"
 
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/use_awaitable.hpp>
 
 #include <cctype>
@@ -66,6 +67,23 @@ asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
   std::lock_guard lock(a.mu);
   a.stats.context_length = len;
   co_return len;
+}
+
+// A manual compaction runs under a hold, outside any turn: `stop` (§8.9) reaches its summary
+// request through the agent's stop signal instead of a turn's cancellation.
+asio::awaitable<p9::Result<std::string>> Compaction::stoppable(std::shared_ptr<Agent> a,
+                                                               asio::awaitable<p9::Result<std::string>> ask) {
+  std::uint64_t held_at;
+  {
+    std::lock_guard lock(a->mu);
+    held_at = a->held_at_;
+  }
+  using namespace asio::experimental::awaitable_operators;
+  auto stop = a->stopped_->wait(held_at);  // named: GCC 12 and temporaries in co_await
+  auto either = std::move(ask) || std::move(stop);
+  auto r = co_await std::move(either);
+  if (r.index() == 1) co_return p9::error("interrupted");
+  co_return std::move(std::get<0>(r));
 }
 
 asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap, std::shared_ptr<Session> s,
@@ -139,7 +157,14 @@ asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap
     m.content = std::move(text);
     req.messages.push_back(std::move(m));
   }
-  auto answer = co_await summarize(std::move(req));
+  auto ask = summarize(std::move(req));
+  p9::Result<std::string> answer = p9::error("interrupted");
+  if (automatic) {
+    answer = co_await std::move(ask);  // the turn's cancellation reaches it
+  } else {
+    auto asked = stoppable(ap, std::move(ask));  // named: GCC 12 and temporaries in co_await
+    answer = co_await std::move(asked);
+  }
   if (!answer) co_return fail(answer.ename());
   const std::string summary = trimmed(std::move(*answer));
   if (summary.empty()) co_return fail("empty summary");

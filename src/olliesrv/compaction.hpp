@@ -116,6 +116,11 @@ class Compaction {
                                                     Trigger why, Summarizer summarize);
   /// The context length of the agent's model, asked once from the provider (off the I/O threads).
   static asio::awaitable<int> context_length(std::shared_ptr<Agent> a);
+
+ private:
+  /// The summary request of a manual compaction, or `interrupted` once the agent is stopped.
+  static asio::awaitable<p9::Result<std::string>> stoppable(std::shared_ptr<Agent> a,
+                                                            asio::awaitable<p9::Result<std::string>> ask);
 };
 
 /// Whether the agent's history holds anything to compact (else `nothing to compact`).

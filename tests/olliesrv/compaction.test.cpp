@@ -224,6 +224,31 @@ TEST(Compaction, PruningOldWarmResultsCanMakeTheSummaryUnnecessary) {
   EXPECT_EQ(shortened, 3);
 }
 
+// §8.9 for `ctl compact`, which runs outside any turn: `stop` aborts its summary request at once;
+// the compact answers `compact: interrupted`, nothing is compacted and the agent is idle.
+TEST(Compaction, StopInterruptsACtlCompact) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
+  w.fake.push({{"text", "a summary that takes its time"}, {"delay_ms", 5000}});
+  testing_support::Child compact({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", a + "/ctl"}, w.env());
+  compact.write_stdin("compact");
+  compact.close_stdin();
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 7; }));  // the summary request is out
+  ASSERT_EQ(w.read_state(a), "compacting");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "stop"), "stopped\n");
+  ASSERT_TRUE(compact.wait(4000)) << "ctl compact still runs after stop";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  EXPECT_NE(compact.result().status, 0);
+  EXPECT_NE(compact.err_text().find("compact: interrupted"), std::string::npos) << compact.err_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
+  exchange(w, a, "p7", "ok");
+  EXPECT_EQ(messages_of(chat_bodies(w)[7]).size(), 1u + 12u + 1u);  // system, the whole history, p7
+}
+
 // §8.5.3 step 4: a failed automatic compaction is an `error` block; the request goes ahead with
 // the history unchanged.
 TEST(Compaction, AFailedAutomaticCompactionIsAnErrorBlockAndTheRequestGoesOn) {
