@@ -12,6 +12,7 @@
 //   engine-bench [rounds|readers|memory|restore|tokens]...   (none: all five)
 
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -102,11 +103,23 @@ long status_kib(pid_t pid, const std::string& field) {
   return std::strtol(st.c_str() + p + field.size() + 1, nullptr, 10);
 }
 
-/// CPU time (user + system) of a process so far, ms, children waited for included.
-double cpu_ms(pid_t pid) {
+/// CPU time (user + system) of this process's children waited for so far, ms.
+double children_cpu_ms() {
+  rusage u{};
+  ::getrusage(RUSAGE_CHILDREN, &u);
+  auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1000.0 + static_cast<double>(t.tv_usec) / 1000.0; };
+  return ms(u.ru_utime) + ms(u.ru_stime);
+}
+
+/// CPU time (user + system) of a process so far, ms: its own, and that of its children waited for.
+struct Cpu {
+  double self = 0, children = 0;
+};
+
+Cpu cpu_ms(pid_t pid) {
   const std::string st = convo::read_file("/proc/" + std::to_string(pid) + "/stat");
   auto p = st.rfind(')');
-  if (p == std::string::npos) return 0;
+  if (p == std::string::npos) return {};
   std::vector<std::string> f;
   std::size_t i = p + 2;
   while (i < st.size()) {
@@ -116,9 +129,9 @@ double cpu_ms(pid_t pid) {
     i = j + 1;
   }
   // fields after the comm: state is f[0]; utime f[11], stime f[12], cutime f[13], cstime f[14]
-  if (f.size() < 15) return 0;
+  if (f.size() < 15) return {};
   const double tick = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  return (std::stod(f[11]) + std::stod(f[12]) + std::stod(f[13]) + std::stod(f[14])) * tick;
+  return {(std::stod(f[11]) + std::stod(f[12])) * tick, (std::stod(f[13]) + std::stod(f[14])) * tick};
 }
 
 /// Replaces the world's tools/ link by a directory linking every built tool, plus `true`.
@@ -150,7 +163,7 @@ void bench_rounds() {
     return;
   }
   auto chat = w.open(a + "/chat");
-  std::vector<double> per_round, per_true, per_sh, per_fork, per_save, srv_cpu, tsrv_cpu, fake_cpu;
+  std::vector<double> per_round, per_true, per_sh, per_fork, per_save, srv_cpu, tsrv_cpu, tool_cpu, sh_cpu, fake_cpu;
   // §7.7 saves session.json after every tool round: the same save (temp, fsync, rename) of a
   // session in mid-turn (100 rounds of history), in the same data directory, as a baseline.
   ollie::Store store(w.data + "/bench-store");
@@ -187,7 +200,8 @@ void bench_rounds() {
     const pid_t srv = server_pid(w);
     const auto ts = w.toolsrvs();
     const pid_t tsrv = ts.empty() ? -1 : ts.front();
-    const double c0 = cpu_ms(srv), t0cpu = tsrv > 0 ? cpu_ms(tsrv) : 0, f0 = w.fake.cpu_ms();
+    const Cpu c0 = cpu_ms(srv), t0cpu = tsrv > 0 ? cpu_ms(tsrv) : Cpu{};
+    const double f0 = w.fake.cpu_ms();
     const auto t0 = Clock::now();
     if (auto st = w.write(a + "/prompt", "go " + std::to_string(rep + 1) + "\n"); !st) {
       std::printf("prompt: %s\n", st.ename().c_str());
@@ -200,12 +214,14 @@ void bench_rounds() {
                   w.log_text().substr(w.log_text().size() > 2000 ? w.log_text().size() - 2000 : 0).c_str());
       return;
     }
-    const double c1 = cpu_ms(srv), t1cpu = tsrv > 0 ? cpu_ms(tsrv) : 0, f1 = w.fake.cpu_ms();
+    const Cpu c1 = cpu_ms(srv), t1cpu = tsrv > 0 ? cpu_ms(tsrv) : Cpu{};
+    const double f1 = w.fake.cpu_ms();
     convo::eventually([&] { return w.read_state(a) == "idle"; });
     if (rep < 0) continue;
     got_turns++;
-    srv_cpu.push_back((c1 - c0) / rounds);
-    tsrv_cpu.push_back((t1cpu - t0cpu) / rounds);
+    srv_cpu.push_back((c1.self - c0.self) / rounds);
+    tsrv_cpu.push_back((t1cpu.self - t0cpu.self) / rounds);
+    tool_cpu.push_back((t1cpu.children - t0cpu.children) / rounds);
     fake_cpu.push_back((f1 - f0) / (rounds + 1));
     per_round.push_back(ms / rounds);
     // A fresh history for the next turn, so every turn's requests are the same size.
@@ -222,8 +238,10 @@ void bench_rounds() {
     for (int i = 0; i < rounds; i++) spawn_wait({"/bin/true"}, false);
     per_true.push_back(ms_since(t1) / rounds);
     t1 = Clock::now();
+    const double sh0 = children_cpu_ms();
     for (int i = 0; i < rounds; i++) spawn_wait({"/bin/sh", "-c", "true"}, false);
     per_sh.push_back(ms_since(t1) / rounds);
+    sh_cpu.push_back((children_cpu_ms() - sh0) / rounds);
     t1 = Clock::now();
     for (int i = 0; i < rounds; i++) spawn_wait({"/bin/true"}, true);
     per_fork.push_back(ms_since(t1) / rounds);
@@ -241,8 +259,9 @@ void bench_rounds() {
   std::printf("per round (median of %d turns): %.3f ms = %.0f rounds/s\n", reps, r, 1000 / r);
   std::printf("spawn+wait /bin/true:          %.3f ms   -> overhead beyond it: %.3f ms per round\n", t, r - t);
   std::printf("spawn+wait /bin/sh -c true:    %.3f ms   -> overhead beyond it: %.3f ms per round\n", sh, r - sh);
-  std::printf("CPU per round (user+sys, clock ticks): olliesrv %.3f ms, toolsrv with its children %.3f ms\n",
-              median(srv_cpu), median(tsrv_cpu));
+  std::printf("CPU per round (user+sys, clock ticks): olliesrv %.3f ms, toolsrv %.3f ms, the tool (sh -c true) %.3f ms\n"
+              "  (sh -c true alone, spawned by this bench on a quiet machine: %.3f ms)\n",
+              median(srv_cpu), median(tsrv_cpu), median(tool_cpu), median(sh_cpu));
   std::printf("the fake provider's CPU per request (reading it, parsing its JSON body, keeping it, answering): %.3f ms\n",
               median(fake_cpu));
   std::printf("session.json save (temp, fsync, rename) of a mid-turn session: %.3f ms (%zu bytes)\n", median(per_save),

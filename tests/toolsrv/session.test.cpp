@@ -75,6 +75,10 @@ TEST(Session, ToolsListing) {
   const auto catalog = nlohmann::json::parse(f.session->tools("*"));
   EXPECT_GE(catalog.size(), 10u);
   EXPECT_EQ(f.session->tools("nobody"), "[]\n");
+  // Asked again, the same list; a tool loaded since is in the next one.
+  EXPECT_EQ(nlohmann::json::parse(f.session->tools("a1")), list);
+  f.load("flood");
+  EXPECT_EQ(nlohmann::json::parse(f.session->tools("a1")).size(), 3u);
 }
 
 TEST(Session, EchoReplyHasBothStreams) {
@@ -200,8 +204,9 @@ TEST(Session, MetaEditTakesEffectWhenToolsAreListed) {
     return body_stdout(p.get_future().get());
   };
   EXPECT_EQ(run(), "v1\n");
-  write_file(dir + "/t.meta", "{\"description\": \"t\", \"cmd\": \"echo v2\"}\n");
-  EXPECT_NE(s.tools("a1").find("\"name\":\"t\""), std::string::npos);
+  EXPECT_NE(s.tools("a1").find("\"description\":\"t\""), std::string::npos);
+  write_file(dir + "/t.meta", "{\"description\": \"t2\", \"cmd\": \"echo v2\"}\n");
+  EXPECT_NE(s.tools("a1").find("\"description\":\"t2\""), std::string::npos);
   EXPECT_EQ(run(), "v2\n");
 }
 
