@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <set>
+#include <optional>
 #include <stdexcept>
 
 #include "render.hpp"
@@ -101,6 +101,69 @@ std::string credential(const Recorded& r) {
   auto a = h("authorization");
   if (auto sp = a.find(' '); sp != std::string::npos) return a.substr(sp + 1);
   return a;
+}
+
+/// The members `model` and `stream_options` of a request body, the only ones the fake reads: the
+/// body's top level is walked, every other member skipped without being built or decoded (the
+/// conversation and the tools are most of a request's bytes). nullopt when the walk finds no plain
+/// JSON object (or a key with an escape), so the caller parses the whole body instead.
+std::optional<json> read_top_level(std::string_view t) {
+  std::size_t i = 0;
+  const auto ws = [&] {
+    while (i < t.size() && (t[i] == ' ' || t[i] == '\n' || t[i] == '\r' || t[i] == '\t')) i++;
+  };
+  const auto string = [&] {  // at its opening quote; false when it does not end
+    for (i++; i < t.size(); i++) {
+      if (t[i] == '\\') {
+        i++;
+      } else if (t[i] == '"') {
+        i++;
+        return true;
+      }
+    }
+    return false;
+  };
+  const auto value = [&] {  // up to the ',' or '}' that ends it
+    for (int depth = 0; i < t.size();) {
+      const char c = t[i];
+      if (depth == 0 && (c == ',' || c == '}')) return true;
+      if (c == '"') {
+        if (!string()) return false;
+        continue;
+      }
+      if (c == '{' || c == '[') depth++;
+      if (c == '}' || c == ']') depth--;
+      if (depth < 0) return false;
+      i++;
+    }
+    return false;
+  };
+  json out = json::object();
+  ws();
+  if (i == t.size() || t[i++] != '{') return std::nullopt;
+  ws();
+  if (i < t.size() && t[i] == '}') i++;
+  else
+    for (;;) {
+      ws();
+      const auto k = i;
+      if (i == t.size() || t[i] != '"' || !string()) return std::nullopt;
+      const auto key = t.substr(k + 1, i - k - 2);
+      if (key.find('\\') != std::string_view::npos) return std::nullopt;
+      ws();
+      if (i == t.size() || t[i++] != ':') return std::nullopt;
+      const auto v = i;
+      if (!value()) return std::nullopt;
+      if (key == "model" || key == "stream_options") {
+        auto parsed = json::parse(t.substr(v, i - v), nullptr, false);
+        if (parsed.is_discarded()) return std::nullopt;
+        out[std::string(key)] = std::move(parsed);
+      }
+      if (t[i++] == '}') break;
+    }
+  ws();
+  if (i != t.size()) return std::nullopt;
+  return out;
 }
 
 }  // namespace
@@ -268,16 +331,8 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
   RequestInfo info;
   info.path = rec.path;
   info.key = credential(rec);
-  // Only top-level fields are read (model, stream_options): the conversation and the tools,
-  // most of a request's bytes, are scanned but not built, so the fake answers at once.
-  static const std::set<std::string, std::less<>> skipped = {"messages", "tools", "contents", "system", "input",
-                                                              "systemInstruction", "toolConfig"};
-  info.body = json::parse(
-      rec.body,
-      [](int depth, json::parse_event_t event, json& parsed) {
-        return !(depth == 1 && event == json::parse_event_t::key && skipped.count(parsed.get_ref<const std::string&>()));
-      },
-      false);
+  if (auto top = read_top_level(rec.body)) info.body = std::move(*top);
+  else info.body = json::parse(rec.body, nullptr, false);
   if (!info.body.is_object()) info.body = json::object();
   info.model = info.body.value("model", "");
 
