@@ -60,6 +60,13 @@ struct Conn : ::testing::Test {
   }
 };
 
+// The root of a new connection to the server, attached as glenda.
+p9::Result<p9::CFid> glenda_root(testing_support::TestServer& srv) {
+  auto c = p9::Client::dial(srv.addr());
+  if (!c) return c.error();
+  return (*c)->attach("glenda");
+}
+
 }  // namespace
 
 TEST_F(Conn, WritesPastTheConnectionCapAreRefusedUntilBuffersGo) {
@@ -98,9 +105,7 @@ TEST_F(Conn, WritesPastTheConnectionCapAreRefusedUntilBuffersGo) {
 TEST(ConnBuffers, TheRealServerCapsWhatOneConnectionBuffers) {
   auto st = std::make_shared<testing_support::DemoState>();
   testing_support::TestServer srv(testing_support::demo_fs(st));
-  auto c = p9::Client::dial(srv.addr());
-  ASSERT_TRUE(c) << c.ename();
-  auto root = (*c)->attach("glenda");
+  auto root = glenda_root(srv);
   ASSERT_TRUE(root) << root.ename();
   auto sink = [&](const p9::CFid& r) {
     auto f = r.walk("sink");
@@ -120,9 +125,7 @@ TEST(ConnBuffers, TheRealServerCapsWhatOneConnectionBuffers) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.ename(), conn_buffers_full);
 
-  auto other = p9::Client::dial(srv.addr());  // another connection has its own room
-  ASSERT_TRUE(other) << other.ename();
-  auto other_root = (*other)->attach("glenda");
+  auto other_root = glenda_root(srv);  // another connection has its own room
   ASSERT_TRUE(other_root) << other_root.ename();
   auto theirs = sink(*other_root);
   EXPECT_TRUE(theirs.write("z"));
@@ -153,9 +156,7 @@ TEST_F(Conn, AWriteCutOffByARefusedPieceNeverRuns) {
 TEST(ConnBuffers, ARdwrRequestCutOffByARefusedPieceNeverRuns) {
   auto st = std::make_shared<testing_support::DemoState>();
   testing_support::TestServer srv(testing_support::demo_fs(st));
-  auto c = p9::Client::dial(srv.addr());
-  ASSERT_TRUE(c) << c.ename();
-  auto root = (*c)->attach("glenda");
+  auto root = glenda_root(srv);
   ASSERT_TRUE(root) << root.ename();
   auto ctl = root->walk("ctl");
   ASSERT_TRUE(ctl) << ctl.ename();
