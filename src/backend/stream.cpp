@@ -25,6 +25,15 @@ void Stream::cancel() {
 bool StreamControl::start(HttpRequest req, TransferHandler h) {
   std::lock_guard lk(mu_);
   if (closed_) return false;
+  // The end handler runs once the engine has dropped the transfer (on its thread, after this
+  // returns: it takes mu_ first), so a cancel after it has nothing to ask of the engine.
+  h.on_end = [self = weak_from_this(), seq = ++starts_, end = std::move(h.on_end)](const TransferEnd& e) {
+    if (auto c = self.lock()) {
+      std::lock_guard lk(c->mu_);
+      if (c->starts_ == seq) c->current_ = 0;
+    }
+    if (end) end(e);
+  };
   current_ = engine_.start(std::move(req), std::move(h));
   return true;
 }

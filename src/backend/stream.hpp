@@ -15,13 +15,14 @@ namespace ollie::backend {
 
 /// Shared state of one stream; possibly several transfers in a row (token exchange, model
 /// metadata, then the chat).
-class StreamControl {
+class StreamControl : public std::enable_shared_from_this<StreamControl> {
  public:
   StreamControl(HttpEngine& engine, EventSink sink) : engine_(engine), sink_(std::move(sink)) {}
 
   /// Starts a transfer of this stream unless it was cancelled or has ended.
   bool start(HttpRequest req, TransferHandler h);
-  /// Aborts the current transfer; no event is delivered afterwards.
+  /// Aborts the current transfer; no event is delivered afterwards. A transfer that has ended
+  /// is not the engine's any more: cancelling the stream after it costs no wait on the engine.
   void cancel();
   /// Delivers an event; a terminal one (done, error) closes the stream.
   void emit(StreamEvent ev);
@@ -34,7 +35,8 @@ class StreamControl {
   EventSink sink_;
   std::mutex mu_;
   bool closed_ = false;
-  TransferId current_ = 0;
+  TransferId current_ = 0;     ///< the transfer in the engine, 0 once it ended
+  std::uint64_t starts_ = 0;   ///< transfers started, to know whose end clears current_
 };
 
 /// What a provider decoder produces besides the deltas it emits.

@@ -495,6 +495,7 @@ std::atomic<std::uint64_t> temp_counter{0};
 
 struct Store::MessageTexts {
   std::map<std::string, std::vector<std::pair<HistoryMessage, std::string>>> agents;  // by agent id
+  std::atomic<bool> named{false};  ///< session.json is renamed in and its directory synced since
 };
 
 namespace {
@@ -598,12 +599,16 @@ p9::Status Store::save(const SessionRecord& s) {
       texts_.erase(it);
     }
   }
+  // Once this process has renamed a session.json in and synced its directory, a rename over it
+  // needs no fsync of the directory: a crash of the machine keeps one of the two texts, each
+  // whole and fsynced, under the name. The first save of each run syncs the directory.
+  const bool sync_dir = !last || !last->named;
   auto now = std::make_shared<MessageTexts>();
   std::string text = session_text(s, last.get(), *now);
   last.reset();
   {
     std::lock_guard lk(texts_mu_);
-    texts_[s.id] = std::move(now);
+    texts_[s.id] = now;
   }
   std::string tmp = dir + "/.session.json.tmp." + std::to_string(::getpid()) + "." +
                     std::to_string(temp_counter.fetch_add(1));
@@ -623,8 +628,11 @@ p9::Status Store::save(const SessionRecord& s) {
     ::unlink(tmp.c_str());
     return e;
   }
-  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!d || ::fsync(d.fd) != 0) return sys_error(dir);
+  if (sync_dir) {
+    Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!d || ::fsync(d.fd) != 0) return sys_error(dir);
+  }
+  now->named = true;
   return {};
 }
 

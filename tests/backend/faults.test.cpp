@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -172,6 +173,36 @@ TEST_F(BackendStreaming, DestroyingTheStreamCancelsIt) {
   }
   EXPECT_TRUE(closed);
   EXPECT_FALSE(col.snapshot().end.has_value());
+}
+
+TEST_F(BackendStreaming, AStreamThatEndedLetsGoWithoutWaitingOnTheEngine) {
+  // The agent drops each stream once its last event came, on its I/O thread: that must not wait
+  // for the engine thread, which may be busy with other transfers.
+  fake.push({{"text", "done"}});
+  auto b = make_backend(test::fake_settings("openai", fake.url()), engine);
+  Collector col;
+  auto s = (*b)->stream(test::simple_request(), col.sink());
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(col.wait(5s).end.has_value());
+  // Another transfer holds the engine thread in its handler for 2 s.
+  fake.push({{"text", "slow"}});
+  std::atomic<bool> held{false};
+  HttpRequest slow;
+  slow.url = fake.url() + "/v1/chat/completions";
+  slow.body = R"({"model":"fake-model","messages":[],"stream":true})";
+  TransferHandler h;
+  h.on_head = [&](const HttpHead&) {
+    held = true;
+    std::this_thread::sleep_for(2s);
+  };
+  engine.start(std::move(slow), std::move(h));
+  for (int i = 0; i < 500 && !held; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(held);
+  const auto t0 = std::chrono::steady_clock::now();
+  s->cancel();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 1s) << "letting go of an ended stream took "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 
 TEST_F(BackendStreaming, IdleTimeoutIsTransient) {
