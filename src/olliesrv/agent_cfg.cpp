@@ -151,10 +151,10 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
 
 asio::awaitable<p9::Status> write_cfg(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a,
                                       std::string request) {
+  Hold held(*a);  // §2.8.3: any write to a running agent's cfg is refused, a malformed one too
+  if (!held.ok) co_return p9::error("cannot change cfg while agent is running");
   auto w = parse_cfg_write(request);
   if (!w) co_return w.error();
-  Hold held(*a);
-  if (!held.ok) co_return p9::error("cannot change cfg while agent is running");
   Profile profile;
   std::string backend, model, cwd, overrides;
   {

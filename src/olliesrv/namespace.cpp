@@ -55,7 +55,8 @@ std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::str
 
 namespace {
 
-/// A Read handler that answers `session killed` / `agent killed` for a gone object.
+/// A handler that answers `session killed` / `agent killed` for a gone object: for statewait, whose
+/// reads call it again after waiting (the server checks every other operation first, Access::gone).
 template <class F>
 auto alive(F f) {
   return [f](Ctx& c) -> Text {
@@ -174,13 +175,13 @@ virtfs::Node<Ctx> declare() {
   using namespace virtfs;
   auto agent_dir = D::Template(
       "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup), Rename(rename_agent),
-      D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read(alive([](Ctx& c) { return Text(c.agent->id + "\n"); }))),
+      D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read([](Ctx& c) { return Text(c.agent->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the agent's name; write to rename"},
-              Read(alive([](Ctx& c) { return Text(c.agent->current_name() + "\n"); })), Write(rename_agent)),
+              Read([](Ctx& c) { return Text(c.agent->current_name() + "\n"); }), Write(rename_agent)),
       D::Leaf("ctl", Mode{0600}, Owner(agent_owner), Doc{"agent control; verbs: stop kill compact clear inject agent model models backend tools tool_load cwd name systemprompt peeradd peerdel"},
               Rdwr(agent_ctl_file)),
       D::Leaf("cfg", Mode{0644}, Doc{"the effective configuration, key=value; write key=value tokens to change it (idle only)"},
-              Read(alive([](Ctx& c) { return Text(c.agent->cfg_text()); })),
+              Read([](Ctx& c) { return Text(c.agent->cfg_text()); }),
               Write([](Ctx& c, std::string text) -> asio::awaitable<p9::Status> {
                 if (auto st = gone(c); !st) co_return st;
                 co_return co_await write_cfg(c.srv->hub(), c.session, c.agent, std::move(text));
@@ -193,24 +194,18 @@ virtfs::Node<Ctx> declare() {
                         [](Ctx& c) { return c.agent->state_signal(); }),
               Vers([](const Ctx& c) { return static_cast<std::uint32_t>(c.agent->state_signal()->version()); })),
       D::Leaf("stats", Mode{0444}, Doc{"usage, context and cost, key=value"},
-              Read(alive([](Ctx& c) { return Text(c.agent->stats_text()); }))),
+              Read([](Ctx& c) { return Text(c.agent->stats_text()); })),
       D::Leaf("chat", Mode{0440}, Doc{"the rendered transcript: the last 64 KiB, then live, token by token"},
-              Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> {
-                if (auto st = gone(c); !st) return st.error();
-                return c.agent->transcript.chat();
-              }),
+              Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> { return c.agent->transcript.chat(); }),
               Vers(log_vers)),
       D::Leaf("chat.raw", Mode{0440}, Doc{"JSONL: every finalized block, then live partial and finalized blocks"},
-              Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> {
-                if (auto st = gone(c); !st) return st.error();
-                return c.agent->transcript.chat_raw();
-              }),
+              Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> { return c.agent->transcript.chat_raw(); }),
               Vers(log_vers)),
       D::Leaf("log", Mode{0440}, Doc{"the last 64 KiB of the rendered transcript"},
-              Read(alive([](Ctx& c) { return Text(c.agent->transcript.log()); })), Vers(log_vers),
+              Read([](Ctx& c) { return Text(c.agent->transcript.log()); }), Vers(log_vers),
               Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log().size(); })),
       D::Leaf("log.raw", Mode{0440}, Doc{"JSONL of every finalized block"},
-              Read(alive([](Ctx& c) { return Text(c.agent->transcript.log_raw()); })), Vers(log_vers),
+              Read([](Ctx& c) { return Text(c.agent->transcript.log_raw()); }), Vers(log_vers),
               Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log_raw().size(); })),
       D::Leaf("block", Mode{0660}, Doc{"write a block id, read that block as JSON"}, Rdwr(block)),
       plan_file(), peer_dir(), proc_dir());
@@ -218,22 +213,22 @@ virtfs::Node<Ctx> declare() {
   auto session_dir = D::Template(
       "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
       Rename(rename_session),
-      D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read(alive([](Ctx& c) { return Text(c.session->id + "\n"); }))),
+      D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read([](Ctx& c) { return Text(c.session->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
-              Read(alive([](Ctx& c) { return Text(c.session->current_name() + "\n"); })), Write(rename_session)),
+              Read([](Ctx& c) { return Text(c.session->current_name() + "\n"); }), Write(rename_session)),
       D::Leaf("ctl", Mode{0600}, Doc{"session control; verbs: kill save invalidate"}, Rdwr(session_ctl_file)),
       D::Leaf("env", Mode{0600}, Doc{"the tools' environment additions, KEY=VALUE; write KEY=VALUE tokens, KEY= unsets"},
-              Read(alive([](Ctx& c) { return Text(read_env(*c.session)); })),
+              Read([](Ctx& c) { return Text(read_env(*c.session)); }),
               Write([](Ctx& c, std::string text) { return write_env(*c.session, text); })),
       D::Leaf("goal", Mode{0644}, Doc{"the session's goal, exactly as last written; a write sets it and submits it to the agent conductor"},
-              Read(alive([](Ctx& c) { return Text(read_goal(*c.session)); })),
+              Read([](Ctx& c) { return Text(read_goal(*c.session)); }),
               Write(set_goal)),
       session_bypass_file(),
       D::Dir("agent", Mode{0555}, Doc{"the session's agents"},
              D::Leaf("new", Mode{0666}, Doc{"create an agent: name= cwd= agent= backend= model= parent=; reply: its id; with timeout= prompt=<rest>: a sub-agent's answer"},
                      Rdwr(agent_new)),
              D::Leaf("idx", Mode{0444}, Doc{"name id state profile backend model cwd parent, one agent per line"},
-                     Read(alive([](Ctx& c) { return Text(agent_idx(c)); }))),
+                     Read([](Ctx& c) { return Text(agent_idx(c)); })),
              std::move(agent_dir)));
 
   return D::Dir("/", Mode{0555}, Doc{"the olliesrv namespace"}, root_files(),

@@ -130,6 +130,7 @@ p9::Status Olliesrv::start() {
   access.auth = [this](const std::string& u, const std::string& a) { return impl_->identity.auth(u, a); };
   access.attach = [this](const virtfs::AttachRequest& r) { return impl_->identity.attach(r); };
   access.root = [this](const virtfs::Principal& who) { return Ctx{this, who}; };
+  access.gone = gone;
   p9::ServerOptions sopt;
   if (m.opt.max_connections) sopt.max_connections = *m.opt.max_connections;
   m.server = std::make_unique<p9::Server>(m.pool.contexts(),

@@ -300,7 +300,7 @@ constexpr virtfs::Verb<Reply (*)(AgentCall&, const virtfs::Command&)> agent_verb
     {.name = "tools", .self = Self::yes, .run = verb_tools},
     {.name = "tool_load", .synopsis = "<name>...", .min_args = 1, .max_args = virtfs::MANY, .self = Self::yes,
      .run = verb_tool_load},
-    {.name = "cwd", .synopsis = "[dir|-]", .max_args = 1, .self = Self::query, .idle = Idle::set, .run = verb_cwd},
+    {.name = "cwd", .synopsis = "[dir | -]", .max_args = 1, .self = Self::query, .idle = Idle::set, .run = verb_cwd},
     {.name = "name", .synopsis = "[new]", .max_args = 1, .self = Self::query, .run = verb_name},
     {.name = "systemprompt", .self = Self::yes, .run = verb_systemprompt},
     {.name = "peeradd", .synopsis = "<name>", .min_args = 1, .max_args = 1, .run = verb_peeradd},

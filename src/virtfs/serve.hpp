@@ -39,6 +39,10 @@ struct Access {
   std::function<p9::Result<Principal>(const AttachRequest&)> attach;
   /// The context handlers of the root see for a principal.
   std::function<Ctx(const Principal&)> root;
+  /// Whether the object a context stands in is gone (spec §1.5): every operation on its fids
+  /// answers this error, but a Stream read (EOF, from its cursor), a reply an Rdwr fid already
+  /// holds (served to its end) and Tclunk (always frees the fid).
+  std::function<p9::Status(const Ctx&)> gone = [](const Ctx&) { return p9::Status{}; };
 };
 
 inline constexpr auto BLOCKONCE_HEARTBEAT = std::chrono::seconds(5);
@@ -80,6 +84,7 @@ class Adapter : public p9::FileServer {
 
   p9::Status walk1(p9::Fid& fid, const std::string& name) override {
     auto h = handle(fid);
+    if (auto st = access_.gone(h->ctx); !st) return st;
     if (!(perm(*h) & 1)) return p9::error(p9::err::permission_denied);
     std::shared_ptr<Handle> next;
     if (name == "..") {
@@ -101,6 +106,7 @@ class Adapter : public p9::FileServer {
 
   p9::Status open(p9::Fid& fid, std::uint8_t mode) override {
     auto h = handle(fid);
+    if (auto st = access_.gone(h->ctx); !st) return st;
     const auto& n = *h->node;
     std::uint8_t rw = mode & 3;
     int p = perm(*h);
@@ -124,6 +130,7 @@ class Adapter : public p9::FileServer {
 
   p9::Result<std::vector<p9::Dir>> readdir(p9::Fid& fid) override {
     auto h = handle(fid);
+    if (auto st = access_.gone(h->ctx); !st) return st.error();
     std::vector<p9::Dir> out;
     for (auto& c : h->node->children) {
       if (c.is_template) {
@@ -212,6 +219,7 @@ class Adapter : public p9::FileServer {
     if (p9::is_null_wstat(d)) return {};
     if (fid.qid.type & p9::QTAUTH) return p9::error(p9::err::wstat_not_supported);
     auto h = handle(fid);
+    if (auto st = access_.gone(h->ctx); !st) return st;
     p9::Dir only_name = p9::Dir::null();
     only_name.name = d.name;
     if (!d.name.empty() && d == only_name) {
@@ -241,7 +249,9 @@ class Adapter : public p9::FileServer {
       d.uid = d.gid = d.muid = fid.uid;
       return d;
     }
-    return dir_of(*handle(fid));
+    auto h = handle(fid);
+    if (auto st = access_.gone(h->ctx); !st) return st.error();
+    return dir_of(*h);
   }
 
  private:
@@ -313,6 +323,9 @@ class Adapter : public p9::FileServer {
       o.pending = false;
       return p9::Result<std::string>(p9::error(std::exchange(o.broken, {})));
     }
+    const bool held = n.rdwr && o.reply && !o.pending && !o.running;  // served to its end
+    if (!n.stream && !held)
+      if (auto st = access_.gone(h->ctx); !st) return p9::Result<std::string>(st.error());
     if (n.rdwr) {
       if (o.running || o.pending || (!o.reply && n.default_request)) return std::nullopt;
       if (!o.reply) return std::string();  // never written, no default request
@@ -354,6 +367,7 @@ class Adapter : public p9::FileServer {
       return static_cast<std::uint32_t>(data.size());
     }
     auto h = handle(fid);
+    if (auto st = access_.gone(h->ctx); !st) return st.error();
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     if (h->node->stream && o.started) return p9::error("filter already set");
     if (o.reply) {  // a new request after a reply: the old reply is gone

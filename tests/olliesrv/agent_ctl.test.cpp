@@ -151,6 +151,7 @@ TEST(AgentCtl, IdleOnlyVerbsAreRefusedDuringATurn) {
   EXPECT_EQ(ctl(w, a, "agent observer"), "error: cannot agent while agent is running");
   EXPECT_EQ(ctl(w, a, "cwd /tmp"), "error: cannot cwd while agent is running");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.5").ename(), "cannot change cfg while agent is running");
+  EXPECT_EQ(w.write(a + "/cfg", "temperature=hot").ename(), "cannot change cfg while agent is running");  // any write
   // Queries, renames and the verbs that are not idle-only still work.
   EXPECT_EQ(ctl(w, a, "model"), "fake-model\n");
   EXPECT_EQ(ctl(w, a, "agent"), "default\n");

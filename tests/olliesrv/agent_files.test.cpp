@@ -363,8 +363,57 @@ TEST(AgentFiles, AKilledAgentsFilesSayAgentKilledAndItsStreamsEnd) {
   EXPECT_EQ(plan.read(100).ename(), "agent killed");
   EXPECT_EQ(fifo.read(100).ename(), "agent killed");
   EXPECT_EQ(stat.read(100).ename(), "agent killed");
-  ASSERT_TRUE(ctl.write("term"));
-  EXPECT_EQ(ctl.clunk().ename(), "agent killed");
+  EXPECT_EQ(ctl.write("term").ename(), "agent killed");
+  EXPECT_TRUE(ctl.clunk());
+}
+
+TEST(AgentFiles, EveryOperationOnAKilledObjectsFidsButAStreamReadAHeldReplyAndClunkIsRefused) {
+  // §1.5: walk, open, stat, wstat, read and write on fids of a killed agent answer `agent killed`,
+  // on the session's other files `session killed`; chat ends, the held `killed` reply is served
+  // to its end, and Tclunk frees every fid.
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  Conn c(w);
+  auto sdir = c.root.walk(s);
+  auto adir = c.root.walk(a);
+  auto stats_unopened = c.root.walk(a + "/stats");
+  auto name_unopened = c.root.walk(s + "/name");
+  ASSERT_TRUE(sdir && adir && stats_unopened && name_unopened);
+  auto chat = c.open(a + "/chat", p9::OREAD);
+  auto log = c.open(a + "/log", p9::OREAD);
+  auto prompt = c.open(a + "/prompt", p9::OWRITE);
+  auto block = c.open(a + "/block", p9::ORDWR);
+  auto agents = c.open(s + "/agent/idx", p9::OREAD);
+  ASSERT_TRUE(log.read(1));  // a snapshot taken before the kill is not served after it
+  auto ctl = c.open(s + "/ctl", p9::ORDWR);
+  ASSERT_TRUE(ctl.write("kill"));
+  EXPECT_EQ(*ctl.read(3), "kil");
+  EXPECT_EQ(*ctl.read(100), "led\n");  // the held reply, to its end
+  EXPECT_EQ(*ctl.read(100), "");
+
+  EXPECT_EQ(adir->walk("stats").ename(), "agent killed");
+  EXPECT_EQ(sdir->walk("agent/main").ename(), "session killed");
+  EXPECT_EQ(sdir->walk("id").ename(), "session killed");
+  EXPECT_EQ(stats_unopened->open(p9::OREAD).ename(), "agent killed");
+  EXPECT_EQ(name_unopened->open(p9::OREAD).ename(), "session killed");
+  EXPECT_EQ(stats_unopened->stat().ename(), "agent killed");
+  EXPECT_EQ(name_unopened->stat().ename(), "session killed");
+  EXPECT_EQ(adir->stat().ename(), "agent killed");
+  p9::Dir touch = p9::Dir::null();
+  touch.mtime = 1;
+  EXPECT_EQ(name_unopened->wstat(touch).ename(), "session killed");
+  EXPECT_EQ(log.read(100).ename(), "agent killed");
+  EXPECT_EQ(agents.read(100).ename(), "session killed");
+  EXPECT_EQ(prompt.write("anyone?").ename(), "agent killed");
+  EXPECT_EQ(block.write("00000001").ename(), "agent killed");
+  EXPECT_EQ(block.read(100).ename(), "agent killed");
+  World::read_until(chat, "\x01");
+  auto eof = chat.read(100);
+  ASSERT_TRUE(eof) << "the chat stream ends: " << eof.ename();
+  EXPECT_EQ(*eof, "");
+  for (auto* f : {&chat, &log, &prompt, &block, &agents, &ctl}) EXPECT_TRUE(f->clunk());
+  for (auto* f : {&*sdir, &*adir, &*stats_unopened, &*name_unopened}) EXPECT_TRUE(f->clunk());
 }
 
 TEST(AgentFiles, PeeraddLinksBothWaysAndPeerdelUnlinks) {
