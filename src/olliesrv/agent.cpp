@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "compaction.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "session.hpp"
@@ -75,9 +76,10 @@ std::string Agent::stats_text() const {
   out += "cacheCreation=" + std::to_string(t.cache_creation) + "\n";
   out += "requests=" + std::to_string(t.requests) + "\n";
   out += std::string("estimated=") + (t.estimated ? "true" : "false") + "\n";
-  out += "contextTokens=" + std::to_string(stats.context_tokens) + "\n";
+  const std::int64_t tokens = estimate_tokens(system_prompt, history);  // §8.5.1, as of now
+  out += "contextTokens=" + std::to_string(tokens) + "\n";
   out += "contextLength=" + std::to_string(len) + "\n";
-  out += "contextPercent=" + std::to_string(stats.context_tokens * 100 / len) + "\n";
+  out += "contextPercent=" + std::to_string(tokens * 100 / len) + "\n";
   out += "costLast=" + money(t.cost_last) + "\n";
   out += "costSession=" + money(t.cost_session) + "\n";
   return out;
@@ -339,7 +341,6 @@ void Agent::use_backend(const std::string& b, std::shared_ptr<backend::Backend> 
 void Agent::clear() {
   std::lock_guard lock(mu);
   history.clear();
-  stats.context_tokens = 0;
 }
 
 void Agent::kill() {

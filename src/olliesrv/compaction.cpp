@@ -126,7 +126,6 @@ asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap
     for (const char* tier : {"cold", "warm"}) {
       std::lock_guard lock(a.mu);
       pruned += prune(a.history, hot, tier);
-      a.stats.context_tokens = estimate_tokens(system, a.history);
       enough = why == Trigger::threshold && !over_trigger(estimate_tokens(system, a.history), context, percent);
       if (enough) break;
     }
@@ -178,7 +177,6 @@ asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap
     replaced = a.history.size() == snapshot.size();  // else changed meanwhile: the caller owns it, so never
     if (replaced) {
       replace_old(a.history, hot, a.user_prompts, sm);
-      a.stats.context_tokens = estimate_tokens(a.system_prompt, a.history);
     }
   }
   if (!replaced) co_return fail("history changed during compaction");

@@ -116,7 +116,10 @@ bool same_tools(const std::vector<ToolInfo>& a, const std::vector<ToolInfo>& b) 
 /// The state of one running turn.
 class Turn {
  public:
-  Turn(std::shared_ptr<Agent> a, std::shared_ptr<Session> s) : a_(std::move(a)), s_(std::move(s)) {}
+  Turn(std::shared_ptr<Agent> a, std::shared_ptr<Session> s) : a_(std::move(a)), s_(std::move(s)) {
+    std::lock_guard lock(a_->mu);
+    cache_epoch_ = a_->results_epoch;
+  }
 
   asio::awaitable<void> run(Submission sub);
   /// A summary request (§8.5.3 step 4): streamed without blocks, retried as §8.2 says, counted.
@@ -170,6 +173,7 @@ class Turn {
   bool quiet_ = false;                     ///< a summary request streams: no blocks, no history
   bool overflow_compacted_ = false;        ///< §8.2: one compaction per turn for a context overflow
   ResultCache cache_;                      ///< §8.3.3: this turn's results
+  std::uint64_t cache_epoch_ = 0;          ///< the agent's results_epoch cache_ belongs to
   int rounds_ = 0, streak_ = 0;            ///< tool rounds of the turn; failed rounds in a row
   std::vector<std::string> loaded_;        ///< the names of the tools of this request
 };
@@ -423,7 +427,6 @@ void Turn::fill_messages_locked(backend::ChatRequest& req) {
   Agent& a = *a_;
   req.messages.clear();
   for (const auto& m : a.history) req.messages.push_back(m.msg);
-  a.stats.context_tokens = estimate_tokens(req.system, a.history);
 }
 
 asio::awaitable<void> Turn::before_request() {
@@ -771,6 +774,13 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
   // §8.3.3: a hit is served when its path's stamp is unchanged; a miss that succeeds is stored
   // with the stamp taken before it ran.
   const auto stamp = co_await stamps(batch, source);
+  {
+    std::lock_guard lock(a_->mu);
+    if (a_->results_epoch != cache_epoch_) {  // a session `invalidate` since (§3.2): serve nothing kept
+      cache_epoch_ = a_->results_epoch;
+      cache_.clear();
+    }
+  }
   std::vector<bool> store(n, false);
   for (std::size_t i = 0; i < n; i++) {
     if (batch[i].preset) {

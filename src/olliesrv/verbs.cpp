@@ -45,8 +45,12 @@ Reply session_save(SessionCall& c, const virtfs::Command&) {
 }
 
 // Re-syncs with toolsrv (§3.2): a rescan, then every agent's tool list fetched again and its
-// system prompt rendered again. olliesrv keeps no tool-result cache to clear.
+// system prompt rendered again; a running turn serves nothing from its result cache after it.
 Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
+  for (const auto& a : c.s->agents()) {
+    std::lock_guard lock(a->mu);
+    a->results_epoch++;
+  }
   (void)co_await c.s->host->catalog();  // `tools *` rescans the tool directories
   for (const auto& a : c.s->agents()) {
     {

@@ -66,6 +66,17 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
   EXPECT_NE(stats->find("input=120\noutput=9\n"), std::string::npos) << *stats;
   EXPECT_NE(stats->find("requests=1\n"), std::string::npos) << *stats;
   EXPECT_NE(stats->find("contextLength=65536\n"), std::string::npos) << *stats;
+  // §8.5.1 as of now: what the request sent (system prompt and prompt) and the answer, bytes / 4.
+  {
+    const auto sent = request_body(w, 0);
+    std::size_t bytes = std::string("Hello there, how can I help?").size();
+    for (auto& m : sent["messages"]) bytes += m["content"].get<std::string>().size();
+    EXPECT_NE(stats->find("contextTokens=" + std::to_string(bytes / 4) + "\n"), std::string::npos) << *stats;
+    ASSERT_EQ(*w.rdwr(a + "/ctl", "clear"), "cleared\n");  // the system prompt stays
+    const auto system = sent["messages"][0]["content"].get<std::string>().size();
+    auto now = w.read(a + "/stats");
+    EXPECT_NE(now->find("contextTokens=" + std::to_string(system / 4) + "\n"), std::string::npos) << *now;
+  }
   // The request carried the system prompt and the tools of the default profile.
   auto body = request_body(w, 0);
   ASSERT_TRUE(body.is_object());

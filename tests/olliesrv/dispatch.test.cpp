@@ -146,6 +146,25 @@ TEST(ResultCache, AFileChangedBehindTheAgentsBackIsReadAgain) {
   EXPECT_EQ(results[3], "alpha\nmore");
 }
 
+TEST(ResultCache, ASessionInvalidateMidTurnEmptiesIt) {
+  ProbeWorld p;
+  write_file(p.w.project + "/a.txt", "alpha\n");
+  p.w.fake.push(round(json::array({call("r1", "probe", {{"path", "a.txt"}})})));
+  json second = round(json::array({call("r2", "probe", {{"path", "a.txt"}})}));
+  second["delay_ms"] = 1500;  // the window for `invalidate`, between the two reads
+  p.w.fake.push(second);
+  p.w.fake.push(round(json::array({call("r3", "probe", {{"path", "a.txt"}})})));
+  p.w.fake.push({{"text", "done"}});
+  const auto before = chat_requests(p.w);
+  ASSERT_TRUE(p.w.write(p.a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(p.w) == before + 2; }));
+  EXPECT_EQ(*p.w.rdwr("session/work/ctl", "invalidate"), "ok\n");
+  ASSERT_TRUE(eventually([&] { return chat_requests(p.w) == before + 4; }));
+  ASSERT_TRUE(p.w.wait_state(p.a, "idle"));
+  EXPECT_EQ(p.runs(), 2u);  // r1, and r2 after the invalidate; r3 is a hit again
+  EXPECT_EQ(contents(p.w, p.a, "tool", "probe"), std::vector<std::string>(3, "alpha\n"));
+}
+
 TEST(Safety, FiveFailedRoundsInARowNudgeAndTenAbortTheTurn) {
   World w;
   write_file(w.project + "/a.txt", "alpha\n");
