@@ -444,7 +444,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (f.is_open()) return fail(req, err::already_open);
     if (t.mode & ~(3 | OTRUNC | ORCLOSE)) return fail(req, err::bad_mode);
     std::uint8_t rw = t.mode & 3;
-    if (f.is_dir() && ((rw != OREAD && rw != OEXEC) || (t.mode & (OTRUNC | ORCLOSE))))
+    if (f.is_dir() && ((rw != OREAD && rw != OEXEC) || (t.mode & OTRUNC)))  // ORCLOSE: the server's call
       return fail(req, err::is_directory);
     if (is_auth(f)) return fail(req, err::bad_mode);
     if (auto st = fs_->open(f, t.mode); !st) return fail(req, st.ename());
@@ -456,8 +456,6 @@ class Conn : public std::enable_shared_from_this<Conn> {
     const Fcall& t = req->t;
     Fid& f = *req->fid;
     if (f.is_open()) return fail(req, err::already_open);
-    if (!f.is_dir()) return fail(req, "create in non-directory");
-    if (t.name == "." || t.name == "..") return fail(req, "illegal name: " + t.name);
     if (auto st = fs_->create(f, t.name, t.perm, t.mode); !st) return fail(req, st.ename());
     f.omode = t.mode;
     respond(req, opened(t, f));

@@ -88,6 +88,9 @@ class FileServer {
   virtual Result<Dir> stat(Fid& fid) = 0;
   /// Default: accepts a wstat that changes nothing, else `wstat not supported`.
   virtual Status wstat(Fid& fid, const Dir& changes);
+  /// Any Tcreate on a fid not open. Default: `create not supported`, whatever the fid and name
+  /// (spec §1.5: not supported anywhere); a server that creates checks that the fid is a
+  /// directory and the name is neither `.` nor `..`.
   virtual Status create(Fid& fid, const std::string& name, std::uint32_t perm, std::uint8_t mode);
   virtual Status remove(Fid& fid);
 };

@@ -127,7 +127,7 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
 std::string unknown_tool(const std::string& name, const std::vector<ToolInfo>& catalog) {
   std::string out = "error: unknown tool: " + name;
   for (const auto& t : catalog)
-    if (t.name == name && t.error.empty()) return out + "; it exists but is not loaded: call tool_load with " + name + " first";
+    if (t.name == name) return out + "; it exists but is not loaded: call tool_load with " + name + " first";
   std::vector<std::string> near;
   const auto n = normalized(name);
   for (const auto& t : catalog)

@@ -329,6 +329,12 @@ TEST_F(Server9p, RemoveAndCreateAreRefusedAndRemoveClunks) {
   cr.name = "new";
   cr.perm = 0666;
   EXPECT_EQ(c->rpc(cr).ename, "create not supported");
+  ASSERT_EQ(c->walk(0, 2, {"hello"}).type, Rwalk);  // on a file, and named `..`: the same answer
+  cr.fid = 2;
+  EXPECT_EQ(c->rpc(cr).ename, "create not supported");
+  cr.fid = 1;
+  cr.name = "..";
+  EXPECT_EQ(c->rpc(cr).ename, "create not supported");
 }
 
 TEST_F(Server9p, NoOpWstatSucceedsOtherWstatFails) {

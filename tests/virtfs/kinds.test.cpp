@@ -370,6 +370,8 @@ TEST_F(Kinds, OwnerOfANodeGetsTheOwnerBits) {
 TEST_F(Kinds, ORCLOSEIsRefused) {
   ASSERT_EQ(c->walk(0, 1, {"note"}).type, Rwalk);
   EXPECT_EQ(c->open(1, OWRITE | ORCLOSE).ename, "permission denied");
+  ASSERT_EQ(c->walk(0, 2, {}).type, Rwalk);  // a directory opened to read, with ORCLOSE: the same
+  EXPECT_EQ(c->open(2, OREAD | ORCLOSE).ename, "permission denied");
 }
 
 // ---- wstat ----------------------------------------------------------------------------------

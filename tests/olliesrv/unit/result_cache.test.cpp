@@ -84,3 +84,13 @@ TEST(PlanReminder, WrapsTheTrimmedPlanAndIsEmptyForABlankOne) {
   EXPECT_EQ(plan_reminder(" \t\n\n"), "");
   EXPECT_EQ(plan_reminder(""), "");
 }
+
+// §8.3.5: the hint names a tool the catalog has by exactly that name, valid or not (tool_load
+// then says why an invalid one cannot load); near names are only valid ones.
+TEST(UnknownTool, ACatalogNameGetsTheLoadHintEvenWhenTheToolIsInvalid) {
+  const std::vector<ToolInfo> catalog = {{.name = "lsp_hover", .error = "not available on this host"},
+                                         {.name = "file_read", .description = "reads a file"}};
+  EXPECT_EQ(unknown_tool("lsp_hover", catalog),
+            "error: unknown tool: lsp_hover; it exists but is not loaded: call tool_load with lsp_hover first");
+  EXPECT_EQ(unknown_tool("File-Read", catalog), "error: unknown tool: File-Read; did you mean: file_read?");
+}
