@@ -126,8 +126,8 @@ std::shared_ptr<const std::vector<CatalogEntry>> refreshed(const std::vector<Cat
   return out;
 }
 
-nlohmann::json catalog_json(const std::vector<CatalogEntry>& entries) {
-  auto list = nlohmann::json::array();
+nlohmann::ordered_json catalog_json(const std::vector<CatalogEntry>& entries) {
+  auto list = nlohmann::ordered_json::array();
   for (const auto& e : entries) {
     if (e.tool) list.push_back(tool_json(*e.tool));
     else list.push_back({{"name", e.name}, {"error", e.error}});
@@ -172,9 +172,9 @@ bool Registry::loaded(const std::string& agent, const std::string& name) const {
   return it != loaded_.end() && it->second.count(name) > 0;
 }
 
-nlohmann::json Registry::agent_json(const std::string& agent, const std::vector<CatalogEntry>& catalog,
-                                    std::vector<std::string>* dropped) const {
-  auto list = nlohmann::json::array();
+nlohmann::ordered_json Registry::agent_json(const std::string& agent, const std::vector<CatalogEntry>& catalog,
+                                            std::vector<std::string>* dropped) const {
+  auto list = nlohmann::ordered_json::array();
   const auto it = loaded_.find(agent);
   if (it == loaded_.end()) return list;
   for (const auto& name : it->second) {  // std::set: sorted by name

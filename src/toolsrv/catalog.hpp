@@ -56,7 +56,7 @@ std::shared_ptr<const std::vector<CatalogEntry>> refreshed(const std::vector<Cat
 
 /// The catalog listing of `tools *`, sorted by name: valid tools as tool_json, the others as
 /// `{"name":..,"error":..}`.
-nlohmann::json catalog_json(const std::vector<CatalogEntry>& entries);
+nlohmann::ordered_json catalog_json(const std::vector<CatalogEntry>& entries);
 
 /// Per-agent sets of loaded tool names. Tool definitions are not kept: the listing of an agent
 /// comes from a fresh scan, so `.meta` edits take effect without a restart.
@@ -76,7 +76,7 @@ class Registry {
   bool loaded(const std::string& agent, const std::string& name) const;
   /// The agent's tools in a fresh catalog, sorted by name, as the `tools <agent>` JSON array;
   /// a loaded tool that became invalid is left out (and named in `dropped`).
-  nlohmann::json agent_json(const std::string& agent, const std::vector<CatalogEntry>& catalog,
+  nlohmann::ordered_json agent_json(const std::string& agent, const std::vector<CatalogEntry>& catalog,
                             std::vector<std::string>* dropped) const;
 
  private:

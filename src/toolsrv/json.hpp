@@ -9,8 +9,9 @@
 
 namespace toolsrv {
 
-inline std::string json_text(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+/// Members keep the order they were written in.
+inline std::string json_text(const nlohmann::ordered_json& value) {
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace toolsrv

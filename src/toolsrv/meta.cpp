@@ -214,8 +214,8 @@ Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string
   return t;
 }
 
-nlohmann::json tool_json(const Tool& tool) {
-  json j = {{"name", tool.name},         {"description", tool.description},
+nlohmann::ordered_json tool_json(const Tool& tool) {  // the members in §6.4's order
+  nlohmann::ordered_json j = {{"name", tool.name},         {"description", tool.description},
             {"prompt", tool.prompt},     {"parameters", tool.args},
             {"scope", scope_name(tool.scope)}, {"tier", tool.tier}};
   if (tool.output_format) j["outputFormat"] = *tool.output_format;

@@ -61,6 +61,6 @@ inline constexpr std::string_view not_available_error = "not available on this h
 
 /// The tool as listed by `tools` (§6.4): name, description, prompt, parameters, scope, tier,
 /// outputFormat (when set), timeout.
-nlohmann::json tool_json(const Tool& tool);
+nlohmann::ordered_json tool_json(const Tool& tool);
 
 }  // namespace toolsrv

@@ -276,7 +276,7 @@ std::string Session::tools(const std::string& request) {
   if (request == "*") return json_text(catalog_json(*scan())) + "\n";
   const auto catalog = catalog_for(request);
   std::vector<std::string> dropped;
-  nlohmann::json list;
+  nlohmann::ordered_json list;
   {
     std::lock_guard lock(mu_);
     list = registry_.agent_json(request, *catalog, &dropped);

@@ -23,8 +23,8 @@ TEST(BypassBroker, PendingAllowDeny) {
   auto reader = b.open_pending();
   b.request("a1", "shell", {{"cmd", "rm"}}, "/w", true, [&](BypassDecision d) { d2 = d; });
   EXPECT_EQ(b.read_pending(reader),
-            "{\"agent\":\"a1\",\"args\":{\"cmd\":\"ls\"},\"background\":false,\"cwd\":\"/w\",\"id\":\"1\",\"tool\":\"shell\"}\n"
-            "{\"agent\":\"a1\",\"args\":{\"cmd\":\"rm\"},\"background\":true,\"cwd\":\"/w\",\"id\":\"2\",\"tool\":\"shell\"}\n");
+            "{\"id\":\"1\",\"agent\":\"a1\",\"tool\":\"shell\",\"args\":{\"cmd\":\"ls\"},\"cwd\":\"/w\",\"background\":false}\n"
+            "{\"id\":\"2\",\"agent\":\"a1\",\"tool\":\"shell\",\"args\":{\"cmd\":\"rm\"},\"cwd\":\"/w\",\"background\":true}\n");  // §6.9.1's order
   EXPECT_EQ(b.read_pending(reader), "");
   EXPECT_TRUE(b.resolve("1 allow\n2 deny\n"));
   ASSERT_TRUE(d1 && d2);
@@ -49,7 +49,7 @@ TEST(BypassBroker, TimeoutDeniesAndSaysSo) {
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.reason, "timeout");
   const auto lines = b.read_pending(reader);
-  EXPECT_NE(lines.find("{\"id\":\"1\",\"reason\":\"timeout\",\"resolved\":\"deny\"}\n"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("{\"id\":\"1\",\"resolved\":\"deny\",\"reason\":\"timeout\"}\n"), std::string::npos) << lines;
 }
 
 TEST(BypassBroker, WithdrawnRequestIsReported) {
@@ -185,7 +185,7 @@ TEST(BypassBroker, ResolvedRequestLinesAreDroppedAndTheLogIsBounded) {
   const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
   EXPECT_LE(lines, bypass_log_max);
   EXPECT_GT(lines, bypass_log_max - 8);
-  EXPECT_EQ(text.substr(text.rfind('{')), "{\"id\":\"2999\",\"reason\":\"withdrawn\",\"resolved\":\"deny\"}\n");
+  EXPECT_EQ(text.substr(text.rfind('{')), "{\"id\":\"2999\",\"resolved\":\"deny\",\"reason\":\"withdrawn\"}\n");
 }
 
 // A reader further behind than the cap still gets every request that is unresolved, once.
@@ -195,8 +195,8 @@ TEST(BypassBroker, AReaderBehindTheCapStillGetsEveryPendingRequest) {
   const auto kept = b.request("a1", "t", {{"cmd", "keep"}}, "/w", false, [](BypassDecision) {});
   for (int i = 0; i < 2000; ++i) ASSERT_TRUE(b.withdraw(b.request("a1", "t", {{"cmd", "go"}}, "/w", false, [](BypassDecision) {})));
   const auto text = b.read_pending(reader);
-  const auto line = "{\"agent\":\"a1\",\"args\":{\"cmd\":\"keep\"},\"background\":false,\"cwd\":\"/w\",\"id\":\"" +
-                    std::to_string(kept) + "\",\"tool\":\"t\"}\n";
+  const auto line = "{\"id\":\"" + std::to_string(kept) +
+                    "\",\"agent\":\"a1\",\"tool\":\"t\",\"args\":{\"cmd\":\"keep\"},\"cwd\":\"/w\",\"background\":false}\n";
   ASSERT_NE(text.find(line), std::string::npos);
   EXPECT_EQ(text.find(line, text.find(line) + 1), std::string::npos);
   EXPECT_EQ(b.read_pending(reader), "");

@@ -32,7 +32,7 @@ TEST(Meta, DefaultsApplied) {
   EXPECT_EQ(t->exe_path, "/d/t");
   EXPECT_FALSE(t->cmd);
   EXPECT_EQ(tool_json(*t).dump(),
-            R"({"description":"D.","name":"t","parameters":{"properties":{},"type":"object"},"prompt":"D.","scope":"global","tier":"hot","timeout":30})");
+            R"({"name":"t","description":"D.","prompt":"D.","parameters":{"properties":{},"type":"object"},"scope":"global","tier":"hot","timeout":30})");
 }
 
 TEST(Meta, InvalidFilesNamed) {
