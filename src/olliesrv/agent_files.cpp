@@ -28,7 +28,6 @@ p9::Status queue_full() { return p9::error("prompt queue full"); }
 // ---- fifo (§2.8.5) -----------------------------------------------------------------------------
 
 Text read_fifo(Ctx& c) {
-  if (auto st = gone(c); !st) return st.error();
   auto head = c.agent->pop_queued();
   return head ? head->text : std::string();
 }
@@ -65,7 +64,6 @@ p9::Status write_feed(Ctx& c, std::string text) {
 // ---- plan (§2.8.6) -----------------------------------------------------------------------------
 
 Text read_plan(Ctx& c) {
-  if (auto st = gone(c); !st) return st.error();
   std::lock_guard lock(c.agent->mu);
   return c.agent->plan;
 }

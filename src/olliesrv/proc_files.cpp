@@ -108,7 +108,6 @@ class RemoteStream : public virtfs::Cursor {
 
 template <const char* File>
 p9::Result<std::shared_ptr<virtfs::Cursor>> open_stream(Ctx& c) {
-  if (auto st = gone(c); !st) return st.error();
   c.proc->touch();
   return std::shared_ptr<virtfs::Cursor>(std::make_shared<RemoteStream>(c.agent, host_of(c), c.proc, path_of(*c.proc, File)));
 }
@@ -119,7 +118,6 @@ constexpr char wait_name[] = "wait";
 // ---- stat and ctl ------------------------------------------------------------------------------
 
 asio::awaitable<Text> read_stat(Ctx& c) {
-  if (auto st = gone(c); !st) co_return st.error();
   c.proc->touch();
   auto f = co_await host_of(c)->open(c.proc->instance, path_of(*c.proc, "stat"), p9::OREAD);
   if (!f) co_return no_such_process(c);
