@@ -28,7 +28,10 @@ std::pair<std::string_view, std::string_view> split_verb(std::string_view reques
   return {request.substr(0, end), request.substr(end)};
 }
 
-p9::Error unknown(std::string_view verb) { return p9::error("unknown command: " + std::string(verb)); }
+p9::Error unknown(std::string_view verb, Caller who) {
+  if (who.self) return p9::error(p9::err::permission_denied);
+  return p9::error("unknown command: " + std::string(verb));
+}
 
 p9::Result<Command> check(const Rules& r, std::string_view rest, bool one_line, Caller who) {
   Command c{std::string(r.name), {}, r.synopsis};

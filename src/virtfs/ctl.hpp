@@ -80,7 +80,8 @@ struct Rules {
 std::pair<std::string_view, std::string_view> split_verb(std::string_view request);
 /// The arguments of `rest` by the row's rules, checked against them and the caller.
 p9::Result<Command> check(const Rules& r, std::string_view rest, bool one_line, Caller who);
-p9::Error unknown(std::string_view verb);
+/// `unknown command: <verb>`; to self `permission denied` (§1.6: anything but its verbs).
+p9::Error unknown(std::string_view verb, Caller who);
 std::string_view trim(std::string_view s);
 
 template <class Fn>
@@ -92,7 +93,7 @@ p9::Result<Matched<Fn>> match(std::span<const Verb<Fn>> table, std::string_view 
     if (!c) return c.error();
     return Matched<Fn>{&v, std::move(*c)};
   }
-  return unknown(verb);
+  return unknown(verb, who);
 }
 
 }  // namespace detail

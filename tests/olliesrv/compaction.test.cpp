@@ -278,6 +278,9 @@ TEST(Compaction, StopDuringAnAutomaticSummaryOrARetryWaitInterruptsTheTurn) {
   w.fake.push({{"text", "a summary that takes its time"}, {"delay_ms", 5000}});
   ASSERT_TRUE(w.write(a + "/prompt", "task one"));
   ASSERT_TRUE(w.wait_state(a, "compacting"));
+  // Stopped once the summary request is out: stopped before it, the delayed answer would be left
+  // in the script for the next turn's summary.
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 5; }));
   EXPECT_EQ(*w.rdwr(a + "/ctl", "stop"), "stopped\n");
   ASSERT_TRUE(w.wait_state(a, "idle", 2s));
   EXPECT_EQ(contents(w, a, "info").back(), "interrupted");

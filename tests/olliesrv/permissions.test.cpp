@@ -469,7 +469,7 @@ TEST(Permissions, SelfMayUseOnlyTheVerbsOfTheSelfColumn) {
       {"tool_load file_read", true}, {"cwd", true},          {"cwd /", false},
       {"cwd -", false},          {"name", true},             {"name renamed", false},
       {"systemprompt", true},    {"peeradd beta", false},    {"peerdel beta", false},
-      {"kill", false},
+      {"kill", false},           {"frobnicate", false},  // anything else: refused, not named
   };
   std::vector<std::string> findings;
   for (const auto& c : cases) {

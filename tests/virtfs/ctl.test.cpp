@@ -79,6 +79,7 @@ TEST(CtlTable, SelfColumn) {
   EXPECT_EQ(run(a, "model big", self).ename(), "permission denied");  // query only: setting
   EXPECT_EQ(run(a, "clear", self).ename(), "permission denied");      // no
   EXPECT_EQ(run(a, "clear extra", self).ename(), "permission denied");  // before usage
+  EXPECT_EQ(run(a, "frob", self).ename(), "permission denied");       // no verb: nothing named
   EXPECT_EQ(*run(a, "model big"), "big\n");                         // the hostowner may
 }
 
