@@ -199,15 +199,19 @@ TEST(Remote, ABootstrapKillsTheToolsrvTheLastStartLeftRunning) {
   // Freeze what would stop it with its ssh (the bootstrap script and its watcher), then drop
   // ssh: the remote toolsrv is left running, as when a real host never notices the loss.
   std::vector<pid_t> script;  // this test's (its login has this sshd's XDG_CACHE_HOME)
-  for (auto p : matching("OLLIE_SCRIPT_END", "/bin/sh"))
-    if (read_file("/proc/" + std::to_string(p) + "/environ").find("XDG_CACHE_HOME=" + sshd.cache) != std::string::npos)
-      script.push_back(p);
-  ASSERT_FALSE(script.empty());
-  std::vector<pid_t> cats;  // the watcher's cat; its shell dies first, so nothing kills toolsrv
-  for (auto& [pid, cmd] : processes())
-    if (std::find(script.begin(), script.end(), parent_of(pid)) != script.end() && cmd.rfind("cat", 0) == 0)
-      cats.push_back(pid);
-  ASSERT_EQ(cats.size(), 1u);
+  std::vector<pid_t> cats;    // the watcher's cat; its shell dies first, so nothing kills toolsrv
+  // The script starts the watcher after it reports toolsrv listening: it may not be there yet.
+  ASSERT_TRUE(eventually([&] {
+    script.clear();
+    cats.clear();
+    for (auto p : matching("OLLIE_SCRIPT_END", "/bin/sh"))
+      if (read_file("/proc/" + std::to_string(p) + "/environ").find("XDG_CACHE_HOME=" + sshd.cache) != std::string::npos)
+        script.push_back(p);
+    for (auto& [pid, cmd] : processes())
+      if (std::find(script.begin(), script.end(), parent_of(pid)) != script.end() && cmd.rfind("cat", 0) == 0)
+        cats.push_back(pid);
+    return !script.empty() && cats.size() == 1;
+  }, 5s)) << script.size() << " script processes, " << cats.size() << " watchers";
   // Stopped, not killed: toolsrv dies with its parent (PR_SET_PDEATHSIG), the script.
   for (auto p : script) ::kill(p, SIGSTOP);
   ::kill(cats[0], SIGSTOP);
