@@ -186,27 +186,4 @@ std::string with_dispatch_flags(const std::string& parameters) {
   return p.dump();
 }
 
-void drop_unanswered(std::vector<HistoryMessage>& history) {
-  std::set<std::string> answered, asked;
-  for (const auto& m : history) {
-    if (m.msg.role == backend::Role::tool) answered.insert(m.msg.tool_call_id);
-    if (m.msg.role == backend::Role::assistant)
-      for (const auto& c : m.msg.tool_calls) asked.insert(c.id);
-  }
-  std::vector<HistoryMessage> out;
-  for (auto& m : history) {
-    if (m.msg.role == backend::Role::tool && !asked.count(m.msg.tool_call_id)) continue;
-    if (m.msg.role == backend::Role::assistant) {
-      std::erase_if(m.msg.tool_calls, [&](const backend::ToolCall& c) { return !answered.count(c.id); });
-      if (m.msg.tool_calls.empty()) {
-        m.msg.reasoning_items.clear();
-        m.msg.reasoning_backend.clear();
-      }
-      if (m.msg.content.empty() && m.msg.tool_calls.empty()) continue;
-    }
-    out.push_back(std::move(m));
-  }
-  history = std::move(out);
-}
-
 }  // namespace ollie

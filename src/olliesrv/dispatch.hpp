@@ -44,10 +44,6 @@ std::vector<std::vector<Call>> split_batches(std::vector<Call> calls);
 /// A tool's parameter schema with the four dispatch flags of §6.8 added.
 std::string with_dispatch_flags(const std::string& parameters);
 
-/// Removes calls without results (and their entries in assistant messages), results without
-/// calls, and assistant messages left with neither text nor calls (§8.1.3, §8.9).
-void drop_unanswered(std::vector<HistoryMessage>& history);
-
 /// `path` absolute against `cwd` and cleaned lexically (no symlinks resolved).
 std::string clean_path(const std::string& path, const std::string& cwd);
 

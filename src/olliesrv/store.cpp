@@ -378,36 +378,48 @@ struct Parser {
   }
 };
 
-/// §7.7 restore: a call without a result is removed from its assistant message (and a message
-/// left with neither text nor calls with it); a result whose call is not before it is removed.
-void clean_history(std::vector<HistoryMessage>& ms) {
-  std::unordered_set<std::string> open, answered;
-  std::vector<bool> keep(ms.size(), true);
-  for (std::size_t i = 0; i < ms.size(); i++) {
-    auto& m = ms[i].msg;
-    if (m.role == Role::assistant) {
+}  // namespace
+
+void drop_unanswered(std::vector<HistoryMessage>& history) {
+  // A result answers a call of the last assistant message before it: providers want each
+  // round's results right after its calls, and call ids repeat across rounds (gemini and ollama
+  // give none, so each response counts `call_0`, `call_1`, ... again).
+  std::vector<bool> keep(history.size(), true);
+  std::size_t owner = history.size();
+  std::set<std::string> open, answered;
+  auto settle = [&] {  // the calls of `owner` that got no result go
+    if (owner == history.size()) return;
+    auto& m = history[owner].msg;
+    std::erase_if(m.tool_calls, [&](const backend::ToolCall& c) { return !answered.count(c.id); });
+    if (!m.tool_calls.empty()) return;
+    m.reasoning_items.clear();  // kept only beside tool calls (§7.7, §8.16)
+    m.reasoning_backend.clear();
+    if (m.content.empty()) keep[owner] = false;
+  };
+  for (std::size_t i = 0; i < history.size(); i++) {
+    const auto& m = history[i].msg;
+    if (m.role == backend::Role::assistant) {
+      settle();
+      owner = i;
+      open.clear();
+      answered.clear();
       for (const auto& c : m.tool_calls) open.insert(c.id);
-    } else if (m.role == Role::tool) {
-      if (open.erase(m.tool_call_id))
-        answered.insert(m.tool_call_id);
-      else
-        keep[i] = false;
+    } else if (m.role == backend::Role::tool) {
+      if (open.erase(m.tool_call_id)) answered.insert(m.tool_call_id);
+      else keep[i] = false;  // no call before it, or a second result
     }
   }
-  for (std::size_t i = 0; i < ms.size(); i++) {
-    auto& m = ms[i].msg;
-    if (m.role != Role::assistant || m.tool_calls.empty()) continue;
-    std::erase_if(m.tool_calls, [&](const backend::ToolCall& c) { return !answered.count(c.id); });
-    if (m.tool_calls.empty() && m.content.empty()) keep[i] = false;
-  }
+  settle();
   std::size_t out = 0;
-  for (std::size_t i = 0; i < ms.size(); i++)
+  for (std::size_t i = 0; i < history.size(); i++)
     if (keep[i]) {
-      if (out != i) ms[out] = std::move(ms[i]);
+      if (out != i) history[out] = std::move(history[i]);
       out++;
     }
-  ms.resize(out);
+  history.resize(out);
 }
+
+namespace {
 
 /// The whole content of an open file.
 bool read_all(int fd, std::string& out) {
@@ -771,7 +783,7 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
       if (!w || ::ftruncate(w.fd, len) != 0)
         spdlog::error("session {}: {}: cannot cut: {}", name, file, std::strerror(errno));
     }
-    for (auto& a : ls.record.agents) clean_history(a.messages);
+    for (auto& a : ls.record.agents) drop_unanswered(a.messages);
     out.push_back(std::move(ls));
   }
   return out;

@@ -24,6 +24,12 @@ struct HistoryMessage {
   bool collapsed = false;  ///< a cold result already replaced by its one-line summary (§8.4)
 };
 
+/// Pairs each result with a call of the last assistant message before it and removes calls
+/// without results (their reasoning too once none is left), results without calls, and assistant
+/// messages left with neither text nor calls: at restore (§7.7), after an interrupt (§8.9) and
+/// for a history a sub-agent starts from.
+void drop_unanswered(std::vector<HistoryMessage>& history);
+
 /// The usage totals of §2.8.2 that persist.
 struct UsageRecord {
   std::int64_t input = 0, output = 0, cached_input = 0, cache_creation = 0, requests = 0;

@@ -437,6 +437,38 @@ TEST(Store, RestoredHistoriesLoseCallsWithoutResults) {
   EXPECT_EQ(m[4].msg.content, "final");
 }
 
+// Call ids repeat across rounds (gemini and ollama send none: each response counts call_0 again):
+// a result answers only the round before it. A message whose calls all go keeps no reasoning.
+TEST(Store, ARestoredResultAnswersOnlyTheRoundBeforeIt) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  SessionRecord s;
+  s.id = "s1";
+  AgentRecord a;
+  a.id = "a1";
+  auto cut_off = assistant("looking", {"call_0"});  // the round killed before its result
+  cut_off.msg.reasoning_items = {R"({"thoughtSignature":"sig"})"};
+  cut_off.msg.reasoning_backend = "gemini";
+  a.messages = {msg(Role::user, "go"), assistant("", {"call_0"}), result("call_0"), cut_off};
+  s.agents.push_back(a);
+  ASSERT_TRUE(st.save(s));
+  auto all = st.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  const auto& m = all[0].record.agents[0].messages;
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[1].msg.tool_calls.size(), 1u);
+  EXPECT_EQ(m[2].msg.tool_call_id, "call_0");
+  EXPECT_EQ(m[3].msg.content, "looking");
+  EXPECT_TRUE(m[3].msg.tool_calls.empty());
+  EXPECT_TRUE(m[3].msg.reasoning_items.empty());
+  EXPECT_TRUE(m[3].msg.reasoning_backend.empty());
+  // And a second result for one call is no result.
+  std::vector<HistoryMessage> twice{assistant("", {"c1"}), result("c1", "one"), result("c1", "two")};
+  drop_unanswered(twice);
+  ASSERT_EQ(twice.size(), 2u);
+  EXPECT_EQ(twice[1].msg.content, "one");
+}
+
 TEST(Store, AppendsCompactionsAndRemoves) {
   Tmp t;
   Store st(t.path + "/sessions");
