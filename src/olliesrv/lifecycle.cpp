@@ -427,10 +427,12 @@ std::size_t restore(Hub& hub) {
         profile = Profile{};
         profile->name = ar.profile;
       }
+      const auto& lines = l.blocks[ar.id];
       std::vector<Block> blocks;
-      for (const auto& line : l.blocks[ar.id])
+      for (const auto& line : lines)
         if (auto b = Block::parse(line)) blocks.push_back(std::move(*b));
-      a->transcript.restore(std::move(blocks), ar.block_counter);
+      // Above every line, parsed or not: no id of the file is given again (§7.7).
+      a->transcript.restore(std::move(blocks), std::max<std::uint64_t>(ar.block_counter, lines.size()));
       std::vector<std::string> want = profile->auto_load;
       for (const auto& t : ar.tools)
         if (std::find(want.begin(), want.end(), t) == want.end()) want.push_back(t);
@@ -453,12 +455,14 @@ std::size_t restore(Hub& hub) {
       if (auto st = a->make_backend(); !st) spdlog::warn("restore: agent {}: {}", ar.id, st.ename());
       s->host->want_tools(ar.id, want);
       if (!ar.cwd.empty()) s->host->set_agent_cwd(ar.id, ar.cwd);
-      if (auto st = s->add(a); !st) {
-        spdlog::error("restore: session {}: agent {}: {}", r.id, ar.id, st.ename());
-        continue;
+      if (auto st = s->add(a); !st) {  // the whole session is skipped: a save would lose the agent
+        spdlog::error("restore: session skipped: {}: agent {}: {}", r.id, ar.id, st.ename());
+        agents.clear();
+        break;
       }
       agents.push_back(a);
     }
+    if (agents.size() != r.agents.size()) continue;
     if (auto st = hub.add(s); !st) {
       spdlog::error("restore: session {}: {}", r.id, st.ename());
       continue;

@@ -444,7 +444,17 @@ TEST(Conversation, SigtermWithARunningToolsrvIsNotHeldByItsGrace) {
 TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   World w;
   w.session("good");
+  // One that parses but cannot be restored whole: two agents under one name. Restoring it without
+  // one of them would drop that agent's history at the next save.
+  auto twins = w.session("twins");
+  w.agent(twins, "one");
+  w.agent(twins, "two");
+  const std::string twins_file = w.data + "/sessions/" + w.read(twins + "/id")->substr(0, 36) + "/session.json";
   w.stop_server(SIGTERM);
+  auto j = json::parse(read_file(twins_file));
+  for (auto& a : j["agents"]) a["name"] = "one";
+  const std::string twins_text = j.dump(1);
+  write_file(twins_file, twins_text);
   const std::string bad = w.data + "/sessions/0badbad0-0000-4000-8000-000000000000";
   write_file(bad + "/session.json", "{\"id\": 12, broken");
   ::chmod(bad.c_str(), 0700);
@@ -453,7 +463,10 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   ASSERT_TRUE(idx);
   EXPECT_NE(idx->find("good\t"), std::string::npos) << *idx;
   EXPECT_EQ(idx->find("0badbad0"), std::string::npos) << *idx;
+  EXPECT_EQ(idx->find("twins"), std::string::npos) << *idx;
   EXPECT_EQ(read_file(bad + "/session.json"), "{\"id\": 12, broken");
+  EXPECT_EQ(read_file(twins_file), twins_text);
+  EXPECT_NE(w.log_text().find("agent already exists: one"), std::string::npos) << w.log_text();
 }
 
 TEST(Conversation, ToolLoadCallsBackIntoOlliesrvAsTheAgentItself) {
