@@ -37,7 +37,6 @@ std::size_t request_bytes(const ChatRequest& req) {
     n += m.content.size();
     for (const auto& c : m.tool_calls) n += c.name.size() + c.arguments.size();
   }
-  for (const auto& t : req.tools) n += t.name.size() + t.description.size() + t.parameters.size();
   return n;
 }
 

@@ -27,7 +27,8 @@ HttpRequest json_request(const BackendSettings& s, std::string method, std::stri
 HttpRequest fetch_request(const BackendSettings& s, std::string method, std::string url,
                           std::string body = {});
 
-/// Bytes of the request's text, for the usage estimate.
+/// Bytes of the request as §8.5.1 estimates a context (system prompt, contents, calls' names and
+/// arguments; not the tool schemas), for the usage estimate when the provider reports none.
 std::size_t request_bytes(const ChatRequest& req);
 
 /// The tools in the OpenAI function-calling form `[{type: function, function: {name,

@@ -230,6 +230,8 @@ TEST_F(BackendStreaming, SlowTokensWithinTheIdleTimeoutComplete) {
   EXPECT_EQ(got.text, "slow but steady");
   EXPECT_TRUE(got.end->usage.estimated) << "no usage reported: estimated from bytes";
   EXPECT_EQ(got.end->usage.output, static_cast<std::int64_t>(std::string("slow but steady").size() / 4));
+  // §8.14: input is the request's context estimate (§8.5.1), which leaves out the tool schemas.
+  EXPECT_EQ(got.end->usage.input, static_cast<std::int64_t>((std::string("You are a test.") + "hello").size() / 4));
 }
 
 TEST_F(BackendStreaming, ConnectionRefusedIsTransient) {
