@@ -155,7 +155,7 @@ void Agent::resolve_prompts() {
     agent_text = a.text;
     user_prompts = u.text;
     prompts_ready = true;
-    last_tools.clear();  // re-render at the next request
+    render_due = true;
   }
   for (const auto& w : sys.warnings) note("info", w);
   for (const auto& w : a.warnings) note("info", w);

@@ -27,8 +27,7 @@ asio::awaitable<T> off_io(Hub& hub, F f) {
 /// The system prompt renders again before the next request and for `ctl systemprompt` (§7.6).
 void render_again(Agent& a) {
   std::lock_guard lock(a.mu);
-  a.last_tools.clear();
-  a.system_prompt.clear();
+  a.render_due = true;
 }
 
 /// §8.1.4: every tool unloaded, the profile's autoLoad loaded one by one (a name that cannot be

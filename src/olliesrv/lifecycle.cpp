@@ -18,6 +18,7 @@
 #include "request.hpp"
 #include "session.hpp"
 #include "settings.hpp"
+#include "verbs.hpp"
 
 namespace ollie {
 
@@ -355,6 +356,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     co_return;
   };
   co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+  (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
   s->save_soon();

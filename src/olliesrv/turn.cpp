@@ -354,13 +354,13 @@ asio::awaitable<std::vector<ToolInfo>> Turn::tool_list() {
 
 namespace {
 
-// §7.6: re-rendered when the tool list differs from the one last used (or never rendered).
+// §7.6: re-rendered when the tool list differs from the one last used, or when due.
 asio::awaitable<void> render_for(const std::shared_ptr<Agent>& ap, const std::shared_ptr<Session>& s,
                                  const std::vector<ToolInfo>& tools) {
   Agent& a = *ap;
   {
     std::lock_guard lock(a.mu);
-    if (!a.system_prompt.empty() && same_tools(tools, a.last_tools)) co_return;
+    if (!a.render_due && same_tools(tools, a.last_tools)) co_return;
   }
   SystemPromptParts p;
   p.platform = "linux/amd64";
@@ -383,6 +383,7 @@ asio::awaitable<void> render_for(const std::shared_ptr<Agent>& ap, const std::sh
   p.tools = tools;
   a.system_prompt = render_system_prompt(p);
   a.last_tools = tools;
+  a.render_due = false;
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
   for (const auto& a : c.s->agents()) {
     {
       std::lock_guard lock(a->mu);
-      a->last_tools.clear();  // render_for renders again when the list differs
+      a->render_due = true;
     }
     (void)co_await system_prompt(a, c.s);
   }

@@ -33,6 +33,7 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
+  const auto fresh = w.read(a + "/stats");  // §8.1.1: the system prompt is rendered at creation
   auto chat = w.open(a + "/chat");
   auto raw = w.open(a + "/chat.raw");
   w.fake.push({{"text", "Hello there, how can I help?"}, {"usage", {{"input", 120}, {"output", 9}}}});
@@ -76,6 +77,8 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
     const auto system = sent["messages"][0]["content"].get<std::string>().size();
     auto now = w.read(a + "/stats");
     EXPECT_NE(now->find("contextTokens=" + std::to_string(system / 4) + "\n"), std::string::npos) << *now;
+    ASSERT_TRUE(fresh);
+    EXPECT_NE(fresh->find("contextTokens=" + std::to_string(system / 4) + "\n"), std::string::npos) << *fresh;
   }
   // The request carried the system prompt and the tools of the default profile.
   auto body = request_body(w, 0);
