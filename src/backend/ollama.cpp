@@ -11,7 +11,7 @@ constexpr int num_ctx_cap = 32768;
 
 class OllamaDecoder : public Decoder {
  public:
-  explicit OllamaDecoder(std::shared_ptr<StreamControl> c) : Decoder(std::move(c), "ollama") {}
+  OllamaDecoder(std::shared_ptr<StreamControl> c, std::string model) : Decoder(std::move(c), "ollama"), model_(std::move(model)) {}
 
   void feed(std::string_view bytes) override {
     if (!nd_.feed(bytes, [this](std::string_view l) { on_line(l); })) event_too_long();
@@ -30,10 +30,10 @@ class OllamaDecoder : public Decoder {
       return;
     }
     if (auto e = str_field(j, "error"); !e.empty()) {
-      ErrorClass cls = ErrorClass::transient;
-      if (has_overflow_marker(e)) cls = ErrorClass::context_overflow;
-      else if (has_tool_unsupported_marker(e)) cls = ErrorClass::tool_unsupported;
-      fail(Error{cls, "ollama: " + e, 0, {}});
+      if (has_tool_unsupported_marker(e))  // as the same refusal answered with a 400 (§8.2)
+        fail(Error{ErrorClass::tool_unsupported, "model does not support tool calls: " + model_, 0, {}});
+      else
+        fail(Error{has_overflow_marker(e) ? ErrorClass::context_overflow : ErrorClass::transient, "ollama: " + e, 0, {}});
       return;
     }
     // The message, its calls and the done marker carry the answer: a wrong type is a
@@ -79,6 +79,7 @@ class OllamaDecoder : public Decoder {
   }
 
   NdjsonParser nd_;
+  std::string model_;
 };
 
 class OllamaBackend : public HttpBackend {
@@ -184,7 +185,7 @@ class OllamaBackend : public HttpBackend {
     if (!req.tools.empty()) b["tools"] = function_tools(req.tools);
     if (p.reasoning > 0 || !p.reasoning_effort.empty() || p.include_reasoning.value_or(false)) b["think"] = true;
     if (p.response_format == "json") b["format"] = "json";
-    start_stream(c, json_request(s_, "POST", s_.url + "/api/chat", dump_json(b)), std::make_shared<OllamaDecoder>(c),
+    start_stream(c, json_request(s_, "POST", s_.url + "/api/chat", dump_json(b)), std::make_shared<OllamaDecoder>(c, model),
                  std::move(ctx));
   }
 };

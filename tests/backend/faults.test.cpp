@@ -234,6 +234,19 @@ TEST_F(BackendStreaming, SlowTokensWithinTheIdleTimeoutComplete) {
   EXPECT_EQ(got.end->usage.input, static_cast<std::int64_t>((std::string("You are a test.") + "hello").size() / 4));
 }
 
+// §8.2: ollama refuses tools for some models in the stream as well as with a 400; both read alike.
+TEST_F(BackendStreaming, OllamasInStreamToolRefusalReadsAsTheHttpOne) {
+  fake.push({{"fault", "stream_error"}, {"drop_after", 0}, {"error_text", "registry.ollama.ai/library/m1 does not support tools"}});
+  auto s = test::fake_settings("ollama", fake.url());
+  auto b = make_backend(s, engine);
+  Collector col;
+  auto st = (*b)->stream(test::simple_request(), col.sink());
+  auto got = col.wait(5s);
+  ASSERT_TRUE(got.is_error());
+  EXPECT_EQ(got.error().cls, ErrorClass::tool_unsupported);
+  EXPECT_EQ(got.error().message, "model does not support tool calls: " + s.model);
+}
+
 TEST_F(BackendStreaming, ConnectionRefusedIsTransient) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

@@ -337,15 +337,16 @@ std::vector<std::string> render_kiro(const Script& s) {
 
 // The provider's own error event inside an otherwise successful stream.
 std::string stream_error_frame(Dialect d, const json& resp) {
+  auto text = [&](const char* usual) { return padded(resp.value("error_text", std::string(usual)), resp); };
   switch (d) {
-    case Dialect::openai: return sse({{"error", {{"message", padded("Provider returned error", resp)}, {"code", 502}}}});
-    case Dialect::anthropic: return sse({{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", padded("Overloaded", resp)}}}}, "error");
-    case Dialect::ollama: return json{{"error", padded("an error was encountered while running the model: unexpected EOF", resp)}}.dump() + "\n";
-    case Dialect::gemini: return sse({{"error", {{"code", 500}, {"message", padded("An internal error has occurred.", resp)}, {"status", "INTERNAL"}}}});
+    case Dialect::openai: return sse({{"error", {{"message", text("Provider returned error")}, {"code", 502}}}});
+    case Dialect::anthropic: return sse({{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", text("Overloaded")}}}}, "error");
+    case Dialect::ollama: return json{{"error", text("an error was encountered while running the model: unexpected EOF")}}.dump() + "\n";
+    case Dialect::gemini: return sse({{"error", {{"code", 500}, {"message", text("An internal error has occurred.")}, {"status", "INTERNAL"}}}});
     case Dialect::kiro:
       return event_frame({{":exception-type", "InternalServerException"}, {":content-type", "application/json"},
                           {":message-type", "exception"}},
-                         json{{"message", padded("Encountered an unexpected error", resp)}}.dump());
+                         json{{"message", text("Encountered an unexpected error")}}.dump());
   }
   return {};
 }
