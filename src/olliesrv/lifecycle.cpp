@@ -115,7 +115,7 @@ bool all_blank(const std::string& t) {
 
 /// A sub-agent's end (§4.2 step 5): killed, its registry dropped, `agent.<id>.kill`. Nothing to
 /// do when `ctl kill` already destroyed it.
-void destroy_subagent(Hub& hub, const std::shared_ptr<Session>& s, const std::shared_ptr<Agent>& a) {
+void destroy_agent(Hub& hub, const std::shared_ptr<Session>& s, const std::shared_ptr<Agent>& a) {
   {
     std::lock_guard lock(a->mu);
     if (a->killed) return;
@@ -127,13 +127,17 @@ void destroy_subagent(Hub& hub, const std::shared_ptr<Session>& s, const std::sh
   asio::co_spawn(a->ex, s->host->forget(a->id), asio::detached);
 }
 
-/// Kills the sub-agent however its request ends: reply, error, Tflush or a closed connection.
-class SubagentGuard {
+/// Kills the agent however its request ends (reply, error, Tflush or a closed connection), unless
+/// released: a sub-agent always, a persistent agent whose creation did not finish.
+class AgentGuard {
  public:
-  SubagentGuard(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a) : hub_(hub), s_(std::move(s)), a_(std::move(a)) {}
-  SubagentGuard(const SubagentGuard&) = delete;
-  SubagentGuard& operator=(const SubagentGuard&) = delete;
-  ~SubagentGuard() { destroy_subagent(hub_, s_, a_); }
+  AgentGuard(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a) : hub_(hub), s_(std::move(s)), a_(std::move(a)) {}
+  AgentGuard(const AgentGuard&) = delete;
+  AgentGuard& operator=(const AgentGuard&) = delete;
+  ~AgentGuard() {
+    if (a_) destroy_agent(hub_, s_, a_);
+  }
+  void release() { a_.reset(); }
 
  private:
   Hub& hub_;
@@ -334,8 +338,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   }
   if (auto st = a->make_backend(); !st) co_return st.error();
   if (auto st = s->add(a); !st) co_return st.error();
-  std::optional<SubagentGuard> destroy;  // from now on a sub-agent is destroyed however this ends
-  if (sub) destroy.emplace(hub, s, a);
+  AgentGuard destroy(hub, s, a);  // from now on a flushed creation, and every sub-agent, is undone
   if (!cwd_override.empty()) s->host->set_agent_cwd(id, cwd_override);
   // autoLoad: one toolsrv load per name; a name that cannot be loaded is an info warning.
   std::vector<std::string> loaded;
@@ -359,6 +362,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
+  destroy.release();
   s->save_soon();
   co_return id + "\n";
 }

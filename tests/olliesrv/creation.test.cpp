@@ -256,3 +256,30 @@ TEST(AgentNew, SubagentKilledWhileRunningIsInterrupted) {
   EXPECT_EQ(reply.ename(), "subagent interrupted");
   EXPECT_EQ(*w.read(s + "/agent/idx"), "");
 }
+
+// §1.5: a flushed agent/new is undone: the agent it had made is not left behind, half created
+// (no `agent.<id>.new`, not saved).
+TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
+  World w;
+  w.own_dir("agents");
+  write_file(w.config + "/agents/slow.json", json{{"prompt", {"!sleep 2; echo slow"}}}.dump());
+  auto s = w.session("work");
+  auto f = w.walk(s + "/agent/new");
+  ASSERT_TRUE(f);
+  ASSERT_TRUE(f->open(p9::ORDWR));
+  ASSERT_TRUE(f->write("name=half agent=slow"));
+  p9::Fcall t;
+  t.type = p9::Tread;
+  t.fid = f->num();
+  t.count = 8192;
+  std::promise<p9::Result<p9::Fcall>> reply;
+  const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
+  // Listed once it exists, while its prompt entry still runs.
+  ASSERT_TRUE(eventually([&] { return w.read(s + "/agent/idx")->find("half\t") != std::string::npos; }));
+  f->client().flush(tag);
+  EXPECT_FALSE(reply.get_future().get());
+  EXPECT_TRUE(eventually([&] { return w.read(s + "/agent/idx")->find("half\t") == std::string::npos; }, std::chrono::seconds(5)))
+      << *w.read(s + "/agent/idx");
+  // The name is free again.
+  EXPECT_TRUE(w.rdwr(s + "/agent/new", "name=half"));
+}
