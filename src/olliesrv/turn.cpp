@@ -252,10 +252,10 @@ asio::awaitable<void> Turn::run(Submission sub) {
         if (r.stop == backend::StopReason::filtered) failure = "stopped: " + r.stop_raw;
         break;
       }
-      std::optional<int> max_tokens;
+      std::optional<int> max_tokens = req.params.max_tokens;  // as sent (§8.2): anthropic always sends one
       {
         std::lock_guard lock(a.mu);
-        max_tokens = to_generation_params(merge_params(a.profile.params, a.overrides)).max_tokens;
+        if (a.backend_) max_tokens = a.backend_->max_tokens_sent(req.params);
       }
       const std::string cwd = a.effective_cwd();
       std::optional<std::vector<ToolInfo>> catalog;
@@ -834,7 +834,13 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
       co_await join->signal->wait(seen);
     }
   } catch (const std::system_error& e) {
-    // Interrupted: every running call is flushed (its process group killed by toolsrv).
+    // Interrupted: the results already in stay, in call order, even behind a call still
+    // running (§8.9); every running call is flushed (its process group killed by toolsrv).
+    for (std::size_t i = delivered; i < n; i++)
+      if ((*outcomes)[source[i]]) {
+        batch[i].result = *(*outcomes)[source[i]];
+        deliver(batch[i]);
+      }
     for (auto& c : join->cancels) c->emit(asio::cancellation_type::terminal);
     throw;
   }

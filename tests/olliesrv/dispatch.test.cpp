@@ -2,6 +2,7 @@
 // the fake provider: deduplication inside a batch (spec §8.3.2), the per-turn result cache and
 // its staleness (§8.3.3), the error streak (§8.6) and the plan re-injection (§8.7).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -163,6 +164,50 @@ TEST(ResultCache, ASessionInvalidateMidTurnEmptiesIt) {
   ASSERT_TRUE(p.w.wait_state(p.a, "idle"));
   EXPECT_EQ(p.runs(), 2u);  // r1, and r2 after the invalidate; r3 is a hit again
   EXPECT_EQ(contents(p.w, p.a, "tool", "probe"), std::vector<std::string>(3, "alpha\n"));
+}
+
+// §8.9: `stop` keeps the results already in, even one that came in behind a call still running
+// in the same batch; only the cancelled call leaves the history.
+TEST(Stop, KeepsAResultThatCameInBehindARunningCall) {
+  ProbeWorld p;
+  write_file(p.w.project + "/a.txt", "alpha\n");
+  ASSERT_EQ(::mkfifo((p.w.project + "/never").c_str(), 0600), 0);  // its reader waits for a writer
+  p.w.fake.push(round(json::array({call("r1", "probe", {{"path", "never"}}), call("r2", "probe", {{"path", "a.txt"}})})));
+  p.w.fake.push({{"text", "after"}});
+  ASSERT_TRUE(p.w.write(p.a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return p.runs() == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // r2 prints its file and exits
+  EXPECT_EQ(*p.w.rdwr(p.a + "/ctl", "stop"), "stopped\n");
+  ASSERT_TRUE(p.w.wait_state(p.a, "idle"));
+  EXPECT_EQ(contents(p.w, p.a, "tool", "probe"), std::vector<std::string>{"alpha\n"});
+  // The next request carries r2 and its result, and nothing of r1.
+  ASSERT_TRUE(p.w.write(p.a + "/prompt", "next"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(p.w) == 2; }));
+  const auto body = chat_bodies(p.w)[1].dump();
+  EXPECT_NE(body.find("\"r2\""), std::string::npos) << body;
+  EXPECT_EQ(body.find("\"r1\""), std::string::npos) << body;
+}
+
+// §8.2: a call whose streamed arguments were cut off at the output token limit gets an error result
+// naming the limit the request sent: anthropic always sends one (8192 unless `maxTokens` is set).
+TEST(StopReasons, ArgumentsCutOffAtTheLimitNameTheLimitSent) {
+  World w;
+  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"};
+  w.stop_server(SIGTERM);
+  w.start();
+  auto a = w.agent(w.session("work"), "main", "backend=anthropic model=fake-model");
+  auto cut_off = [&](const std::string& id) {
+    w.fake.push({{"tool_calls", json::array({call(id, "file_read", "{\"path\": \"/et")})}, {"stop", "length"}});
+    w.fake.push({{"text", "ok"}});
+    const auto before = contents(w, a, "tool").size();
+    EXPECT_TRUE(w.write(a + "/prompt", "go"));
+    EXPECT_TRUE(eventually([&] { return contents(w, a, "tool").size() == before + 1; })) << w.log_text();
+    EXPECT_TRUE(w.wait_state(a, "idle"));
+    return contents(w, a, "tool").back();
+  };
+  EXPECT_EQ(cut_off("c1"), "error: arguments cut off at the output token limit (maxTokens=8192)");
+  ASSERT_TRUE(w.write(a + "/cfg", "maxTokens=100"));
+  EXPECT_EQ(cut_off("c2"), "error: arguments cut off at the output token limit (maxTokens=100)");
 }
 
 TEST(Safety, FiveFailedRoundsInARowNudgeAndTenAbortTheTurn) {
