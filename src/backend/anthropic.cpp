@@ -110,10 +110,13 @@ class AnthropicBackend : public HttpBackend {
  public:
   using HttpBackend::HttpBackend;
 
+  // Anthropic requires max_tokens: 8192 when unset (§8.16).
+  std::optional<int> max_tokens_sent(const GenerationParams& p) const override { return p.max_tokens.value_or(8192); }
+
   Result<Stream> stream(const ChatRequest& req, EventSink sink) override {
     const auto model = pick_model(req);
     const auto& p = req.params;
-    const int max_tokens = p.max_tokens.value_or(8192);
+    const int max_tokens = *max_tokens_sent(p);
     if (p.reasoning > 0 && max_tokens <= p.reasoning)
       return Error{ErrorClass::config,
                    "anthropic: maxTokens " + std::to_string(max_tokens) + " must exceed reasoning " +

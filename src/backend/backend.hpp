@@ -53,6 +53,8 @@ class Backend {
   virtual Result<std::vector<std::string>> list_models() = 0;
   /// Context length of `model` in tokens (cached). Blocks on the first call for a model.
   virtual Result<int> context_length(std::string_view model) = 0;
+  /// The output token limit a request with these parameters sends (none: the provider's own).
+  virtual std::optional<int> max_tokens_sent(const GenerationParams& p) const { return p.max_tokens; }
 };
 
 /// Builds the backend named by `settings.name`, sending its requests through `engine`
