@@ -113,8 +113,8 @@ bool all_blank(const std::string& t) {
   return std::all_of(t.begin(), t.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
 }
 
-/// A sub-agent's end (§4.2 step 5): killed, its registry dropped, `agent.<id>.kill`. Nothing to
-/// do when `ctl kill` already destroyed it.
+/// A sub-agent's end (§4.2 step 5), or a flushed creation's undoing: killed, its registry dropped,
+/// `agent.<id>.kill`. Nothing to do when `ctl kill` already destroyed it.
 void destroy_agent(Hub& hub, const std::shared_ptr<Session>& s, const std::shared_ptr<Agent>& a) {
   {
     std::lock_guard lock(a->mu);
@@ -463,12 +463,11 @@ std::size_t restore(Hub& hub) {
       if (!ar.cwd.empty()) s->host->set_agent_cwd(ar.id, ar.cwd);
       if (auto st = s->add(a); !st) {  // the whole session is skipped: a save would lose the agent
         spdlog::error("restore: session skipped: {}: agent {}: {}", r.id, ar.id, st.ename());
-        agents.clear();
         break;
       }
       agents.push_back(a);
     }
-    if (agents.size() != r.agents.size()) continue;
+    if (agents.size() != r.agents.size()) continue;  // an agent failed: the session is skipped
     if (auto st = hub.add(s); !st) {
       spdlog::error("restore: session {}: {}", r.id, st.ename());
       continue;

@@ -17,7 +17,6 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <unordered_set>
 
 namespace ollie {
 
