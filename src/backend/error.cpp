@@ -82,6 +82,13 @@ std::string_view class_name(ErrorClass c) {
 bool has_overflow_marker(std::string_view text) { return has_marker(text, overflow_markers); }
 bool has_tool_unsupported_marker(std::string_view text) { return has_marker(text, tool_markers); }
 
+ErrorClass classify_in_stream(int code, std::string_view text) {
+  if (code == 429) return ErrorClass::rate_limit;
+  if (has_overflow_marker(text)) return ErrorClass::context_overflow;
+  if (code >= 400 && code < 500) return ErrorClass::client;
+  return ErrorClass::transient;
+}
+
 std::string redact(std::string text, std::string_view secret) {
   if (secret.empty()) return text;
   for (auto pos = text.find(secret); pos != std::string::npos; pos = text.find(secret, pos + 3))

@@ -47,6 +47,11 @@ struct HttpFailure {
 /// from its JSON body.
 Error classify_http(const HttpFailure& f);
 
+/// The class of an error event inside a 200 stream, from the HTTP-like code it carries (0 = none)
+/// and its text: 429 a rate limit, the overflow marker an overflow, any other 4xx a client error
+/// (not retried), else transient (§8.2).
+ErrorClass classify_in_stream(int code, std::string_view text);
+
 /// True when `text` carries one of the context-overflow markers of spec §8.16.
 bool has_overflow_marker(std::string_view text);
 /// True when `text` carries one of the tool-unsupported markers of spec §8.16.

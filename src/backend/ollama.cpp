@@ -33,7 +33,7 @@ class OllamaDecoder : public Decoder {
       if (has_tool_unsupported_marker(e))  // as the same refusal answered with a 400 (§8.2)
         fail(Error{ErrorClass::tool_unsupported, "model does not support tool calls: " + model_, 0, {}});
       else
-        fail(Error{has_overflow_marker(e) ? ErrorClass::context_overflow : ErrorClass::transient, "ollama: " + e, 0, {}});
+        fail(Error{classify_in_stream(0, e), "ollama: " + e, 0, {}});
       return;
     }
     // The message, its calls and the done marker carry the answer: a wrong type is a

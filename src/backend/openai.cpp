@@ -98,10 +98,7 @@ class OpenAiDecoder : public Decoder {
     const std::string msg = e.is_object() ? str_field(e, "message") : whole;
     const auto code = int_field(e, "code").value_or(0);
     const int status = code > 0 && code < 1000 ? static_cast<int>(code) : 0;
-    ErrorClass cls = ErrorClass::transient;
-    if (status == 429) cls = ErrorClass::rate_limit;
-    else if (has_overflow_marker(whole)) cls = ErrorClass::context_overflow;
-    fail(Error{cls, backend_ + ": error in stream: " + msg, status, {}});
+    fail(Error{classify_in_stream(status, whole), backend_ + ": error in stream: " + msg, status, {}});
   }
 
   void flush_calls() {

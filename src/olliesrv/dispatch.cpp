@@ -118,8 +118,6 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
   }
   if (auto it = args.find("path"); it != args.end() && it->is_string()) c.path = clean_path(it->get<std::string>(), cwd);
   if (c.scope == "write" && c.path.empty()) c.scope = "global";
-  c.effect = c.scope;
-  if (c.background) c.scope = "read";  // a background call takes no path lock (§6.7)
   c.args = args.dump();
   return c;
 }

@@ -21,9 +21,8 @@ struct Call {
   bool args_ok = false;        ///< the arguments parse as a JSON object
   bool unknown = false;        ///< not among the agent's loaded tools
   std::string scope = "read", tier = "hot", format;
-  std::string effect = "read";  ///< the tool's scope for the result cache (§8.3.3), background or not
   std::optional<int> timeout;  ///< the `timeout` flag
-  bool background = false;     ///< the `background` flag: proc/new.bg, no lock (§6.10)
+  bool background = false;     ///< the `background` flag: proc/new.bg, no lock (§6.10), batched by its scope
   bool bypass = false;         ///< the `bypass` flag: run unsandboxed once approved (§6.9)
   std::string path;            ///< the `path` argument made absolute and clean ("" = none)
   std::optional<std::string> preset;  ///< a result decided without running anything

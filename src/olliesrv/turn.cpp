@@ -488,8 +488,8 @@ asio::awaitable<Response> Turn::stream(backend::ChatRequest req) {
     } catch (const backend::Error& e) {
       failed = e;  // handled below: no co_await inside a handler
     }
-    // §8.2: a context overflow compacts once per turn and resends.
-    if (failed->cls == backend::ErrorClass::context_overflow && !quiet_ && !overflow_compacted_) {
+    // §8.2: a context overflow compacts once per turn and resends, within the request's 3 retries.
+    if (failed->cls == backend::ErrorClass::context_overflow && !quiet_ && !overflow_compacted_ && attempt < 3) {
       overflow_compacted_ = true;
       if (co_await compact(Trigger::overflow)) {
         fill_messages(req);
@@ -676,8 +676,8 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<
       all_failed = all_failed && c.result->error;
       if (c.preset) continue;  // ran nothing
       // §8.3.3: what the batch may have changed is no longer known.
-      if (c.effect == "global") cache_.clear();
-      else if (c.effect == "write") cache_.drop_path(c.path);
+      if (c.scope == "global") cache_.clear();
+      else if (c.scope == "write") cache_.drop_path(c.path);
     }
   }
   co_return all_failed;
@@ -803,8 +803,8 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
     ToolCallRequest req{batch[i].name, a.id, a.secret, batch[i].args, batch[i].timeout, batch[i].bypass};
     auto host = s_->host;
     auto agent = batch[i].background ? a_ : nullptr;  // proc/new.bg (§6.10)
-    // A background call takes no lock (its scope is read here); §4.2 refuses sub-agents meanwhile.
-    auto locking = batch[i].scope != "read" ? a_ : nullptr;
+    // A background call takes no lock (§6.7); §4.2 refuses sub-agents while a lock is held.
+    auto locking = !batch[i].background && batch[i].scope != "read" ? a_ : nullptr;
     if (locking) locking->locking_calls++;
     asio::co_spawn(
         ex,

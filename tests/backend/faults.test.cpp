@@ -247,6 +247,36 @@ TEST_F(BackendStreaming, OllamasInStreamToolRefusalReadsAsTheHttpOne) {
   EXPECT_EQ(got.error().message, "model does not support tool calls: " + s.model);
 }
 
+// §8.2: an error event inside the stream is classed by the code it carries, as an HTTP answer
+// would be: a 4xx other than 429 is a client error and is not retried.
+TEST_F(BackendStreaming, AnInStreamErrorIsClassedByItsCode) {
+  struct Case {
+    const char* backend;
+    json fault;
+    ErrorClass cls;
+  };
+  const std::vector<Case> cases{
+      {"openai", {{"error_code", 400}}, ErrorClass::client},
+      {"openai", {{"error_code", 429}}, ErrorClass::rate_limit},
+      {"openai", json::object(), ErrorClass::transient},  // its usual 502
+      {"gemini", {{"error_code", 400}}, ErrorClass::client},
+      {"gemini", json::object(), ErrorClass::transient},  // its usual 500
+      {"anthropic", {{"error_type", "invalid_request_error"}}, ErrorClass::client},
+      {"anthropic", json::object(), ErrorClass::transient},  // overloaded_error
+  };
+  for (const auto& c : cases) {
+    json f = {{"fault", "stream_error"}, {"drop_after", 0}};
+    f.update(c.fault);
+    fake.push(f);
+    auto b = make_backend(test::fake_settings(c.backend, fake.url()), engine);
+    Collector col;
+    auto st = (*b)->stream(test::simple_request(), col.sink());
+    auto got = col.wait(5s);
+    ASSERT_TRUE(got.is_error()) << c.backend << " " << f.dump();
+    EXPECT_EQ(class_name(got.error().cls), class_name(c.cls)) << c.backend << " " << f.dump() << ": " << got.error().message;
+  }
+}
+
 TEST_F(BackendStreaming, ConnectionRefusedIsTransient) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

@@ -339,10 +339,15 @@ std::vector<std::string> render_kiro(const Script& s) {
 std::string stream_error_frame(Dialect d, const json& resp) {
   auto text = [&](const char* usual) { return padded(resp.value("error_text", std::string(usual)), resp); };
   switch (d) {
-    case Dialect::openai: return sse({{"error", {{"message", text("Provider returned error")}, {"code", 502}}}});
-    case Dialect::anthropic: return sse({{"type", "error"}, {"error", {{"type", "overloaded_error"}, {"message", text("Overloaded")}}}}, "error");
+    case Dialect::openai:
+      return sse({{"error", {{"message", text("Provider returned error")}, {"code", resp.value("error_code", 502)}}}});
+    case Dialect::anthropic:
+      return sse({{"type", "error"},
+                  {"error", {{"type", resp.value("error_type", std::string("overloaded_error"))}, {"message", text("Overloaded")}}}},
+                 "error");
     case Dialect::ollama: return json{{"error", text("an error was encountered while running the model: unexpected EOF")}}.dump() + "\n";
-    case Dialect::gemini: return sse({{"error", {{"code", 500}, {"message", text("An internal error has occurred.")}, {"status", "INTERNAL"}}}});
+    case Dialect::gemini:
+      return sse({{"error", {{"code", resp.value("error_code", 500)}, {"message", text("An internal error has occurred.")}, {"status", "INTERNAL"}}}});
     case Dialect::kiro:
       return event_frame({{":exception-type", "InternalServerException"}, {":content-type", "application/json"},
                           {":message-type", "exception"}},

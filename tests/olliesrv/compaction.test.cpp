@@ -183,6 +183,25 @@ TEST(Compaction, AContextOverflowCompactsOnceAndResends) {
   EXPECT_EQ(contents(w, a, "error").back(), "context overflow");
 }
 
+// §8.2: the attempt counter is the request's, shared by every class: an overflow on the fourth
+// attempt is not compacted and sent a fifth time.
+TEST(Compaction, AnOverflowOnTheLastAttemptIsNotResent) {
+  World w;
+  auto a = w.agent(w.session("work"), "main");
+  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "a" + std::to_string(i));
+  for (int i = 0; i < 3; i++) w.fake.push({{"fault", "server_error"}});
+  w.fake.push({{"fault", "context_overflow"}});
+  w.fake.push({{"text", "SUM"}});
+  w.fake.push({{"text", "a fifth attempt"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "p7"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 10; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::this_thread::sleep_for(50ms);  // a summary and a resend (5 ms units) would be out by now
+  EXPECT_EQ(chat_requests(w), 10u);
+  EXPECT_EQ(contents(w, a, "error").back(), "context overflow");
+  EXPECT_EQ(contents(w, a, "retry").size(), 3u);
+}
+
 // Pruning first: before an automatic compaction's summary, warm results older than the hot zone
 // are shortened; when that brings the estimate under the trigger, no summary request is made.
 TEST(Compaction, PruningOldWarmResultsCanMakeTheSummaryUnnecessary) {

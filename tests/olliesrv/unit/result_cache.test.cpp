@@ -1,5 +1,5 @@
-// Deduplication keys, the result cache's invalidation and bound (spec §8.3.2, §8.3.3), and the
-// plan reminder's text (§8.7).
+// Batching by scope (spec §8.3.1), deduplication keys, the result cache's invalidation and bound
+// (§8.3.2, §8.3.3), and the plan reminder's text (§8.7).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -22,6 +22,39 @@ ResultCache::Entry entry(const std::string& text, const std::string& path) { ret
 
 }  // namespace
 
+// The names of each batch, in order.
+std::vector<std::vector<std::string>> batches(const std::vector<Call>& calls) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : split_batches(calls)) {
+    out.emplace_back();
+    for (const auto& c : b) out.back().push_back(c.id);
+  }
+  return out;
+}
+
+Call named(Call c, const std::string& id) {
+  c.id = id;
+  return c;
+}
+
+TEST(Batches, FollowTheScopesInOrder) {
+  using B = std::vector<std::vector<std::string>>;
+  // Reads together; a read of a path the batch writes starts the next; a global call alone.
+  EXPECT_EQ(batches({named(make("file_read", R"({"path":"a"})"), "r1"), named(make("file_read", R"({"path":"b"})"), "r2"),
+                     named(make("file_write", R"({"path":"a"})"), "w1"), named(make("file_read", R"({"path":"/p/a"})"), "r3"),
+                     named(make("shell", R"({"cmd":"ls"})"), "g1"), named(make("file_read", R"({"path":"c"})"), "r4")}),
+            (B{{"r1", "r2", "w1"}, {"r3"}, {"g1"}, {"r4"}}));
+  // A write without a path counts as global; an unknown tool as a read.
+  EXPECT_EQ(batches({named(make("file_read", R"({"path":"a"})"), "r1"), named(make("file_write", R"({})"), "w1"),
+                     named(make("nosuch", R"({})"), "u1"), named(make("file_read", R"({"path":"a"})"), "r2")}),
+            (B{{"r1"}, {"w1"}, {"u1", "r2"}}));
+  // A background call keeps its tool's scope: a background shell is a batch by itself.
+  EXPECT_EQ(batches({named(make("file_read", R"({"path":"a"})"), "r1"),
+                     named(make("shell", R"({"cmd":"sleep 9","background":true})"), "bg"),
+                     named(make("file_read", R"({"path":"b"})"), "r2")}),
+            (B{{"r1"}, {"bg"}, {"r2"}}));
+}
+
 TEST(DedupeKey, IsTheNameAndTheCanonicalArgumentsFlagsIncluded) {
   EXPECT_EQ(dedupe_key(make("file_read", R"({ "path" : "a",  "b":{"z":1,"a":[1, 2]} })")),
             "file_read\n" R"({"b":{"a":[1,2],"z":1},"path":"a"})");
@@ -36,9 +69,9 @@ TEST(DedupeKey, OnlyForegroundReadCallsThatRunAreCacheable) {
   EXPECT_FALSE(cacheable(make("file_write", R"({"path":"a"})")));
   EXPECT_FALSE(cacheable(make("shell", R"({"cmd":"ls"})")));
   EXPECT_FALSE(cacheable(make("nosuch", R"({})")));
-  // A background call keeps its tool's scope for invalidation.
-  EXPECT_EQ(make("shell", R"({"cmd":"ls","background":true})").effect, "global");
-  EXPECT_EQ(make("file_write", R"({"path":"x"})").effect, "write");
+  // A background call keeps its tool's scope, for batching (§8.3.1) and invalidation.
+  EXPECT_EQ(make("shell", R"({"cmd":"ls","background":true})").scope, "global");
+  EXPECT_EQ(make("file_write", R"({"path":"x"})").scope, "write");
 }
 
 TEST(ResultCacheTable, AWriteDropsThePathAndItsAncestorsOnly) {
