@@ -53,6 +53,7 @@ void Agent::set_state(const std::string& s) {
     std::lock_guard lock(mu);
     if (state_ == s) return;
     state_ = s;
+    if (killed) return;  // its kill is published: nothing of it follows (§5)
   }
   state_signal_->notify();
   hub.bus.publish("agent." + id + ".state", s);

@@ -66,6 +66,14 @@ struct Retry {
   std::string reason;
 };
 
+// `server error: 503 <the provider's message>`, the backend's name left out, as the retry block
+// says it (§8.2); other transient failures (connection, timeouts) as classified.
+std::string server_error(const backend::Error& e) {
+  if (e.http_status < 500) return e.message;
+  const auto at = e.message.find("server error: ");
+  return at == std::string::npos ? "server error: " + e.message : e.message.substr(at);
+}
+
 std::optional<Retry> retry_for(const backend::Error& e, int attempt, std::string& why) {
   using C = backend::ErrorClass;
   const int n = attempt + 1;  // the retry about to be made, 1..3
@@ -79,7 +87,7 @@ std::optional<Retry> retry_for(const backend::Error& e, int attempt, std::string
       return Retry{e.retry_after_s ? *e.retry_after_s : 5 << (n - 1), "rate limited"};
     case C::transient:
       if (n > 3) break;
-      return Retry{5 << (n - 1), e.http_status >= 500 ? "server error: " + e.message : e.message};
+      return Retry{5 << (n - 1), server_error(e)};
     case C::stream_drop:
       if (n > 3) {
         why = "stream dropped (no more retries)";

@@ -44,8 +44,9 @@ Reply session_save(SessionCall& c, const virtfs::Command&) {
   co_return std::string("saved\n");
 }
 
-// Re-syncs with toolsrv (§3.2): a rescan, then every agent's tool list fetched again and its
-// system prompt rendered again; a running turn serves nothing from its result cache after it.
+// Re-syncs with toolsrv (§3.2): a rescan, then every agent's prompt entries resolved again
+// (§7.5.1), its tool list fetched again and its system prompt rendered again; a running turn
+// serves nothing from its result cache after it.
 Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
   for (const auto& a : c.s->agents()) {
     std::lock_guard lock(a->mu);
@@ -53,10 +54,12 @@ Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
   }
   (void)co_await c.s->host->catalog();  // `tools *` rescans the tool directories
   for (const auto& a : c.s->agents()) {
-    {
-      std::lock_guard lock(a->mu);
-      a->render_due = true;
-    }
+    // `!` entries run commands: on the blocking pool (resolving marks the prompt due).
+    auto resolve = [a]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
+      a->resolve_prompts();
+      co_return;
+    };
+    co_await asio::co_spawn(c.hub.blocking, resolve, asio::use_awaitable);
     (void)co_await system_prompt(a, c.s);
   }
   co_return std::string("ok\n");
@@ -384,7 +387,7 @@ p9::Status write_prompt(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Ag
     detach(run_slash(hub, s, a, text.substr(1)));
     return {};
   } else if (text[0] == '!') {
-    detach(run_exec(s, a, text.substr(1)));
+    detach(run_exec(s, a, std::string(backend::trim(std::string_view(text).substr(1)))));
     return {};
   }
   if (!a->submit({text, ""})) return p9::error("prompt queue full");

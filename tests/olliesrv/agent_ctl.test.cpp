@@ -427,8 +427,13 @@ TEST(AgentCtl, PrefixesRunVerbsAndCommandsAtOnce) {
       EXPECT_EQ(b["name"], "echo out; exit 3");
     }
   }
-  ASSERT_TRUE(w.write(a + "/fifo", "!echo from fifo"));
+  ASSERT_TRUE(w.write(a + "/fifo", "!  echo from fifo"));
   EXPECT_TRUE(wait_block(w, a, "exec", "from fifo\n"));
+  for (const auto& b : blocks_of(w, a)) {  // the command as written, without the blanks after `!`
+    if (b["role"] == "exec" && b["content"] == "from fifo\n") {
+      EXPECT_EQ(b["name"], "echo from fifo");
+    }
+  }
   EXPECT_EQ(chat_bodies(w).size(), 0u);  // none of it reached the model
   EXPECT_EQ(w.read_state(a), "idle");
   // `//` is a prompt with one `/` removed.

@@ -283,3 +283,25 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   // The name is free again.
   EXPECT_TRUE(w.rdwr(s + "/agent/new", "name=half"));
 }
+
+// §7.5.1: prompt entries are resolved again at a session `invalidate` (§3.2), and the system
+// prompt the next request sends carries what they give now.
+TEST(Creation, ASessionInvalidateResolvesPromptEntriesAgain) {
+  World w;
+  w.own_dir("agents");
+  const std::string note = w.project + "/note.txt";
+  write_file(note, "NOTE-ONE");
+  write_file(w.config + "/agents/live.json", json{{"prompt", {"!cat " + note}}}.dump());
+  auto s = w.session("work");
+  auto a = w.agent(s, "main", "agent=live");
+  write_file(note, "NOTE-TWO");
+  ASSERT_EQ(*w.rdwr(s + "/ctl", "invalidate"), "ok\n");
+  w.fake.push({{"text", "seen"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto body = chat_bodies(w).at(0);
+  const std::string system = body["messages"][0]["content"];
+  EXPECT_NE(system.find("NOTE-TWO"), std::string::npos) << system;
+  EXPECT_EQ(system.find("NOTE-ONE"), std::string::npos);
+}

@@ -159,6 +159,27 @@ TEST(EventBus, EveryTopicWithItsPayload) {
                                                                   "session." + sid + ".kill session/play"}));
 }
 
+// An agent killed mid-turn: its kill is the last event about it, not followed by the `idle` its
+// unwinding turn reaches.
+TEST(EventBus, NothingOfAKilledAgentFollowsItsKill) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string aid = id_of(w, a);
+  auto f = w.walk("event");
+  ASSERT_TRUE(f && f->open(p9::ORDWR));
+  ASSERT_TRUE(f->write("agent." + aid + ".* session.*.new"));
+  w.fake.push({{"text", std::string(400, 'x')}, {"delay_ms", 50}, {"chunk", 4}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  std::string pending;
+  EXPECT_EQ(next_lines(*f, 1, pending), std::vector<std::string>{"agent." + aid + ".state thinking"});
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "kill"), "killed\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the turn has unwound
+  auto later = w.session("later");
+  EXPECT_EQ(next_lines(*f, 2, pending),
+            (std::vector<std::string>{"agent." + aid + ".kill session/work/agent/main", "session." + id_of(w, later) + ".new session/later"}));
+}
+
 TEST(EventBus, FiltersSelectTopicsAndOverflowIsAlwaysDelivered) {
   World w;
   auto s = w.session("work");
