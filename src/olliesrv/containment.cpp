@@ -1,31 +1,16 @@
 #include "containment.hpp"
 
-#include <asio/co_spawn.hpp>
-#include <asio/use_awaitable.hpp>
-#include <climits>
-#include <cstdlib>
-
-#include "hub.hpp"
 #include "session.hpp"
+#include "toolhost.hpp"
 
 namespace ollie {
 
 namespace {
 
-/// The path with `..` and symlinks resolved; empty when it does not resolve.
-std::string resolved(const std::string& p) {
-  char buf[PATH_MAX];
-  return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
-}
-
 bool at_or_below(const std::string& path, const std::string& base) {
   if (path == base || base == "/") return true;
   return path.size() > base.size() && path.compare(0, base.size(), base) == 0 && path[base.size()] == '/';
 }
-
-struct Resolved {
-  std::string own, want, session;
-};
 
 }  // namespace
 
@@ -38,19 +23,18 @@ p9::Result<std::shared_ptr<Agent>> new_agent_caller(const Session& s, const virt
   return caller;
 }
 
-asio::awaitable<p9::Result<std::string>> contained_cwd(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> caller,
+asio::awaitable<p9::Result<std::string>> contained_cwd(std::shared_ptr<Session> s, std::shared_ptr<Agent> caller,
                                                        std::string cwd) {
   const std::string own = caller->effective_cwd();
   const std::string want = cwd.empty() ? own : cwd;
-  // realpath reads the file system: on the blocking pool, never on an I/O thread. A named
-  // lambda, not a temporary inside the co_await (GCC 12).
-  auto resolve = [own, want, session = s->cwd]() -> asio::awaitable<Resolved> {
-    co_return Resolved{resolved(own), resolved(want), resolved(session)};
-  };
-  const Resolved r = co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
-  if (r.want.empty()) co_return p9::error("cwd: " + want + ": not a directory");
-  if (r.own.empty() || !at_or_below(r.want, r.own)) co_return p9::error("permission denied: cwd outside " + own);
-  co_return r.want == r.session ? std::string() : r.want;
+  // Resolved where the tools run (§4.2): by the session's toolsrv, local or remote.
+  std::vector<std::string> paths{own, want, s->cwd};  // named: GCC 12 and co_await temporaries
+  auto r = co_await s->host->resolve(caller->id, std::move(paths));
+  if (!r) co_return p9::error("agent/new: " + r.ename());
+  const std::string &real_own = (*r)[0], &real_want = (*r)[1], &real_session = (*r)[2];
+  if (real_want.empty()) co_return p9::error("cwd: " + want + ": not a directory");
+  if (real_own.empty() || !at_or_below(real_want, real_own)) co_return p9::error("permission denied: cwd outside " + own);
+  co_return real_want == real_session ? std::string() : real_want;
 }
 
 }  // namespace ollie

@@ -12,7 +12,6 @@
 
 namespace ollie {
 
-struct Hub;
 class Session;
 class Agent;
 
@@ -22,11 +21,12 @@ class Agent;
 /// `permission denied: agent/new of another session`, `permission denied: parent must be the caller`.
 p9::Result<std::shared_ptr<Agent>> new_agent_caller(const Session& s, const virtfs::Principal& who, const std::string& parent);
 
-/// The cwd override of a new agent created by `caller`: its effective cwd, `cwd` (the request's
-/// `cwd=`, already checked to be an absolute directory) or else the caller's, resolved (so that a
-/// symlink changed later does not move it); empty when that is the session cwd.
-/// Error: `permission denied: cwd outside <caller cwd>`.
-asio::awaitable<p9::Result<std::string>> contained_cwd(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> caller,
+/// The cwd override of a new agent created by `caller`: `cwd` (the request's `cwd=`, absolute) or
+/// else the caller's effective cwd, resolved on the tool host by the session's toolsrv (so that a
+/// symlink changed later does not move it); empty when that is the session cwd. Errors:
+/// `cwd: <d>: not a directory`, `permission denied: cwd outside <caller cwd>`, `agent/new: <why
+/// toolsrv could not answer>`.
+asio::awaitable<p9::Result<std::string>> contained_cwd(std::shared_ptr<Session> s, std::shared_ptr<Agent> caller,
                                                        std::string cwd);
 
 }  // namespace ollie

@@ -258,8 +258,16 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   // cwd (§4.3): cwd= → the parent's effective cwd → the caller's → the session's.
   std::string cwd;
   if (!kv->get("cwd").empty()) {
-    auto d = check_dir(kv->get("cwd"), hub.env);
+    // An existing directory on the tool host (§4.2): this one for a local session; a remote
+    // one's toolsrv answers, here or (for a caller) with the containment below.
+    auto d = s->remote.empty() ? check_dir(kv->get("cwd"), hub.env) : check_remote_dir(kv->get("cwd"));
     if (!d) co_return d.error();
+    if (!s->remote.empty() && !caller) {
+      std::vector<std::string> paths{*d};  // named: GCC 12 and co_await temporaries
+      auto r = co_await s->host->resolve(id, std::move(paths));
+      if (!r) co_return p9::error("agent/new: " + r.ename());
+      if (r->front().empty()) co_return p9::error("cwd: " + *d + ": not a directory");
+    }
     cwd = *d;
   } else if (parent) {
     cwd = parent->effective_cwd();
@@ -270,7 +278,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (caller) {  // a caller's parent= is itself: the default is its cwd, and it stays inside it
     // Named first: GCC 12 destroys a temporary of a co_await expression twice.
     std::string asked = kv->get("cwd").empty() ? std::string() : cwd;
-    auto contained = co_await contained_cwd(hub, s, caller, std::move(asked));
+    auto contained = co_await contained_cwd(s, caller, std::move(asked));
     if (!contained) co_return contained.error();
     cwd_override = *contained;
   }

@@ -1015,6 +1015,27 @@ asio::awaitable<p9::Result<std::vector<FileStamp>>> ToolHost::stat(std::string a
   co_return out;
 }
 
+asio::awaitable<p9::Result<std::vector<std::string>>> ToolHost::resolve(std::string agent, std::vector<std::string> paths) {
+  auto s = s_;
+  if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  std::string req = "resolve " + agent;
+  for (const auto& p : paths) req += " " + quote(p);
+  auto r = co_await s->need_rdwr("info", req);
+  if (!r) co_return r.error();
+  // One line per path, in request order: `path<TAB>real` or `path<TAB>-`.
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  for (const auto& p : paths) {
+    const auto nl = r->find('\n', pos + p.size());
+    if (r->compare(pos, p.size(), p) != 0 || nl == std::string::npos || (*r)[pos + p.size()] != '\t')
+      co_return p9::error("bad resolve reply");
+    std::string real = r->substr(pos + p.size() + 1, nl - pos - p.size() - 1);
+    out.push_back(real == "-" ? std::string() : std::move(real));
+    pos = nl + 1;
+  }
+  co_return out;
+}
+
 asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   auto s = s_;
   if (!valid_word(req.tool)) co_return ToolOutcome{"error: unknown tool: " + valid_utf8(req.tool.substr(0, 64)), true};

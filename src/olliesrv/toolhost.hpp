@@ -105,6 +105,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// `info` request `stat <agent> <path>...` (§6.4): one stamp per path, in order; a relative
   /// path is taken against the agent's effective cwd.
   asio::awaitable<p9::Result<std::vector<FileStamp>>> stat(std::string agent, std::vector<std::string> paths);
+  /// `info` request `resolve <agent> <path>...`: each path with `..` and symlinks resolved on the
+  /// tool host, "" when it names no directory there; in order.
+  asio::awaitable<p9::Result<std::vector<std::string>>> resolve(std::string agent, std::vector<std::string> paths);
   /// Runs one call through proc/new and converts the reply (§8.3.4). Never throws for a tool
   /// failure or a lost toolsrv (those are results); throws operation_aborted when the awaiting
   /// coroutine is cancelled, after flushing the request.

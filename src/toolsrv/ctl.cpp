@@ -120,7 +120,11 @@ p9::Result<std::string> answer_info(Session& session, std::string_view request) 
     if (toks->size() < 3) return p9::error("usage: stat <agent> <path>...");
     return session.stat_paths((*toks)[1], std::vector<std::string>(toks->begin() + 2, toks->end()));
   }
-  if (toks->size() != 1) return p9::error("usage: [<agent> | stat <agent> <path>...]");
+  if (toks->front() == "resolve") {
+    if (toks->size() < 3) return p9::error("usage: resolve <agent> <path>...");
+    return session.resolve_dirs((*toks)[1], std::vector<std::string>(toks->begin() + 2, toks->end()));
+  }
+  if (toks->size() != 1) return p9::error("usage: [<agent> | stat <agent> <path>... | resolve <agent> <path>...]");
   return session.info(toks->front());
 }
 

@@ -76,7 +76,7 @@ virtfs::Node<Ctx> declare() {
               Write([](Ctx& c, std::string text) { return run_ctl(*c.session, text); })),
       D::Leaf("tools", Mode{0600}, Doc{"request <agent>: its loaded tools; *: the whole catalog"},
               Rdwr([](Ctx& c, std::string req) -> Reply { co_return answer_tools(*c.session, req); })),
-      D::Leaf("info", Mode{0600}, Doc{"host and cwd; request <agent>, or stat <agent> <path>..."}, DefaultRequest{""},
+      D::Leaf("info", Mode{0600}, Doc{"host and cwd; request <agent>, stat <agent> <path>... or resolve <agent> <path>..."}, DefaultRequest{""},
               Rdwr([](Ctx& c, std::string req) -> Reply { co_return answer_info(*c.session, req); })),
       D::Dir("proc", Mode{0500}, Doc{"tool processes"},
           D::Leaf("new", Mode{0600}, Doc{"run a call: headers, blank line, JSON arguments; replies at its end"},

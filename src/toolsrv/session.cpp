@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <regex>
 #include <sstream>
@@ -301,6 +302,22 @@ std::string Session::info(const std::string& agent) {
   }
   return "os=" + os + "\narch=" + arch + "\nhostname=" + host + "\nlandlock=" + std::to_string(landlock_abi()) +
          "\ncwd=" + cwd + "\ngit=" + (git ? "true" : "false") + "\n";
+}
+
+std::string Session::resolve_dirs(const std::string& agent, const std::vector<std::string>& paths) {
+  const auto cwd = agent_cwd(agent);
+  std::string out;
+  for (const auto& p : paths) {
+    char real[PATH_MAX];
+    struct stat st {};
+    // Not cleaned first: `link/..` is the link target's parent, as the kernel walks it.
+    const std::string path = !p.empty() && p.front() == '/' ? p : cwd + "/" + p;
+    if (::realpath(path.c_str(), real) && ::stat(real, &st) == 0 && S_ISDIR(st.st_mode))
+      out += p + "\t" + real + "\n";
+    else
+      out += p + "\t-\n";
+  }
+  return out;
 }
 
 std::string Session::stat_paths(const std::string& agent, const std::vector<std::string>& paths) {

@@ -96,6 +96,10 @@ class Session {
   std::string info(const std::string& agent);
   /// `info` request `stat <agent> <path>...` (paths already tokenized).
   std::string stat_paths(const std::string& agent, const std::vector<std::string>& paths);
+  /// `info` request `resolve <agent> <path>...`: `path<TAB>real` per path, `real` the path with
+  /// `..` and symlinks resolved when it names a directory, else `-` (olliesrv's containment of
+  /// agent/new, §4.2, which compares paths as the tool host resolves them).
+  std::string resolve_dirs(const std::string& agent, const std::vector<std::string>& paths);
 
   // ---- calls (§6.5, §6.6) ----
   /// proc/new: starts a call; `done` gets the §6.5.2 reply once. Request errors (`tool not loaded:

@@ -84,6 +84,26 @@ TEST(Remote, ToolsRunOnTheOtherHostAndCallBackThroughTheReverseForward) {
   ASSERT_TRUE(eventually([&] { return tool_results(w, a).size() > before; })) << w.log_text();
   EXPECT_EQ(tool_results(w, a).back(), "loaded: subagent_spawn; usable from your next step\n") << w.log_text();
 
+  // agent/new's cwd= is a directory of the tool host, checked by its toolsrv; `~` is not this
+  // host's home there.
+  std::filesystem::create_directories(sshd.work + "/sub");
+  auto sub = w.rdwr(s + "/agent/new", "name=sub cwd=" + sshd.work + "/sub");
+  EXPECT_TRUE(sub) << sub.ename();
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "name=gone cwd=" + sshd.work + "/missing").ename(), "cwd: " + sshd.work + "/missing: not a directory");
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "name=home cwd=~/x").ename(), "cwd must be absolute: ~/x");
+  // An agent of the session creates one below its cwd, resolved over there (§4.2).
+  const std::size_t spawned = tool_results(w, a).size();
+  w.fake.push({{"tool_calls", json::array({{{"id", "c3"}, {"name", "shell"},
+                                           {"arguments", {{"cmd", "echo name=kid cwd=" + sshd.work + "/sub/.. | ollie-9p rdwr session/$OLLIE_SESSION_ID/agent/new && "
+                                                                      "echo name=out cwd=/ | ollie-9p rdwr session/$OLLIE_SESSION_ID/agent/new"}}}}})}});
+  w.fake.push({{"text", "made"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "make agents"));
+  ASSERT_TRUE(eventually([&] { return tool_results(w, a).size() > spawned; })) << w.log_text();
+  const std::string made = tool_results(w, a).back();
+  EXPECT_NE(made.find("permission denied: cwd outside " + sshd.work), std::string::npos) << made;
+  auto kid = w.read(s + "/agent/kid/id");
+  EXPECT_TRUE(kid) << made;
+
   // A stranger on the remote host reaches the forwarded socket but may attach as no one but
   // this session's agents, with their secrets.
   std::string fwd;

@@ -48,8 +48,9 @@ TEST(Info, RequestForms) {
   Fixture f;
   EXPECT_EQ(*answer_info(*f.session, ""), f.session->info(""));
   EXPECT_EQ(*answer_info(*f.session, "a1\n"), f.session->info("a1"));
-  EXPECT_EQ(answer_info(*f.session, "a1 a2").ename(), "usage: [<agent> | stat <agent> <path>...]");
+  EXPECT_EQ(answer_info(*f.session, "a1 a2").ename(), "usage: [<agent> | stat <agent> <path>... | resolve <agent> <path>...]");
   EXPECT_EQ(*answer_info(*f.session, "stat a1 /nonexistent\n"), "/nonexistent\tfalse\t-\t-\n");
+  EXPECT_EQ(answer_info(*f.session, "resolve a1").ename(), "usage: resolve <agent> <path>...");
   EXPECT_EQ(answer_tools(*f.session, "").ename(), "usage: <agent> | *");
 }
 

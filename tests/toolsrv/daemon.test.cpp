@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 
 #include "daemon.hpp"
@@ -294,6 +297,17 @@ TEST_F(Served, ToolsAndInfo) {
   EXPECT_NE(st->find("a file\ttrue\t"), std::string::npos) << *st;
   EXPECT_NE(st->find("\t5\nmissing\tfalse\t-\t-\n"), std::string::npos) << *st;
   EXPECT_EQ(rdwr(root, "info", "stat a1").ename(), "usage: stat <agent> <path>...");
+
+  // `resolve`: directories as this host resolves them (`..`, symlinks); anything else `-`.
+  std::filesystem::create_directories(d.cwd + "/sub/deeper");
+  std::filesystem::create_directory_symlink(d.cwd + "/sub/deeper", d.cwd + "/link");
+  char real[PATH_MAX];
+  ASSERT_TRUE(::realpath(d.cwd.c_str(), real));
+  const std::string cwd = real;
+  auto rs = rdwr(root, "info", "resolve a1 link sub/../sub/deeper/ link/.. 'a file' missing " + d.cwd);
+  ASSERT_TRUE(rs) << rs.ename();
+  EXPECT_EQ(*rs, "link\t" + cwd + "/sub/deeper\nsub/../sub/deeper/\t" + cwd + "/sub/deeper\nlink/..\t" + cwd +
+                     "/sub\na file\t-\nmissing\t-\n" + d.cwd + "\t" + cwd + "\n");
 }
 
 // ---- hardening, through the binary ----
