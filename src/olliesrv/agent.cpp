@@ -3,6 +3,7 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -131,7 +132,17 @@ p9::Status Agent::make_backend() {
   return {};
 }
 
-void Agent::resolve_prompts() {
+asio::awaitable<void> Agent::resolve_prompts() {
+  // A named lambda, not a temporary: GCC 12 destroys a temporary closure of a co_await
+  // expression twice (its captured shared_ptr then frees the agent early).
+  auto work = [self = shared_from_this()]() -> asio::awaitable<void> {
+    self->resolve_prompts_now();
+    co_return;
+  };
+  co_await asio::co_spawn(hub.blocking, work, asio::use_awaitable);
+}
+
+void Agent::resolve_prompts_now() {
   auto s = session.lock();
   PromptContext ctx{hub.config_root, hub.env, s ? s->id : "", id, effective_cwd()};
   std::vector<std::string> prompt, user;

@@ -128,8 +128,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   // ---- doing ----
   /// Builds the backend for backend_name/model; the error is the backend's (missing key...).
   p9::Status make_backend();
-  /// Resolves the profile's prompt entries (blocking: off the I/O threads); warnings → info blocks.
-  void resolve_prompts();
+  /// Resolves the profile's prompt entries on the blocking pool (`!` entries run commands) and
+  /// marks the system prompt due.
+  asio::awaitable<void> resolve_prompts();
   /// Submits a prompt: starts a turn when idle, else queues it. False when the queue is full.
   bool submit(Submission s);
   /// Takes the head of the prompt queue (a `fifo` read, §2.8.5); nullopt when it is empty.
@@ -166,6 +167,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
  private:
   friend class Turn;
   friend class Compaction;
+  void resolve_prompts_now();  ///< the work of resolve_prompts (blocking)
   void set_state(const std::string& s);
   void start_next();
   asio::awaitable<void> run(Submission s);

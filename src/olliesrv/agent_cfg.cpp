@@ -32,7 +32,7 @@ void render_again(Agent& a) {
 
 /// §8.1.4: every tool unloaded, the profile's autoLoad loaded one by one (a name that cannot be
 /// loaded is an `info` warning), the prompt entries resolved, the history cleared.
-asio::awaitable<void> switch_tools_and_prompts(Hub& hub, const std::shared_ptr<Session>& s,
+asio::awaitable<void> switch_tools_and_prompts(const std::shared_ptr<Session>& s,
                                                const std::shared_ptr<Agent>& a, const Profile& p) {
   std::vector<std::string> old;
   if (auto r = co_await s->host->tools(a->id)) {
@@ -54,11 +54,7 @@ asio::awaitable<void> switch_tools_and_prompts(Hub& hub, const std::shared_ptr<S
     a->tools = loaded;
   }
   for (const auto& w : p.warnings) a->note("info", w);
-  auto resolve = [a]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
-    a->resolve_prompts();
-    co_return;
-  };
-  co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+  co_await a->resolve_prompts();
   a->clear();
 }
 
@@ -134,14 +130,10 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
       std::lock_guard lock(a->mu);
       a->profile = *c.profile;
     }
-    co_await switch_tools_and_prompts(hub, s, a, *c.profile);
+    co_await switch_tools_and_prompts(s, a, *c.profile);
   } else if (c.cwd) {
     // Prompt entries are resolved again at a cwd change (§7.5.1: `!` entries run in it).
-    auto resolve = [a]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
-      a->resolve_prompts();
-      co_return;
-    };
-    co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+    co_await a->resolve_prompts();
   }
   if (c.profile || c.cwd) render_again(*a);
   a->save();

@@ -360,13 +360,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     a->tools = loaded;
   }
   for (const auto& w : profile->warnings) a->note("info", w);
-  // A named lambda, not a temporary: GCC 12 destroys a temporary closure of a co_await
-  // expression twice (its captured shared_ptr then frees the agent early).
-  auto resolve = [a]() -> asio::awaitable<void> {
-    a->resolve_prompts();
-    co_return;
-  };
-  co_await asio::co_spawn(hub.blocking, resolve, asio::use_awaitable);
+  co_await a->resolve_prompts();
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);

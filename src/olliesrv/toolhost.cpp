@@ -37,6 +37,7 @@
 #include <functional>
 #include <mutex>
 #include <set>
+#include <span>
 
 #include "backend/config.hpp"
 #include "lib9p/async_client.hpp"
@@ -780,6 +781,20 @@ p9::Result<std::vector<ToolInfo>> parse_tools(const std::string& text) {
   return out;
 }
 
+/// An `info` reply of one line per path, in request order, `path<TAB>rest` (`stat`, `resolve`,
+/// §6.4): each line's rest. Anything else is `<what>`.
+p9::Result<std::vector<std::string>> path_lines(const std::string& r, std::span<const std::string> paths, const char* what) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  for (const auto& p : paths) {
+    const auto nl = r.find('\n', pos + p.size());
+    if (r.compare(pos, p.size(), p) != 0 || nl == std::string::npos || r[pos + p.size()] != '\t') return p9::error(what);
+    out.push_back(r.substr(pos + p.size() + 1, nl - pos - p.size() - 1));
+    pos = nl + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 // ---- ToolHost -------------------------------------------------------------------------------------
@@ -997,16 +1012,10 @@ asio::awaitable<p9::Result<std::vector<FileStamp>>> ToolHost::stat(std::string a
     while (at < paths.size() && (at == first || req.size() + paths[at].size() < 16384)) req += " " + quote(paths[at++]);
     auto r = co_await s->need_rdwr("info", req);
     if (!r) co_return r.error();
-    // One line per path, in request order: `path<TAB>exists<TAB>mtime_ns<TAB>size`.
-    std::size_t pos = 0;
-    for (std::size_t k = first; k < at; k++) {
-      const std::string& p = paths[k];
-      const auto nl = r->find('\n', pos + p.size());
-      if (r->compare(pos, p.size(), p) != 0 || pos + p.size() >= r->size() || (*r)[pos + p.size()] != '\t' ||
-          nl == std::string::npos)
-        co_return p9::error("bad stat reply");
-      const std::string line = r->substr(pos + p.size() + 1, nl - pos - p.size() - 1);
-      pos = nl + 1;
+    // Each line's rest: `exists<TAB>mtime_ns<TAB>size`.
+    auto lines = path_lines(*r, std::span<const std::string>(paths).subspan(first, at - first), "bad stat reply");
+    if (!lines) co_return lines.error();
+    for (const auto& line : *lines) {
       const auto t1 = line.find('\t'), t2 = line.find('\t', t1 == std::string::npos ? t1 : t1 + 1);
       if (t1 == std::string::npos || t2 == std::string::npos) co_return p9::error("bad stat reply");
       out.push_back({line.substr(0, t1) == "true", line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1)});
@@ -1022,18 +1031,11 @@ asio::awaitable<p9::Result<std::vector<std::string>>> ToolHost::resolve(std::str
   for (const auto& p : paths) req += " " + quote(p);
   auto r = co_await s->need_rdwr("info", req);
   if (!r) co_return r.error();
-  // One line per path, in request order: `path<TAB>real` or `path<TAB>-`.
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  for (const auto& p : paths) {
-    const auto nl = r->find('\n', pos + p.size());
-    if (r->compare(pos, p.size(), p) != 0 || nl == std::string::npos || (*r)[pos + p.size()] != '\t')
-      co_return p9::error("bad resolve reply");
-    std::string real = r->substr(pos + p.size() + 1, nl - pos - p.size() - 1);
-    out.push_back(real == "-" ? std::string() : std::move(real));
-    pos = nl + 1;
-  }
-  co_return out;
+  auto lines = path_lines(*r, paths, "bad resolve reply");  // each `real` or `-`
+  if (!lines) co_return lines.error();
+  for (auto& real : *lines)
+    if (real == "-") real.clear();
+  co_return std::move(lines);
 }
 
 asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {

@@ -202,12 +202,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     ready = a.prompts_ready;
   }
   if (!ready) {  // a restored agent resolves its prompt entries at its first turn (they may run commands)
-    auto self = a_;
-    auto resolve = [self]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
-      self->resolve_prompts();
-      co_return;
-    };
-    co_await asio::co_spawn(a.hub.blocking, resolve, asio::use_awaitable);
+    co_await a.resolve_prompts();
   }
   {
     std::unique_lock lock(a.mu);

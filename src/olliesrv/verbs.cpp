@@ -54,12 +54,7 @@ Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
   }
   (void)co_await c.s->host->catalog();  // `tools *` rescans the tool directories
   for (const auto& a : c.s->agents()) {
-    // `!` entries run commands: on the blocking pool (resolving marks the prompt due).
-    auto resolve = [a]() -> asio::awaitable<void> {  // named: see lifecycle.cpp
-      a->resolve_prompts();
-      co_return;
-    };
-    co_await asio::co_spawn(c.hub.blocking, resolve, asio::use_awaitable);
+    co_await a->resolve_prompts();  // marks the prompt due
     (void)co_await system_prompt(a, c.s);
   }
   co_return std::string("ok\n");

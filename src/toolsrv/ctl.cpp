@@ -112,17 +112,25 @@ p9::Status run_ctl(Session& session, std::string_view text) {
   });
 }
 
+// The `info` requests about paths (§6.4): `<name> <agent> <path>...`.
+struct PathRequest {
+  std::string_view name;
+  std::string (Session::*answer)(const std::string& agent, const std::vector<std::string>& paths);
+};
+
+constexpr PathRequest path_requests[] = {
+    {"stat", &Session::stat_paths},
+    {"resolve", &Session::resolve_dirs},
+};
+
 p9::Result<std::string> answer_info(Session& session, std::string_view request) {
   auto toks = tokenize(request);
   if (!toks) return toks.error();
   if (toks->empty()) return session.info("");
-  if (toks->front() == "stat") {
-    if (toks->size() < 3) return p9::error("usage: stat <agent> <path>...");
-    return session.stat_paths((*toks)[1], std::vector<std::string>(toks->begin() + 2, toks->end()));
-  }
-  if (toks->front() == "resolve") {
-    if (toks->size() < 3) return p9::error("usage: resolve <agent> <path>...");
-    return session.resolve_dirs((*toks)[1], std::vector<std::string>(toks->begin() + 2, toks->end()));
+  for (const auto& r : path_requests) {
+    if (toks->front() != r.name) continue;
+    if (toks->size() < 3) return p9::error("usage: " + std::string(r.name) + " <agent> <path>...");
+    return (session.*r.answer)((*toks)[1], std::vector<std::string>(toks->begin() + 2, toks->end()));
   }
   if (toks->size() != 1) return p9::error("usage: [<agent> | stat <agent> <path>... | resolve <agent> <path>...]");
   return session.info(toks->front());
