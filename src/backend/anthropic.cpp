@@ -170,6 +170,7 @@ class AnthropicBackend : public HttpBackend {
   }
 
   Result<int> context_length(std::string_view) override { return 200000; }
+  std::optional<int> known_context_length() const override { return 200000; }
 
  private:
   void add_auth(std::vector<std::string>& h) const {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,8 @@ class Backend {
   virtual Result<std::vector<std::string>> list_models() = 0;
   /// Context length of `model` in tokens (cached). Blocks on the first call for a model.
   virtual Result<int> context_length(std::string_view model) = 0;
+  /// The context length when the provider need not be asked (anthropic, kiro): never blocks.
+  virtual std::optional<int> known_context_length() const { return std::nullopt; }
   /// The output token limit a request with these parameters sends (none: the provider's own).
   virtual std::optional<int> max_tokens_sent(const GenerationParams& p) const { return p.max_tokens; }
 };

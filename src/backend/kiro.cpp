@@ -128,6 +128,7 @@ class KiroBackend : public HttpBackend {
   }
 
   Result<int> context_length(std::string_view) override { return kiro_context; }
+  std::optional<int> known_context_length() const override { return kiro_context; }
 
  private:
   Result<std::string> bearer() const {

@@ -128,6 +128,7 @@ p9::Status Agent::make_backend() {
   std::shared_ptr<backend::Backend> be(std::move(*made));
   std::lock_guard lock(mu);
   if (model.empty()) model = be->model();
+  stats.context_length = be->known_context_length().value_or(0);  // 0: asked at the next request
   backend_ = std::move(be);
   return {};
 }
@@ -346,8 +347,8 @@ void Agent::use_backend(const std::string& b, std::shared_ptr<backend::Backend> 
   std::lock_guard lock(mu);
   backend_name = b;
   model = be->model();
+  stats.context_length = be->known_context_length().value_or(0);  // 0: asked at the next request
   backend_ = std::move(be);
-  stats.context_length = 128000;  // unknown until the next request asks the provider
 }
 
 void Agent::clear() {

@@ -136,9 +136,11 @@ asio::awaitable<void> invalidate(Hub& hub) {
     hub.caches.drop();
     for (const auto& s : hub.sessions())
       for (const auto& a : s->agents()) {
-        if (auto st = a->make_backend(); !st) spdlog::warn("invalidate: agent {}: {}", a->id, st.ename());
-        std::lock_guard lock(a->mu);
-        a->stats.context_length = 0;  // asked again at the next request
+        if (auto st = a->make_backend(); !st) {  // else make_backend reset the context length
+          spdlog::warn("invalidate: agent {}: {}", a->id, st.ename());
+          std::lock_guard lock(a->mu);
+          a->stats.context_length = 0;  // asked again at the next request
+        }
       }
     co_return;
   };

@@ -185,21 +185,15 @@ struct Transcript::State {
   }
 
   /// Finalizes the in-flight block. The assistant text is already in the window: only its
-  /// trailer is added. `content`: an assistant block's final content, in place of what streamed
-  /// (empty: the block is dropped).
+  /// trailer is added. `content`: an assistant block's final content, in place of what streamed;
+  /// even empty, the block is kept, so chat.raw readers holding its partials get its final line.
   std::optional<Block> finalize_open(const std::optional<std::string>& content = std::nullopt) {
     if (!open) return std::nullopt;
     Block b = std::move(*open);
     open.reset();
     open_seq++;
     if (b.role == "assistant") add_text(trailer(b.content));
-    if (b.role == "assistant" && content) {
-      if (content->empty()) {
-        version++;
-        return std::nullopt;
-      }
-      b.content = *content;
-    }
+    if (b.role == "assistant" && content) b.content = *content;
     by_id[b.id] = blocks.size();
     raw_size += b.json().size() + 1;
     blocks.push_back(b);
@@ -392,6 +386,7 @@ std::optional<Block> Transcript::finish_stream(std::string content) {
     std::lock_guard lk(s_->mu);
     b = s_->finalize_open(std::move(content));
   }
+  if (!b) return b;
   s_->signal->notify();
   deliver();
   return b;

@@ -77,8 +77,9 @@ class Transcript {
   /// Finalizes the in-flight block as streamed so far (on_final called); nullopt when none.
   std::optional<Block> finish_stream();
   /// Finalizes an in-flight `assistant` block with `content` in place of what streamed (the
-  /// text-based tool calls of §8.15 taken out; the rendered text keeps what streamed); an empty
-  /// `content` drops the block. Any other in-flight block is finalized as streamed.
+  /// text-based tool calls of §8.15 taken out; the rendered text keeps what streamed). An empty
+  /// `content` still finalizes the block: chat.raw readers may hold its partials (§2.8.8: the
+  /// finalized line replaces them). Any other in-flight block is finalized as streamed.
   std::optional<Block> finish_stream(std::string content);
 
   /// `log`: the last LOG_BYTES of the rendered text, from a line start, with the in-flight text.

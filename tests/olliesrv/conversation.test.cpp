@@ -90,6 +90,26 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
   EXPECT_TRUE(has_read) << body["tools"].dump();
 }
 
+// §2.8.2: contextLength is the current model's window as soon as it is known without asking the
+// provider (anthropic: 200000), before any request; unknown windows show 128000 until asked.
+TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
+  World w;
+  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"};
+  w.stop_server(SIGTERM);
+  w.start();
+  auto s = w.session("work");
+  auto open = w.agent(s, "main");
+  auto claude = w.agent(s, "claude", "backend=anthropic model=fake-model");
+  EXPECT_NE(w.read(open + "/stats")->find("contextLength=128000\ncontextPercent="), std::string::npos);
+  EXPECT_NE(w.read(claude + "/stats")->find("contextLength=200000\ncontextPercent="), std::string::npos)
+      << *w.read(claude + "/stats");
+  ASSERT_TRUE(w.write(open + "/cfg", "backend=anthropic model=fake-model")) << w.log_text();
+  EXPECT_NE(w.read(open + "/stats")->find("contextLength=200000\n"), std::string::npos) << *w.read(open + "/stats");
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  EXPECT_NE(w.read(claude + "/stats")->find("contextLength=200000\n"), std::string::npos) << *w.read(claude + "/stats");
+  EXPECT_EQ(chat_requests(w), 0u);
+}
+
 // statewait without a change for 5 s answers the current state (the heartbeat), never nothing:
 // a client looping on `read statewait` always has a state to show.
 TEST(Conversation, StatewaitHeartbeatIsTheCurrentState) {

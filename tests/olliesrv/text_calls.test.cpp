@@ -2,7 +2,9 @@
 // toolsrv, the fake provider over real HTTP.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "olliesrv/world.hpp"
 
@@ -46,6 +48,47 @@ TEST(TextCalls, AToolCallWrittenAsTextRunsAndItsResultIsSent) {
   ASSERT_TRUE(tool.is_object()) << body.dump();
   EXPECT_EQ(tool["tool_call_id"], id);
   EXPECT_NE(tool["content"].get<std::string>().find("hi"), std::string::npos) << tool.dump();
+}
+
+// A response that is nothing but a call written as text: its streamed assistant block is still
+// finalized (empty once the call is taken out), so a chat.raw reader holding its partials gets the
+// final line that replaces them (§2.8.8).
+TEST(TextCalls, AResponseThatIsOnlyATextCallStillFinalizesItsStreamedBlock) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto raw = w.open(a + "/chat.raw");
+  w.fake.push({{"text", "<tool_call>{\"name\": \"shell\", \"arguments\": {\"cmd\": \"true\"}}</tool_call>"},
+               {"chunk", 16},
+               {"delay_ms", 40}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  std::set<std::string> partial, final;
+  std::string pending;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool answered = false;
+  while (!answered && std::chrono::steady_clock::now() < end) {
+    auto r = raw.read(8192);
+    ASSERT_TRUE(r && !r->empty());
+    pending += *r;
+    for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n')) {
+      json b = json::parse(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+      if (b.value("role", "") != "assistant") continue;
+      (b.value("partial", false) ? partial : final).insert(b["id"].get<std::string>());
+      if (!b.value("partial", false) && b["content"] == "done") answered = true;
+    }
+  }
+  ASSERT_TRUE(answered) << w.log_text();
+  ASSERT_FALSE(partial.empty());  // 5 slow pieces: the reader saw the call's text stream
+  for (const auto& id : partial) EXPECT_TRUE(final.count(id)) << "partials of " << id << " never finalized";
+
+  auto blocks = blocks_of(w, a);
+  std::vector<std::string> roles;
+  for (auto& b : blocks) roles.push_back(b["role"]);
+  ASSERT_EQ(roles, (std::vector<std::string>{"user", "assistant", "call", "tool", "assistant"})) << *w.read(a + "/log.raw");
+  EXPECT_EQ(blocks[1]["content"], "");
+  EXPECT_EQ(blocks[2]["name"], "shell");
 }
 
 TEST(TextCalls, TextNamingNoLoadedToolStaysTheAnswer) {
