@@ -211,11 +211,13 @@ std::shared_ptr<const std::vector<CatalogEntry>> Session::catalog_for(const std:
 p9::Result<void> Session::load(const std::string& agent, const std::vector<std::string>& tools) {
   const auto catalog = scan();
   std::lock_guard lock(mu_);
+  listings_.erase(agent);
   return registry_.load(agent, tools, *catalog);
 }
 
 void Session::unload(const std::string& agent, const std::vector<std::string>& tools) {
   std::lock_guard lock(mu_);
+  listings_.erase(agent);
   registry_.unload(agent, tools);
 }
 
@@ -224,6 +226,7 @@ void Session::forget(const std::string& agent) {
   {
     std::lock_guard lock(mu_);
     registry_.forget(agent);
+    listings_.erase(agent);
     agent_cwd_.erase(agent);
     std::erase_if(calls_, [&](const auto& c) {
       if (c.first != agent) return false;
@@ -277,13 +280,19 @@ std::string Session::tools(const std::string& request) {
   if (request == "*") return json_text(catalog_json(*scan())) + "\n";
   const auto catalog = catalog_for(request);
   std::vector<std::string> dropped;
-  nlohmann::ordered_json list;
+  std::string text;
   {
     std::lock_guard lock(mu_);
-    list = registry_.agent_json(request, *catalog, &dropped);
+    if (registry_.names(request).empty()) return "[]\n";
+    auto& listing = listings_[request];
+    if (listing.catalog != catalog) {
+      listing.text = json_text(registry_.agent_json(request, *catalog, &dropped)) + "\n";
+      listing.catalog = catalog;
+    }
+    text = listing.text;
   }
   for (const auto& d : dropped) spdlog::warn("toolsrv: loaded tool {} of agent {} is no longer valid", d, request);
-  return json_text(list) + "\n";
+  return text;
 }
 
 std::string Session::info(const std::string& agent) {

@@ -143,6 +143,13 @@ class Session {
   Approvals approvals_;
   PolicyLoader global_policy_;                           // sandbox.yaml, reparsed when it changes
   Registry registry_;
+  /// `tools <agent>` is read before every LLM request (§8.1.3): each agent's reply, remade only
+  /// when its catalog (a scan, an edited tool) or its loaded tools changed.
+  struct Listing {
+    std::shared_ptr<const std::vector<CatalogEntry>> catalog;
+    std::string text;
+  };
+  std::map<std::string, Listing> listings_;  // agents with tools loaded only (dropped by unload, forget)
   std::shared_ptr<const std::vector<CatalogEntry>> catalog_;  // the latest scan: what calls run
   std::shared_ptr<const HostFacts> host_;                     // the facts that scan used
   RulesetCache rulesets_;

@@ -181,6 +181,35 @@ TEST_F(Host, StartSyncsEnvAgentCwdAndTools) {
   EXPECT_EQ(info->at("os"), "linux");
 }
 
+// `tools <agent>` is read before every LLM request; toolsrv remakes it only when something changed:
+// a load, an unload, an edited .meta of a loaded tool (§7.2.2). Each change shows at the next read.
+TEST_F(Host, TheToolListFollowsLoadsUnloadsAndEdits) {
+  const std::string tools = w.config + "/tools/";
+  const std::string name = "edited" + std::to_string(::getpid());
+  write_file(tools + name, "#!/bin/sh\ntrue\n", 0755);
+  write_file(tools + name + ".meta", R"({"description":"First.","scope":"read"})");
+  auto names = [&] {
+    auto r = t.run(host->tools(agent));
+    std::string out;
+    if (!r) return "error: " + r.ename();
+    for (const auto& ti : *r) out += ti.name + "=" + ti.description + ";";
+    return out;
+  };
+  ASSERT_TRUE(t.run(host->load(agent, {name})));
+  EXPECT_EQ(names(), name + "=First.;");
+  EXPECT_EQ(names(), name + "=First.;");  // unchanged: the same list again
+  write_file(tools + name + ".meta", R"({"description":"Second, longer.","scope":"read"})");
+  EXPECT_EQ(names(), name + "=Second, longer.;");
+  ASSERT_TRUE(t.run(host->load(agent, {"echo"})));
+  EXPECT_EQ(names(), "echo=Echo the arguments.;" + name + "=Second, longer.;");
+  ASSERT_TRUE(t.run(host->unload(agent, {name})));
+  EXPECT_EQ(names(), "echo=Echo the arguments.;");
+  ASSERT_TRUE(t.run(host->unload(agent, {"echo"})));
+  EXPECT_EQ(names(), "");
+  std::filesystem::remove(tools + name);
+  std::filesystem::remove(tools + name + ".meta");
+}
+
 TEST_F(Host, CallRoundTripAndResults) {
   ASSERT_TRUE(t.run(host->load(agent, {"echo", "fail", "sleeper"})).ok());
   auto r = call(*host, "echo", R"({"x":1})");
