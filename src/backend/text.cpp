@@ -88,4 +88,10 @@ std::string byte_size(std::size_t n) {
   return std::to_string(n) + " bytes";
 }
 
+std::string one_line(std::string s) {
+  for (auto& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  return s;
+}
+
 }  // namespace ollie::backend

@@ -19,5 +19,7 @@ std::string valid_utf8(std::string_view s);
 std::string clip(std::string_view s, std::size_t max);
 /// A byte count for messages: "8 MiB", "2 KiB", "100 bytes".
 std::string byte_size(std::size_t n);
+/// `s` as one field of a line-per-item table: every control character (a TAB, a newline) a blank.
+std::string one_line(std::string s);
 
 }  // namespace ollie::backend

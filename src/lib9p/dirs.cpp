@@ -51,6 +51,11 @@ std::string home_dir(const Env& env) {
   return "/";
 }
 
+std::string expand_home(const std::string& path, const Env& env) {
+  if (path == "~" || path.rfind("~/", 0) == 0) return home_dir(env) + path.substr(1);
+  return path;
+}
+
 std::string config_home(const Env& env) { return var_or(env, "XDG_CONFIG_HOME", home_dir(env) + "/.config"); }
 std::string data_home(const Env& env) { return var_or(env, "XDG_DATA_HOME", home_dir(env) + "/.local/share"); }
 std::string cache_home(const Env& env) { return var_or(env, "XDG_CACHE_HOME", home_dir(env) + "/.cache"); }

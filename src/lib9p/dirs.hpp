@@ -24,6 +24,8 @@ std::string login_name();
 
 /// $HOME, else the password database's home directory, else `/`.
 std::string home_dir(const Env& env = process_env());
+/// `path` with a leading `~` or `~/` replaced by home_dir(env); any other path as it is.
+std::string expand_home(const std::string& path, const Env& env = process_env());
 
 /// $XDG_CONFIG_HOME, $XDG_DATA_HOME, $XDG_CACHE_HOME, $XDG_STATE_HOME, else ~/.config,
 /// ~/.local/share, ~/.cache, ~/.local/state.

@@ -58,11 +58,6 @@ asio::awaitable<void> switch_tools_and_prompts(const std::shared_ptr<Session>& s
   a->clear();
 }
 
-std::string expand_home(const std::string& p, const p9::Env& env) {
-  if (p == "~" || p.rfind("~/", 0) == 0) return p9::home_dir(env) + p.substr(1);
-  return p;
-}
-
 }  // namespace
 
 Hold::Hold(Agent& a) : ok(a.hold()), a_(a) {}
@@ -92,7 +87,13 @@ SettingsChange profile_switch(const Agent& a, Profile p) {
 
 p9::Result<std::string> cwd_argument(Hub& hub, const Session& s, const std::string& given) {
   if (given.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
-  std::string p = expand_home(given, hub.env);
+  bool remote;
+  {
+    std::lock_guard lock(s.mu);
+    remote = !s.remote.empty();
+  }
+  // `~` is this host's home: a remote session's tool host has its own (as agent/new there).
+  std::string p = remote ? given : p9::expand_home(given, hub.env);
   if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return p == s.cwd ? std::string() : p;

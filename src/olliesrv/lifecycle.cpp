@@ -24,15 +24,10 @@ namespace ollie {
 
 namespace {
 
-std::string expand_home(const std::string& p, const p9::Env& env) {
-  if (p == "~" || p.rfind("~/", 0) == 0) return p9::home_dir(env) + p.substr(1);
-  return p;
-}
-
 /// §4.1's cwd rules, checked on this host (where the tools run for a local session).
 p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) {
   if (given.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
-  std::string p = expand_home(given, env);
+  std::string p = p9::expand_home(given, env);
   if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
   struct stat st;
   if (::stat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return p9::error("cwd: " + p + ": not a directory");

@@ -406,8 +406,8 @@ bool read_prompt_file(const std::string& entry, const std::string& e, const Prom
     warnings.push_back("prompt entry not found: " + entry);
     return false;
   }
-  if (path == "~" || path.rfind("~/", 0) == 0) path = p9::home_dir(ctx.env ? ctx.env : p9::process_env()) + path.substr(1);
-  else if (path.empty() || path[0] != '/') path = ctx.config_root + "/prompts/" + path;
+  path = p9::expand_home(path, ctx.env ? ctx.env : p9::process_env());
+  if (path[0] != '/') path = ctx.config_root + "/prompts/" + path;
   std::string err;
   switch (read_file(path, kMaxPromptFileBytes, text, err)) {
     case ReadStatus::ok: text = trim_trailing_newlines(std::move(text)); return true;

@@ -9,6 +9,7 @@
 
 #include "agent.hpp"
 #include "backend/config.hpp"
+#include "backend/text.hpp"
 #include "caches.hpp"
 #include "hub.hpp"
 #include "olliesrv.hpp"
@@ -30,13 +31,6 @@ std::string lines(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v) out += s + "\n";
   return out;
-}
-
-/// One table field: every control character (a TAB, a newline) becomes a blank.
-std::string field(std::string s) {
-  for (auto& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  return s;
 }
 
 // ---- models (§2.1) -------------------------------------------------------------------------
@@ -90,9 +84,9 @@ std::string catalog(const std::string& config_root, const p9::Env& env) {
   for (const auto& e : toolsrv::scan_tools(dirs, host_facts(config_root, env, dirs))) {
     if (e.tool)
       out += e.name + "\t" + std::string(toolsrv::scope_name(e.tool->scope)) + "\t" + e.tool->tier + "\t" +
-             field(e.tool->description) + "\n";
+             backend::one_line(e.tool->description) + "\n";
     else
-      out += e.name + "\t-\t-\tinvalid: " + field(e.error) + "\n";
+      out += e.name + "\t-\t-\tinvalid: " + backend::one_line(e.error) + "\n";
   }
   return out;
 }

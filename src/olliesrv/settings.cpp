@@ -84,8 +84,10 @@ bool is_backend(const std::string& b) {
 
 p9::Status check_backend(const std::string& name) {
   if (name.empty() || is_backend(name)) return {};
-  return p9::error("unknown backend: " + name + " (" + known_backends() + ")");
+  return unknown_backend(name);
 }
+
+p9::Error unknown_backend(const std::string& name) { return p9::error("unknown backend: " + name + " (" + known_backends() + ")"); }
 
 namespace {
 

@@ -32,8 +32,10 @@ struct BackendChoice {
 p9::Result<BackendChoice> resolve_backend_choice(const SettingsInput& in, const backend::BackendsConf& conf,
                                                  const p9::Env& env);
 
-/// "" or a supported backend; else `unknown backend: <b> (ollama, openai, …)`.
+/// "" or a supported backend; else unknown_backend(name).
 p9::Status check_backend(const std::string& name);
+/// `unknown backend: <b> (ollama, openai, …)`.
+p9::Error unknown_backend(const std::string& name);
 
 /// The cfg generation-parameter keys, in cfg order: maxTokens ... verbosity.
 const std::vector<std::string>& param_keys();

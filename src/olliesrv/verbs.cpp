@@ -119,7 +119,7 @@ Reply verb_clear(AgentCall& c, const virtfs::Command& cmd) {
 
 // §8.8: during a turn the pending inject (its `user` block at once); idle, an ordinary prompt.
 Reply verb_inject(AgentCall& c, const virtfs::Command& cmd) {
-  const std::string text(backend::trim(cmd.args.empty() ? std::string() : cmd.args[0]));
+  const std::string text = cmd.args.empty() ? std::string() : cmd.args[0];  // free text: the raw rest (§3)
   if (text.empty()) co_return cmd.usage();
   if (c.a->inject(text)) {
     c.a->transcript.append(make_block("user", text, "inject"));
@@ -175,6 +175,7 @@ Reply verb_models(AgentCall& c, const virtfs::Command&) {
 // The model becomes that backend's default (§7.4); naming the current backend changes nothing.
 Reply verb_backend(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
+    if (cmd.args[0].empty()) co_return unknown_backend("");  // `backend ''`: a name is required
     if (auto st = check_backend(cmd.args[0]); !st) co_return st.error();
     Hold held(*c.a);
     if (!held.ok) co_return running(cmd);
@@ -200,7 +201,7 @@ Reply verb_tools(AgentCall& c, const virtfs::Command&) {
   }
   std::sort(tools.begin(), tools.end(), [](const ToolInfo& x, const ToolInfo& y) { return x.name < y.name; });
   std::string out;
-  for (const auto& t : tools) out += t.name + "\t" + t.description + "\n";
+  for (const auto& t : tools) out += t.name + "\t" + backend::one_line(t.description) + "\n";
   co_return out;
 }
 

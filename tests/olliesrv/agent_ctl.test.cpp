@@ -79,9 +79,13 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
   EXPECT_EQ(ctl(w, a, "models"), "fake-model\n");
   EXPECT_EQ(ctl(w, a, "stop"), "idle\n");
   EXPECT_EQ(ctl(w, a, "compact"), "nothing to compact\n");
+  // A description with a TAB and a newline stays on its line (one item per line, §3).
+  write_file(w.config + "/tools/odd.meta", R"({"description": "one\ttwo\nthree", "cmd": "true"})");
+  EXPECT_EQ(ctl(w, a, "tool_load odd"), "odd\n");
   auto tools = ctl(w, a, "tools");
   EXPECT_NE(tools.find("file_read\t"), std::string::npos) << tools;
   EXPECT_NE(tools.find("\nshell\t"), std::string::npos) << tools;
+  EXPECT_NE(tools.find("\nodd\tone two three\n"), std::string::npos) << tools;
   auto sp = ctl(w, a, "systemprompt");
   EXPECT_NE(sp.find("- Working directory: " + w.project + "\n"), std::string::npos) << sp;
   EXPECT_NE(sp.find("- Agent: main ("), std::string::npos) << sp;
@@ -100,6 +104,8 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
   EXPECT_EQ(ctl(w, a, "agent nosuch"), "error: unknown agent profile: nosuch");
   EXPECT_EQ(ctl(w, a, "backend nosuch"),
             "error: unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
+  EXPECT_EQ(ctl(w, a, "backend ''"),
+            "error: unknown backend:  (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
   EXPECT_EQ(ctl(w, a, "backend anthropic").rfind("error: anthropic: missing key: set ", 0), 0u);
   EXPECT_EQ(ctl(w, a, "backend"), "openai\n");  // nothing changed
   EXPECT_EQ(ctl(w, a, "tool_load nosuch_tool"), "error: unknown tool: nosuch_tool");
@@ -176,6 +182,7 @@ TEST(AgentCtl, AnInjectReachesTheLastResultOfTheNextRound) {
   ASSERT_TRUE(w.write(a + "/prompt", "work on it"));
   ASSERT_TRUE(w.wait_state(a, "calling: shell"));
   EXPECT_EQ(ctl(w, a, "inject first"), "injected\n");
+  EXPECT_EQ(ctl(w, a, "inject   indented"), "injected\n");  // free text: the raw rest after one blank
   EXPECT_EQ(ctl(w, a, "inject also check\nthe tests"), "injected\n");  // replaces it; free text
   write_file(w.project + "/go", "");
   ASSERT_TRUE(wait_block(w, a, "assistant", "done"));
@@ -189,7 +196,7 @@ TEST(AgentCtl, AnInjectReachesTheLastResultOfTheNextRound) {
   ASSERT_GE(content.size(), tail.size());
   EXPECT_EQ(content.substr(content.size() - tail.size()), tail) << content;
   EXPECT_EQ(content.find("first"), std::string::npos) << content;
-  EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"first", "also check\nthe tests"}));
+  EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"first", "  indented", "also check\nthe tests"}));
   // Idle, an inject is an ordinary prompt.
   w.fake.push({{"text", "sure"}});
   EXPECT_EQ(ctl(w, a, "inject now this"), "submitted\n");

@@ -91,6 +91,7 @@ TEST(Remote, ToolsRunOnTheOtherHostAndCallBackThroughTheReverseForward) {
   EXPECT_TRUE(sub) << sub.ename();
   EXPECT_EQ(w.rdwr(s + "/agent/new", "name=gone cwd=" + sshd.work + "/missing").ename(), "cwd: " + sshd.work + "/missing: not a directory");
   EXPECT_EQ(w.rdwr(s + "/agent/new", "name=home cwd=~/x").ename(), "cwd must be absolute: ~/x");
+  EXPECT_EQ(w.rdwr(a + "/ctl", "cwd ~/x").ename(), "cwd must be absolute: ~/x");
   // An agent of the session creates one below its cwd, resolved over there (§4.2).
   const std::size_t spawned = tool_results(w, a).size();
   w.fake.push({{"tool_calls", json::array({{{"id", "c3"}, {"name", "shell"},
