@@ -124,11 +124,17 @@ TEST(TextCallsUnit, TheAssistantBlockIsFinalizedWithTheTextLeft) {
   EXPECT_EQ(finals[0].content, "Looking.");
   EXPECT_EQ(t.find(b->id)->content, "Looking.");
   EXPECT_NE(t.log().find("<tool_call>"), std::string::npos);
+  // Nothing left: the block is still finalized, empty (its partials may have been read).
   t.stream("assistant", "<tool_call>{}</tool_call>");
-  EXPECT_FALSE(t.finish_stream(std::string()));
-  EXPECT_EQ(t.size(), 1u);
-  EXPECT_EQ(finals.size(), 1u);
+  auto empty = t.finish_stream(std::string());
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->content, "");
+  EXPECT_EQ(t.size(), 2u);
+  ASSERT_EQ(finals.size(), 2u);
+  EXPECT_EQ(finals[1].id, empty->id);
+  EXPECT_FALSE(t.finish_stream(std::string()));  // none open
   auto next = t.append(make_block("call", "{}", "shell"));  // the next block has a fresh id
   EXPECT_NE(next.id, b->id);
-  EXPECT_EQ(t.size(), 2u);
+  EXPECT_NE(next.id, empty->id);
+  EXPECT_EQ(t.size(), 3u);
 }
