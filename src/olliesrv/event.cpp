@@ -97,14 +97,14 @@ p9::Status Subscription::request(const std::string& text) {
 virtfs::Chunk Subscription::read(std::size_t max) {
   std::lock_guard lk(mu_);
   std::string out;
-  if (dropped_) {
-    queue_.push_front({"event.overflow", "event.overflow " + std::to_string(dropped_) + "\n"});
-    dropped_ = 0;
-  }
-  if (!partial_.empty()) {
+  if (!partial_.empty()) {  // the rest of a split line first: no line starts inside another
     out = partial_.substr(0, max);
     partial_.erase(0, out.size());
     return {out, false};
+  }
+  if (dropped_) {  // taken by this read (whole, or split as any line): never left in the queue
+    queue_.push_front({"event.overflow", "event.overflow " + std::to_string(dropped_) + "\n"});
+    dropped_ = 0;
   }
   while (!queue_.empty() && out.size() + queue_.front().line.size() <= max) {
     out += queue_.front().line;

@@ -117,8 +117,7 @@ void destroy_agent(Hub& hub, const std::shared_ptr<Session>& s, const std::share
   }
   const std::string path = agent_path(*s, *a);
   a->kill();
-  s->remove(a->id);
-  hub.bus.publish("agent." + a->id + ".kill", path);
+  if (s->remove(a->id)) hub.bus.publish("agent." + a->id + ".kill", path);  // no `new`, no `kill`
   asio::co_spawn(a->ex, s->host->forget(a->id), asio::detached);
 }
 
@@ -340,7 +339,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     a->history = std::move(seeded);
   }
   if (auto st = a->make_backend(); !st) co_return st.error();
-  if (auto st = s->add(a); !st) co_return st.error();
+  if (auto st = s->add(a, false); !st) co_return st.error();  // the name is taken, the directory not yet there
   AgentGuard destroy(hub, s, a);  // from now on a flushed creation, and every sub-agent, is undone
   if (!cwd_override.empty()) s->host->set_agent_cwd(id, cwd_override);
   // autoLoad: one toolsrv load per name; a name that cannot be loaded is an info warning.
@@ -357,6 +356,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   for (const auto& w : profile->warnings) a->note("info", w);
   co_await a->resolve_prompts();
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
+  if (!s->show(id)) co_return p9::error("session killed");  // §8.1.1: the directory last
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
   destroy.release();
@@ -392,10 +392,10 @@ void kill_session(Hub& hub, const std::shared_ptr<Session>& s) {
 asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a) {
   const std::string path = agent_path(*s, *a);
   a->kill();
-  s->remove(a->id);
+  const bool shown = s->remove(a->id);  // false: a concurrent kill was first
   if (auto st = hub.store.remove_agent(s->id, a->id); !st) spdlog::error("agent {}: remove: {}", a->id, st.ename());
   s->save_soon();
-  hub.bus.publish("agent." + a->id + ".kill", path);
+  if (shown) hub.bus.publish("agent." + a->id + ".kill", path);
   co_await s->host->forget(a->id);
 }
 

@@ -90,6 +90,10 @@ p9::Status rename_session(Ctx& c, std::string text) {
   if (old == n) return {};
   if (auto st = c.srv->hub().rename(c.session, n); !st) return st;
   c.srv->hub().bus.publish("session." + c.session->id + ".rename", "session/" + old + " session/" + n);
+  for (const auto& a : c.session->agents()) {  // the Environment section names the session (§7.6)
+    std::lock_guard lock(a->mu);
+    a->render_due = true;
+  }
   c.session->save_soon();
   return {};
 }

@@ -22,11 +22,12 @@ Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
 std::shared_ptr<Agent> Session::find(const std::string& key) const {
   std::lock_guard lock(mu);
   for (const auto& [aid, a] : agents_) {
+    if (hidden_.count(aid)) continue;
     std::lock_guard al(a->mu);
     if (a->name == key) return a;
   }
   auto it = agents_.find(key);
-  return it == agents_.end() ? nullptr : it->second;
+  return it == agents_.end() || hidden_.count(key) ? nullptr : it->second;
 }
 
 std::vector<std::shared_ptr<Agent>> Session::agents() const {
@@ -34,6 +35,7 @@ std::vector<std::shared_ptr<Agent>> Session::agents() const {
   {
     std::lock_guard lock(mu);
     for (const auto& [aid, a] : agents_) {
+      if (hidden_.count(aid)) continue;
       std::lock_guard al(a->mu);
       v.emplace_back(a->name, a);
     }
@@ -44,7 +46,7 @@ std::vector<std::shared_ptr<Agent>> Session::agents() const {
   return out;
 }
 
-p9::Status Session::add(std::shared_ptr<Agent> a) {
+p9::Status Session::add(std::shared_ptr<Agent> a, bool shown) {
   std::lock_guard lock(mu);
   if (killed) return p9::error("session killed");
   std::string n;
@@ -56,13 +58,23 @@ p9::Status Session::add(std::shared_ptr<Agent> a) {
     std::lock_guard al(other->mu);
     if (other->name == n) return p9::error("agent already exists: " + n);
   }
+  if (!shown) hidden_.insert(a->id);
   agents_[a->id] = std::move(a);
   return {};
 }
 
-void Session::remove(const std::string& agent_id) {
+bool Session::show(const std::string& agent_id) {
   std::lock_guard lock(mu);
-  agents_.erase(agent_id);
+  if (killed || !agents_.count(agent_id)) return false;
+  hidden_.erase(agent_id);
+  return true;
+}
+
+bool Session::remove(const std::string& agent_id) {
+  std::lock_guard lock(mu);
+  const bool shown = agents_.erase(agent_id) > 0 && hidden_.count(agent_id) == 0;
+  hidden_.erase(agent_id);
+  return shown;
 }
 
 p9::Status Session::rename_agent(const std::shared_ptr<Agent>& a, const std::string& n) {
@@ -93,7 +105,7 @@ SessionRecord Session::record() const {
     r.bypass = bypass;
     r.bypass_counter = bypass_counter;
     for (const auto& [aid, a] : agents_)
-      if (!a->subagent) list.push_back(a);  // sub-agents are never persisted (§7.7)
+      if (!a->subagent && !hidden_.count(aid)) list.push_back(a);  // sub-agents are never persisted (§7.7)
   }
   for (const auto& a : list) r.agents.push_back(a->record());
   return r;
@@ -126,16 +138,16 @@ void Session::save_soon() {
 }
 
 void Session::kill() {
-  std::vector<std::shared_ptr<Agent>> list;
+  std::vector<std::pair<std::shared_ptr<Agent>, bool>> list;  // and whether it was shown
   {
     std::lock_guard lock(mu);
     if (killed) return;
     killed = true;
-    for (const auto& [aid, a] : agents_) list.push_back(a);
+    for (const auto& [aid, a] : agents_) list.emplace_back(a, hidden_.count(aid) == 0);
   }
-  for (const auto& a : list) {
+  for (const auto& [a, shown] : list) {
     a->kill();
-    hub.bus.publish("agent." + a->id + ".kill", "session/" + current_name() + "/agent/" + a->current_name());
+    if (shown) hub.bus.publish("agent." + a->id + ".kill", "session/" + current_name() + "/agent/" + a->current_name());
   }
   host->stop();
   if (!remote.empty() && hub.unlisten_forward) hub.unlisten_forward(id);

@@ -3,6 +3,7 @@
 /// toolsrv (its ToolHost).
 
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,10 +43,17 @@ class Session : public std::enable_shared_from_this<Session> {
     std::lock_guard lock(mu);
     return name;
   }
+  /// The shown agents: an agent being created is in none of these (nor in saves) until show().
   std::shared_ptr<Agent> find(const std::string& name_or_id) const;
   std::vector<std::shared_ptr<Agent>> agents() const;  ///< sorted by name
-  p9::Status add(std::shared_ptr<Agent> a);
-  void remove(const std::string& agent_id);
+  /// Adds an agent under its name, unique among all of the session's agents. `shown` false
+  /// reserves the name for an agent being created; its directory appears at show() (§8.1.1).
+  p9::Status add(std::shared_ptr<Agent> a, bool shown = true);
+  /// Shows an added agent; false when it or the session is gone meanwhile.
+  bool show(const std::string& agent_id);
+  /// Removes the agent; true when it was shown (its `agent.<id>.new` published), false when it
+  /// was not or was already removed.
+  bool remove(const std::string& agent_id);
   p9::Status rename_agent(const std::shared_ptr<Agent>& a, const std::string& name);
 
   SessionRecord record() const;
@@ -60,6 +68,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   std::map<std::string, std::shared_ptr<Agent>> agents_;  // by id
+  std::set<std::string> hidden_;                           // ids added but not shown yet
   bool save_pending_ = false;                              // under mu
   mutable std::mutex save_mu_;  // one write at a time; kill waits for it, so no save revives the directory
 };

@@ -394,6 +394,12 @@ asio::awaitable<void> render_for(const std::shared_ptr<Agent>& ap, const std::sh
 asio::awaitable<void> Turn::render_prompt(const std::vector<ToolInfo>& tools) { co_await render_for(a_, s_, tools); }
 
 asio::awaitable<std::string> system_prompt(std::shared_ptr<Agent> a, std::shared_ptr<Session> s) {
+  bool ready;
+  {
+    std::lock_guard lock(a->mu);
+    ready = a->prompts_ready;
+  }
+  if (!ready) co_await a->resolve_prompts();  // a restored agent's entries, at their first use
   std::vector<ToolInfo> tools;
   if (auto r = co_await s->host->tools(a->id)) tools = std::move(*r);
   else {

@@ -482,6 +482,11 @@ TEST(AgentCtl, CompactAndNameAndKill) {
   EXPECT_EQ(*w.read(s + "/agent/second/name"), "second\n");
   EXPECT_EQ(*w.read(s + "/agent/second/id"), id);
   EXPECT_NE(ctl(w, s + "/agent/second", "systemprompt").find("- Agent: second ("), std::string::npos);
+  // A renamed session: its agents' Environment section names it (§7.6).
+  ASSERT_TRUE(w.write(s + "/name", "play"));
+  EXPECT_NE(ctl(w, "session/play/agent/second", "systemprompt").find("- Session: play ("), std::string::npos)
+      << ctl(w, "session/play/agent/second", "systemprompt");
+  ASSERT_TRUE(w.write("session/play/name", "work"));
   EXPECT_EQ(w.write(s + "/agent/second/name", "bad name").ename(), "invalid name: bad name");
   EXPECT_EQ(ctl(w, s + "/agent/second", "kill"), "killed\n");
   EXPECT_EQ(w.read(s + "/agent/second/id").ename(), "second: file not found");

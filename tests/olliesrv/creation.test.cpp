@@ -257,8 +257,9 @@ TEST(AgentNew, SubagentKilledWhileRunningIsInterrupted) {
   EXPECT_EQ(*w.read(s + "/agent/idx"), "");
 }
 
-// §1.5: a flushed agent/new is undone: the agent it had made is not left behind, half created
-// (no `agent.<id>.new`, not saved).
+// §8.1.1: an agent's directory appears last, when its setup (autoLoad, prompt entries, the system
+// prompt) is done; its name is taken from the start. §1.5: a flushed agent/new is undone: nothing
+// of the half-made agent is left (never listed, no event, not saved), and the name is free again.
 TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   World w;
   w.own_dir("agents");
@@ -274,14 +275,34 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   t.count = 8192;
   std::promise<p9::Result<p9::Fcall>> reply;
   const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
-  // Listed once it exists, while its prompt entry still runs.
-  ASSERT_TRUE(eventually([&] { return w.read(s + "/agent/idx")->find("half\t") != std::string::npos; }));
+  auto ev = w.open("event");
+  // While its prompt entry runs (2 s): the name is taken, the directory is not there yet.
+  ASSERT_TRUE(eventually([&] { return w.rdwr(s + "/agent/new", "name=half").ename() == "agent already exists: half"; }));
+  EXPECT_EQ(*w.read(s + "/agent/idx"), "");
+  EXPECT_EQ(w.walk(s + "/agent/half").ename(), "half: file not found");
   f->client().flush(tag);
   EXPECT_FALSE(reply.get_future().get());
-  EXPECT_TRUE(eventually([&] { return w.read(s + "/agent/idx")->find("half\t") == std::string::npos; }, std::chrono::seconds(5)))
-      << *w.read(s + "/agent/idx");
-  // The name is free again.
-  EXPECT_TRUE(w.rdwr(s + "/agent/new", "name=half"));
+  // The name is free again; the only agent events are those of the new one.
+  auto again = w.rdwr(s + "/agent/new", "name=half");
+  ASSERT_TRUE(again) << again.ename();
+  const std::string id = again->substr(0, again->size() - 1);
+  const auto seen = World::read_until(ev, "agent." + id + ".new");
+  EXPECT_EQ(seen.find("agent."), seen.find("agent." + id + ".new")) << seen;
+}
+
+// A restored agent's prompt entries are resolved at their first use (they may run commands; a
+// restart of many sessions runs none): `ctl systemprompt` right after a restart shows the
+// system and profile prompts, not only the Environment and Tools sections.
+TEST(Creation, SystempromptRightAfterARestartHasTheProfilesPrompts) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string before = *w.rdwr(a + "/ctl", "systemprompt");
+  ASSERT_EQ(before.rfind("You are an agent of Ollie", 0), 0u) << before;
+  ASSERT_NE(before.find("\n# Role\n"), std::string::npos) << before;
+  w.stop_server(SIGTERM);
+  w.start();
+  EXPECT_EQ(*w.rdwr(a + "/ctl", "systemprompt"), before);
 }
 
 // §7.5.1: prompt entries are resolved again at a session `invalidate` (§3.2), and the system

@@ -2,6 +2,8 @@
 // then every topic, filter and overflow through the real socket and ollie-9p.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "olliesrv/event.hpp"
 #include "olliesrv/world.hpp"
 
@@ -83,6 +85,23 @@ TEST(Bus, OverflowDropsTheOldestAndSaysHowMany) {
   auto first = s->read(64).data;
   EXPECT_EQ(first.substr(0, first.find('\n') + 1), "event.overflow 5\n");  // whatever the filter
   EXPECT_NE(first.find("keep.5.x\n"), std::string::npos);
+}
+
+// An overflow while a line is half read: the line is finished first, then the overflow line says
+// exactly how many were dropped, and the buffer stays within its bound.
+TEST(Bus, AnOverflowDuringASplitLineFollowsThatLineWithItsCount) {
+  Bus bus;
+  auto s = bus.subscribe();
+  bus.publish("long.1.x", std::string(100, 'p'));
+  EXPECT_EQ(s->read(10).data, "long.1.x p");
+  for (int i = 0; i < 1003; i++) bus.publish("t." + std::to_string(i) + ".x");  // 3 dropped
+  EXPECT_EQ(s->read(1000).data, std::string(99, 'p') + "\n");
+  bus.publish("t.late.x");  // the buffer is full: one more dropped, counted
+  auto next = s->read(64).data;
+  EXPECT_EQ(next.substr(0, next.find('\n') + 1), "event.overflow 4\n") << next;
+  std::string all = next + s->read(1 << 20).data;
+  EXPECT_EQ(std::count(all.begin(), all.end(), '\n'), 1001) << "the overflow line and the 1000 kept";
+  EXPECT_NE(all.find("t.late.x\n"), std::string::npos);
 }
 
 TEST(Bus, SlowReaderNeverSlowsThePublisherOrOtherReaders) {
