@@ -5,6 +5,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/dispatch.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/generic/stream_protocol.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
@@ -20,6 +21,8 @@ namespace p9 {
 
 using Socket = asio::generic::stream_protocol::socket;
 constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+/// How long a Tclunk may wait for the next request to go out with it.
+constexpr auto clunk_hold = std::chrono::milliseconds(5);
 
 namespace {
 
@@ -64,7 +67,32 @@ void log_failure(std::exception_ptr e) {
 /// The bytes of a connection: its socket and what waits to be written, touched only on the
 /// socket's executor. The reader coroutine and each write hold it, so it outlives the client.
 struct AsyncClient::Wire : std::enable_shared_from_this<Wire> {
-  explicit Wire(asio::any_io_executor ex) : sock(std::move(ex)) {}
+  explicit Wire(const asio::any_io_executor& ex) : sock(ex), hold_timer(ex) {}
+
+  /// Queues frames behind the held Tclunks (they were made first) and writes them.
+  void send(std::vector<std::uint8_t> frames, std::shared_ptr<Mux> m) {
+    if (!held.empty()) {
+      frames.insert(frames.begin(), held.begin(), held.end());
+      held.clear();
+    }
+    if (queued.empty()) queued.swap(frames);
+    else queued.insert(queued.end(), frames.begin(), frames.end());
+    if (!writing) write_queued(std::move(m));
+  }
+
+  /// Holds Tclunk frames until the next request (an agent's call is clunked just before its
+  /// next request to the same server: one message each way instead of two), or clunk_hold.
+  void hold(std::vector<std::uint8_t> frames, std::shared_ptr<Mux> m) {
+    if (writing) return send(std::move(frames), std::move(m));
+    held.insert(held.end(), frames.begin(), frames.end());
+    if (hold_armed) return;
+    hold_armed = true;
+    hold_timer.expires_after(clunk_hold);
+    hold_timer.async_wait([w = shared_from_this(), m = std::move(m)](std::error_code) {
+      w->hold_armed = false;
+      if (!w->held.empty()) w->send({}, m);
+    });
+  }
 
   /// Writes what is queued, then what was queued meanwhile, until nothing is.
   void write_queued(std::shared_ptr<Mux> m) {
@@ -105,6 +133,9 @@ struct AsyncClient::Wire : std::enable_shared_from_this<Wire> {
   Socket sock;
   std::vector<std::uint8_t> queued, sending;
   bool writing = false;
+  std::vector<std::uint8_t> held;  // Tclunks waiting for the next write
+  asio::steady_timer hold_timer;
+  bool hold_armed = false;
 };
 
 AsyncClient::AsyncClient(asio::any_io_executor ex) : mux_(std::make_shared<Mux>()), wire_(std::make_shared<Wire>(std::move(ex))) {}
@@ -126,6 +157,8 @@ asio::awaitable<Result<std::shared_ptr<AsyncClient>>> AsyncClient::dial(asio::an
 void AsyncClient::close() {
   mux_->close(err::hung_up);
   asio::dispatch(wire_->sock.get_executor(), [w = wire_] {
+    w->held.clear();
+    w->hold_timer.cancel();
     std::error_code ignored;
     w->sock.close(ignored);
   });
@@ -133,11 +166,8 @@ void AsyncClient::close() {
 
 void AsyncClient::write(std::vector<std::uint8_t> frames) {
   if (frames.empty()) return;
-  asio::dispatch(wire_->sock.get_executor(), [w = wire_, m = mux_, frames = std::move(frames)]() mutable {
-    if (w->queued.empty()) w->queued.swap(frames);
-    else w->queued.insert(w->queued.end(), frames.begin(), frames.end());
-    if (!w->writing) w->write_queued(m);
-  });
+  asio::dispatch(wire_->sock.get_executor(),
+                 [w = wire_, m = mux_, frames = std::move(frames)]() mutable { w->send(std::move(frames), std::move(m)); });
 }
 
 AsyncClient::Sent AsyncClient::start(Fcall t, std::vector<std::uint8_t>& out, std::function<void()> after_flush) {
@@ -158,7 +188,9 @@ void AsyncClient::clunk_later(std::uint32_t fid) {
   auto t = tmsg::on_fid(Tclunk, fid);
   // The Mux alone calls this completion, so it is alive when it runs.
   (void)mux_->start(t, [m = mux_.get(), fid](Result<Fcall>) { m->release_fid(fid); }, out);
-  write(std::move(out));
+  if (out.empty()) return;
+  asio::dispatch(wire_->sock.get_executor(),
+                 [w = wire_, m = mux_, frames = std::move(out)]() mutable { w->hold(std::move(frames), std::move(m)); });
 }
 
 std::function<void()> AsyncClient::clunk_after_flush(std::uint32_t fid) {

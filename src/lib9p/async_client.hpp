@@ -69,7 +69,8 @@ class AsyncClient : public std::enable_shared_from_this<AsyncClient> {
   Sent start(Fcall t, std::vector<std::uint8_t>& out, std::function<void()> after_flush = {});
   /// Queues frames for the socket, from any thread.
   void write(std::vector<std::uint8_t> frames);
-  /// Tclunk without waiting; the number is free again after the Rclunk.
+  /// Tclunk without waiting; it goes out with the next request, or after a few milliseconds
+  /// without one. The number is free again after the Rclunk.
   void clunk_later(std::uint32_t fid);
   /// The after_flush of a request that may have made fid (walk, auth, attach, a cancelled clunk).
   std::function<void()> clunk_after_flush(std::uint32_t fid);
