@@ -27,7 +27,8 @@ constexpr auto clunk_hold = std::chrono::milliseconds(5);
 namespace {
 
 std::string hang_up_reason(const std::error_code& ec) {
-  if (ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
+  if (ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+      ec == asio::error::operation_aborted)
     return err::hung_up;
   return std::string(err::hung_up) + ": " + ec.message();
 }

@@ -298,12 +298,11 @@ bool Agent::inject(std::string text) {
   return true;
 }
 
-void Agent::deliver_inject() {
-  std::lock_guard lock(mu);
-  // The last message is the round's last result, in call order.
-  if (!inject_ || history.empty() || history.back().msg.role != backend::Role::tool) return;
-  history.back().msg.content += "\n\n<system-user-interruption>\n" + *inject_ + "\n</system-user-interruption>";
+std::string Agent::take_inject() {
+  if (!inject_) return {};
+  std::string out = "\n\n<system-user-interruption>\n" + *inject_ + "\n</system-user-interruption>";
   inject_.reset();
+  return out;
 }
 
 void Agent::requeue_inject() {

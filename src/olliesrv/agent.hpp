@@ -171,8 +171,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void set_state(const std::string& s);
   void start_next();
   asio::awaitable<void> run(Submission s);
-  /// Appends the pending inject to the last result of the round just run (§8.8).
-  void deliver_inject();
+  /// Under mu: the pending inject as it follows the round's last result (§8.8), taken; "" if none.
+  std::string take_inject();
   /// Under mu: an undelivered inject becomes the head of the queue (the turn ended without another round).
   void requeue_inject();
 

@@ -72,10 +72,6 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
   json args = json::parse(tc.arguments.empty() ? std::string("{}") : tc.arguments, nullptr, false);
   c.args_ok = !args.is_discarded() && args.is_object();
   c.block_args = args.is_discarded() ? tc.arguments : args.dump();
-  if (c.name.empty()) {
-    c.preset = "error: empty tool name";
-    return c;
-  }
   const ToolInfo* t = find_tool(tools, c.name);
   if (!t) {
     c.unknown = true;  // the message needs the catalog: the turn fills it in
@@ -83,6 +79,15 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
     c.scope = t->scope;
     c.tier = t->tier;
     c.format = t->output_format;
+  }
+  // §8.3.1: the batch a call joins depends only on its tool's scope and its path, whatever its
+  // result will be; an unknown tool counts as a read (Call's default scope).
+  if (c.args_ok)
+    if (auto it = args.find("path"); it != args.end() && it->is_string()) c.path = clean_path(it->get<std::string>(), cwd);
+  if (c.scope == "write" && c.path.empty()) c.scope = "global";
+  if (c.name.empty()) {
+    c.preset = "error: empty tool name";
+    return c;
   }
   if (!c.args_ok) {
     c.preset = std::string("error: invalid arguments: ") + (args.is_discarded() ? "not JSON" : "not a JSON object");
@@ -116,8 +121,6 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
     }
     args.erase(it);  // accepted and ignored (§6.8)
   }
-  if (auto it = args.find("path"); it != args.end() && it->is_string()) c.path = clean_path(it->get<std::string>(), cwd);
-  if (c.scope == "write" && c.path.empty()) c.scope = "global";
   c.args = args.dump();
   return c;
 }
@@ -157,7 +160,7 @@ std::vector<std::vector<Call>> split_batches(std::vector<Call> calls) {
     written.clear();
   };
   for (auto& c : calls) {
-    const std::string scope = c.unknown || c.preset ? "read" : c.scope;
+    const std::string& scope = c.scope;
     if (scope == "global") {
       close();
       cur.push_back(std::move(c));

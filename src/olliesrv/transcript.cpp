@@ -130,6 +130,7 @@ struct Transcript::State {
   std::optional<Block> open;                            // the in-flight assistant/reasoning block
   std::uint64_t open_seq = 0;                           // bumped on every change of `open`
   std::string text;                                     // the rendered window
+  std::string held;                                     // renderings of blocks finalized behind an open assistant block
   std::uint64_t text_base = 0;                          // absolute offset of text[0]
   std::uint32_t version = 0;
   bool closed = false;
@@ -174,8 +175,14 @@ struct Transcript::State {
   /// Stores a finalized block (its id already given out) and queues it for on_final.
   void store(Block b) {
     if (auto t = body(b)) {
-      add_text(*t);
-      add_text(trailer(*t));
+      if (open && open->role == "assistant") {
+        held += *t;
+        held += trailer(*t);
+        if (held.size() > 2 * WINDOW) held.erase(0, held.size() - WINDOW);  // the window would drop it
+      } else {
+        add_text(*t);
+        add_text(trailer(*t));
+      }
     }
     by_id[b.id] = blocks.size();
     raw_size += b.json().size() + 1;
@@ -192,7 +199,11 @@ struct Transcript::State {
     Block b = std::move(*open);
     open.reset();
     open_seq++;
-    if (b.role == "assistant") add_text(trailer(b.content));
+    if (b.role == "assistant") {
+      add_text(trailer(b.content));
+      add_text(held);
+      held.clear();
+    }
     if (b.role == "assistant" && content) b.content = *content;
     by_id[b.id] = blocks.size();
     raw_size += b.json().size() + 1;
@@ -339,7 +350,6 @@ Block Transcript::append(Block b) {
     std::lock_guard lk(s_->mu);
     b.id = s_->next_id();
     if (s_->closed) return b;
-    s_->finalize_open();
     s_->store(b);
   }
   s_->signal->notify();

@@ -66,9 +66,11 @@ class Transcript {
   /// The per-agent block counter (persisted as blockCounter).
   std::uint64_t counter() const;
 
-  /// Finalizes a whole block (an in-flight partial is finalized first): gives it the next id
-  /// (§2.8.8, unique among this agent's ids), appends it to the blocks, the rendered text and
-  /// chat.raw, calls on_final, wakes readers. Returns the block with its id.
+  /// Finalizes a whole block: gives it the next id (§2.8.8, unique among this agent's ids),
+  /// appends it to the blocks, the rendered text and chat.raw, calls on_final, wakes readers.
+  /// Returns the block with its id. An in-flight block stays open (a `/verb` reply or an inject
+  /// while a response streams does not cut the response in two); while it is an assistant
+  /// block, this block's rendering waits in chat until the response's text is finalized.
   Block append(Block b);
   /// Streams `delta` into the in-flight block of `role` ("assistant" or "reasoning"), opening
   /// one (with its id) when none is open; an open block of the other role is finalized first.

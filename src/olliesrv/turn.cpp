@@ -151,11 +151,12 @@ class Turn {
   void account(const Response& r);
   /// Runs the calls of one response (§8.3); true when every result is an error.
   asio::awaitable<bool> dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools);
-  asio::awaitable<void> run_batch(std::vector<Call>& batch);
+  /// `last`: the round's last batch, whose last result carries the pending inject (§8.8).
+  asio::awaitable<void> run_batch(std::vector<Call>& batch, bool last);
   /// The path stamps of the batch's cacheable calls that would run (§8.3.3), one per call.
   asio::awaitable<std::vector<std::optional<FileStamp>>> stamps(const std::vector<Call>& batch,
                                                                 const std::vector<std::size_t>& source);
-  void deliver(const Call& c);
+  void deliver(const Call& c, bool last = false);
   /// After a tool round: the error streak (§8.6) and the plan re-injection (§8.7).
   void after_round(bool all_failed);
   /// A context message: a user message in the history and a `context` block named `name`.
@@ -280,7 +281,6 @@ asio::awaitable<void> Turn::run(Submission sub) {
         calls.push_back(std::move(c));
       }
       const bool all_failed = co_await dispatch(std::move(calls), tools);
-      a.deliver_inject();  // §8.8
       if (r.stop == backend::StopReason::filtered) {
         s_->save_soon();
         failure = "stopped: " + r.stop_raw;
@@ -672,7 +672,8 @@ void Turn::account(const Response& r) {
 asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools) {
   (void)tools;
   bool all_failed = true;
-  for (auto& batch : split_batches(std::move(calls))) {
+  auto batches = split_batches(std::move(calls));
+  for (auto& batch : batches) {
     for (auto& c : batch) name_text_call(c, a_->transcript.append(make_block("call", c.block_args, c.name)).id);
     std::vector<std::string> names;
     for (const auto& c : batch)
@@ -680,7 +681,7 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<
     std::string state = "calling: ";
     for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
     a_->set_state(state);
-    co_await run_batch(batch);
+    co_await run_batch(batch, &batch == &batches.back());
     for (const auto& c : batch) {
       all_failed = all_failed && c.result->error;
       if (c.preset) continue;  // ran nothing
@@ -718,19 +719,22 @@ void Turn::after_round(bool all_failed) {
   if (auto text = plan_reminder(plan); !text.empty()) add_context("plan", text);
 }
 
-void Turn::deliver(const Call& c) {
+void Turn::deliver(const Call& c, bool last) {
   Agent& a = *a_;
+  std::string content = c.result->text;
   {
     std::lock_guard lock(a.mu);
+    // §8.8: the round's last result carries the pending inject; the block shows what the model gets.
+    if (last) content += a.take_inject();
     HistoryMessage m;
     m.msg.role = backend::Role::tool;
     m.msg.tool_call_id = c.id;
-    m.msg.content = c.result->text;
+    m.msg.content = content;
     m.tool_name = c.name;
     m.tier = c.tier;
     a.history.push_back(std::move(m));
   }
-  a.transcript.append(make_block("tool", c.result->text, c.name, c.format));
+  a.transcript.append(make_block("tool", content, c.name, c.format));
 }
 
 namespace {
@@ -762,7 +766,7 @@ asio::awaitable<std::vector<std::optional<FileStamp>>> Turn::stamps(const std::v
   co_return out;
 }
 
-asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
+asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch, bool last) {
   Agent& a = *a_;
   auto ex = co_await asio::this_coro::executor;
   auto join = std::make_shared<Join>();
@@ -836,7 +840,7 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch) {
         c.result = *(*outcomes)[source[delivered]];
         if (store[delivered] && !c.result->error)
           cache_.put(keys[delivered], {*c.result, c.path, stamp[delivered].value_or(FileStamp{})});
-        deliver(c);
+        deliver(c, last && delivered + 1 == n);
         delivered++;
       }
       if (delivered == n) break;

@@ -365,6 +365,11 @@ class Played {
     auto b = encode(r);
     if (!b || ::send(fd_, b->data(), b->size(), MSG_NOSIGNAL) != static_cast<ssize_t>(b->size())) throw std::runtime_error("send");
   }
+  /// Something has arrived that expect() has not taken yet.
+  bool pending() {
+    pollfd p{fd_, POLLIN, 0};
+    return !buf_.empty() || ::poll(&p, 1, 0) > 0;
+  }
   void hang_up() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -443,6 +448,37 @@ TEST_F(AsyncClientPlayed, ACancelledWalkClunksTheFidItMayHaveMadeOnceTheFlushIsO
   auto clunk = peer.expect(Tclunk);
   EXPECT_EQ(clunk.fid, twalk.newfid);
   peer.answer(clunk);
+}
+
+// A dropped fid's Tclunk waits for the next request and goes out in front of it, in one write
+// (the timer that sends it alone after 5 ms is what the test above sees).
+TEST_F(AsyncClientPlayed, AHeldClunkGoesOutInFrontOfTheNextRequest) {
+  auto walked = t.start(root->walk("a"));
+  auto twalk = peer.expect(Twalk);
+  peer.answer(twalk);
+  ASSERT_EQ(walked.wait_for(2s), std::future_status::ready);
+  auto fid = std::make_shared<AsyncFid>(must(walked.get(), "walk"));
+  const auto dropped = std::chrono::steady_clock::now();
+  t.run([&]() -> asio::awaitable<void> {
+    fid.reset();
+    co_return;
+  }());
+  // Only meaningful while the hold lasts: a descheduled test thread may look after it ended.
+  if (std::chrono::steady_clock::now() - dropped < 3ms) {
+    EXPECT_FALSE(peer.pending()) << "the Tclunk went out alone";
+  }
+  auto stat = t.start(c->rpc(tmsg::on_fid(Tstat, root->num())));
+  auto clunk = peer.expect(Tclunk);
+  EXPECT_EQ(clunk.fid, twalk.newfid);
+  auto tstat = peer.expect(Tstat);
+  peer.answer(clunk);
+  Fcall r;
+  r.type = Rerror;
+  r.tag = tstat.tag;
+  r.ename = "no stat here";
+  peer.send(r);
+  ASSERT_EQ(stat.wait_for(2s), std::future_status::ready);
+  EXPECT_EQ(stat.get().ename(), "no stat here");
 }
 
 TEST_F(AsyncClientPlayed, LosingTheConnectionFailsEveryPendingRequestAndEveryLaterOne) {

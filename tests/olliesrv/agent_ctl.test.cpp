@@ -196,6 +196,8 @@ TEST(AgentCtl, AnInjectReachesTheLastResultOfTheNextRound) {
   ASSERT_GE(content.size(), tail.size());
   EXPECT_EQ(content.substr(content.size() - tail.size()), tail) << content;
   EXPECT_EQ(content.find("first"), std::string::npos) << content;
+  // The tool block is the result exactly as the model got it, the inject included (§2.8.8).
+  EXPECT_EQ(contents(w, a, "tool", "shell"), (std::vector<std::string>{content}));
   EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"first", "  indented", "also check\nthe tests"}));
   // Idle, an inject is an ordinary prompt.
   w.fake.push({{"text", "sure"}});
@@ -227,6 +229,31 @@ TEST(AgentCtl, AnInjectNoRoundTookIsTheNextPromptWithoutASecondBlock) {
   EXPECT_EQ(bodies[2]["messages"].back()["content"], "follow-up");
   EXPECT_EQ(bodies[3]["messages"].back()["content"], "queued");
   EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"follow-up"}));
+}
+
+// §2.8.8: one response is one assistant block, even when a `/verb` reply and an inject arrive
+// while it streams; chat shows the response's text whole, the other blocks after it.
+TEST(AgentCtl, BlocksAppendedWhileAResponseStreamsDoNotSplitIt) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "one two three four"}, {"chunk", 4}, {"delay_ms", 150}});
+  ASSERT_TRUE(w.write(a + "/prompt", "count"));
+  w.fake.push({{"text", "five"}});  // the inject no round took is the next prompt (§8.8)
+  ASSERT_TRUE(eventually([&] {
+    auto log = w.read(a + "/log");
+    return log && log->starts_with("user: count\n\none");
+  }));
+  ASSERT_TRUE(w.write(a + "/prompt", "/model"));
+  EXPECT_EQ(ctl(w, a, "inject and five"), "injected\n");
+  ASSERT_TRUE(wait_block(w, a, "assistant", "five"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "assistant"), (std::vector<std::string>{"one two three four", "five"}));
+  EXPECT_EQ(contents(w, a, "info"), (std::vector<std::string>{"fake-model"}));
+  auto r = w.read(a + "/log");
+  ASSERT_TRUE(r);
+  const std::string log = *r;
+  EXPECT_NE(log.find("one two three four\n\n:: fake-model\n\nuser (inject): and five\n\n"), std::string::npos) << log;
 }
 
 TEST(AgentCtl, StopDiscardsAPendingInject) {

@@ -48,6 +48,17 @@ TEST(Batches, FollowTheScopesInOrder) {
   EXPECT_EQ(batches({named(make("file_read", R"({"path":"a"})"), "r1"), named(make("file_write", R"({})"), "w1"),
                      named(make("nosuch", R"({})"), "u1"), named(make("file_read", R"({"path":"a"})"), "r2")}),
             (B{{"r1"}, {"w1"}, {"u1", "r2"}}));
+  // What a call's result will be does not change its batch: an unknown tool reading a path the
+  // batch writes, and a write with a bad flag, still follow their scope and path.
+  EXPECT_EQ(batches({named(make("file_write", R"({"path":"a"})"), "w1"), named(make("nosuch", R"({"path":"a"})"), "u1")}),
+            (B{{"w1"}, {"u1"}}));
+  EXPECT_EQ(batches({named(make("file_write", R"({"path":"a","timeout":"x"})"), "w1"),
+                     named(make("file_read", R"({"path":"a"})"), "r1"), named(make("file_read", R"({"path":"b"})"), "r2")}),
+            (B{{"w1"}, {"r1", "r2"}}));
+  // Arguments that are not a JSON object carry no path: a write counts as global, a read as a read.
+  EXPECT_EQ(batches({named(make("file_read", R"({"path":"a"})"), "r1"), named(make("file_write", "{\"path\":"), "w1"),
+                     named(make("file_read", "[1]"), "r2"), named(make("", R"({"path":"b"})"), "e1")}),
+            (B{{"r1"}, {"w1"}, {"r2", "e1"}}));
   // A background call keeps its tool's scope: a background shell is a batch by itself.
   EXPECT_EQ(batches({named(make("file_read", R"({"path":"a"})"), "r1"),
                      named(make("shell", R"({"cmd":"sleep 9","background":true})"), "bg"),

@@ -290,19 +290,33 @@ TEST(TranscriptRaw, LongLinesSplitAcrossReadsStayWhole) {
   EXPECT_EQ(c1.data + drain(*r, nullptr, 1000), b.json() + "\n");
 }
 
-TEST(TranscriptRaw, PartialsOfABlockFinalizedByAnAppendEndInItsFinalLine) {
+// A block appended while a response streams (a `/verb` reply, an inject) does not cut the
+// response in two: chat.raw gets the block at once and the response stays one block; chat keeps
+// the response's text whole and shows the block after it.
+TEST(TranscriptRaw, ABlockAppendedMidStreamLeavesTheResponseOneBlock) {
   Transcript t("s", "a");
   auto r = t.chat_raw();
+  auto chat = t.chat();
   t.stream("assistant", "half");
   drain(*r);
-  auto call = t.append(blk("call", "{}", "shell"));  // finalizes the assistant block first
+  auto info = t.append(blk("info", "fake-model"));
+  EXPECT_EQ(drain(*r), info.json() + "\n");
+  t.stream("assistant", " and the rest");
   auto got = lines(drain(*r));
-  ASSERT_EQ(got.size(), 2u);
-  auto first = Block::parse(got[0]);
-  ASSERT_TRUE(first);
-  EXPECT_EQ(first->content, "half");
-  EXPECT_EQ(got[0].find("partial"), std::string::npos);
-  EXPECT_EQ(got[1], call.json());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].find("\"partial\":true"), std::string::npos);
+  EXPECT_NE(got[0].find("\"content\":\"half and the rest\""), std::string::npos) << got[0];
+  EXPECT_EQ(drain(*chat), "half and the rest");
+  auto fin = t.finish_stream("half and the rest");
+  ASSERT_TRUE(fin);
+  EXPECT_EQ(drain(*r), fin->json() + "\n");
+  EXPECT_EQ(fin->content, "half and the rest");
+  EXPECT_EQ(drain(*chat), "\n\n:: fake-model\n\n");
+  EXPECT_EQ(t.log(), "half and the rest\n\n:: fake-model\n\n");
+  EXPECT_EQ(t.log_raw(), info.json() + "\n" + fin->json() + "\n");
+  auto call = t.append(blk("call", "{}", "shell"));  // nothing open: rendered at once
+  EXPECT_EQ(drain(*chat), "→ shell {}\n\n");
+  EXPECT_EQ(drain(*r), call.json() + "\n");
 }
 
 TEST(Transcript, FindIsCaseInsensitiveAndLastFindsTheReply) {
