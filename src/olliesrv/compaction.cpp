@@ -115,7 +115,9 @@ asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap
   auto write = [&a, sid = s->id, snapshot]() -> asio::awaitable<p9::Status> {  // named: see lifecycle.cpp
     co_return a.hub.store.append_compaction(sid, a.id, snapshot);
   };
-  if (auto st = co_await asio::co_spawn(a.hub.blocking, write, asio::use_awaitable); !st) co_return fail(st.ename());
+  // A sub-agent is not persisted (§7.7): nothing of it is written, this file neither.
+  if (!a.subagent)
+    if (auto st = co_await asio::co_spawn(a.hub.blocking, write, asio::use_awaitable); !st) co_return fail(st.ename());
 
   const std::size_t hot = hot_start(snapshot), lead = old_start(snapshot, user_prompts);
   Compacted done;

@@ -48,7 +48,7 @@ p9::Result<KeyValues> parse_session_request(const std::string& r) {
 }
 
 p9::Result<KeyValues> parse_agent_request(const std::string& r) {
-  return parse_request(r, {"name", "cwd", "agent", "backend", "model", "parent", "timeout", "prompt"}, true);
+  return parse_request(r, {"name", "cwd", "agent", "backend", "model", "parent", "timeout"}, true);
 }
 
 // One lock at a time: Session::find takes the session's, then an agent's.

@@ -33,7 +33,6 @@ p9::Result<KeyValues> parse_request(std::string_view text, std::initializer_list
     while (i < text.size() && blank(text[i])) i++;
     if (i == text.size()) break;
     if (prompt_key && text.substr(i, kPrompt.size()) == kPrompt) {
-      if (kv.has("prompt")) return p9::error("duplicate key: prompt");
       std::string_view rest = text.substr(i + kPrompt.size());
       if (!rest.empty() && rest.back() == '\n') rest.remove_suffix(1);
       kv.prompt = std::string(rest);

@@ -11,7 +11,13 @@ namespace ollie {
 
 Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
     : hub(h), id(std::move(sid)), cwd(std::move(dir)), remote(std::move(where)) {
-  ToolHost::Config c{id, cwd, hub.toolsrv, hub.config_root, remote, {}};
+  ToolHost::Config c{id, cwd, hub.toolsrv, hub.config_root, remote, {}, {}};
+  c.secret_vars = [&hub = hub] {
+    std::vector<std::string> out;
+    for (const auto& [name, sec] : hub.conf().sections)
+      if (!sec.key_env.empty()) out.push_back(sec.key_env);
+    return out;
+  };
   if (!remote.empty())
     c.listen_forward = [&hub = hub, sid = id](const std::string& path) {
       return hub.listen_forward ? hub.listen_forward(sid, path) : p9::Status(p9::error("no forwarded socket here"));

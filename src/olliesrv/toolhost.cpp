@@ -143,6 +143,8 @@ struct Instance {
   std::string sock;
   std::shared_ptr<p9::AsyncClient> client;
   std::shared_ptr<p9::AsyncFid> root;  ///< only its const members are used, from any coroutine
+  std::uint64_t synced = 0;  ///< the ToolHost's wish version its last sync sent
+  std::string ollie_addr;    ///< a remote toolsrv's OLLIE_ADDR: its end of the reverse forward
 
   std::mutex mu;
   bool reaped = false, dead = false, err_eof = false;
@@ -298,6 +300,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     std::vector<std::shared_ptr<p9::Handoff<StartResult>>> ws;
     std::function<void(std::uint64_t)> started;
+    bool resync = false;
     {
       std::lock_guard lk(s->mu);
       if (r && s->stops != stops_before) {
@@ -305,6 +308,16 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         r = p9::error("tool server stopped");
       }
       if (r) s->inst = *r, started = s->started;
+      resync = r && s->version != (*r)->synced;
+      if (!resync) {
+        s->starting = false;
+        ws.swap(s->waiters);
+      }
+    }
+    // A change made after the last sync, before the instance was installed, was pushed nowhere.
+    if (resync) {
+      if (auto st = co_await s->sync_wishes(**r); !st) (*r)->lose("sync failed");
+      std::lock_guard lk(s->mu);
       s->starting = false;
       ws.swap(s->waiters);
     }
@@ -336,6 +349,8 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     } else {
       spdlog::warn("session {}: backends.conf: {}", cfg.session_id, conf.error().message);
     }
+    if (cfg.secret_vars)
+      for (auto& v : cfg.secret_vars()) drop.insert(std::move(v));
     std::vector<std::string> out;
     for (char** e = environ; e && *e; e++) {
       std::string_view kv(*e);
@@ -378,7 +393,6 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     i->sock = sock;
     const std::string secret = new_secret();
-    std::string remote_addr;  // a remote toolsrv's OLLIE_ADDR: its end of the reverse forward
     if (c.remote.empty()) {
       if (auto st2 = spawn(i, c, secret); !st2) co_return st2.error();
     } else {
@@ -389,9 +403,9 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         i->lose("bootstrap failed");
         co_return a.error();
       }
-      remote_addr = *a;
+      i->ollie_addr = *a;
       std::lock_guard lk(mu);
-      forward_addr = remote_addr;
+      forward_addr = i->ollie_addr;
     }
     watch(i);
 
@@ -442,6 +456,17 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       i->lose("sync failed");
       co_return s1.error();
     }
+    if (auto st = co_await sync_wishes(*i); !st) {
+      i->lose("sync failed");
+      co_return st.error();
+    }
+    spdlog::info("session {}: toolsrv {} started", c.session_id, i->pid);
+    co_return i;
+  }
+
+  /// Sends everything the session wants to a new instance, again if it changed meanwhile (at
+  /// most 5 times); i.synced tells which version it sent.
+  asio::awaitable<p9::Status> sync_wishes(Instance& i) {
     for (int round = 0;; round++) {
       std::uint64_t v;
       std::map<std::string, std::string> e, ac;
@@ -451,21 +476,17 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         std::lock_guard lk(mu);
         v = version;
         e = env;
-        if (!remote_addr.empty()) e["OLLIE_ADDR"] = remote_addr;
+        if (!i.ollie_addr.empty()) e["OLLIE_ADDR"] = i.ollie_addr;
         ac = agent_cwd;
         at = agent_tools;
         ok = sandbox_ok_line();
       }
-      if (auto st4 = co_await ctl(*i, ok); !st4) spdlog::warn("session {}: sandboxok: {}", c.session_id, st4.ename());
-      if (auto st3 = co_await sync(*i, e, ac, at); !st3) {
-        i->lose("sync failed");
-        co_return st3.error();
-      }
+      if (auto st4 = co_await ctl(i, ok); !st4) spdlog::warn("session {}: sandboxok: {}", cfg.session_id, st4.ename());
+      if (auto st3 = co_await sync(i, e, ac, at); !st3) co_return st3;
       std::lock_guard lk(mu);
-      if (version == v || round >= 4) break;
+      i.synced = v;
+      if (version == v || round >= 4) co_return p9::Status{};
     }
-    spdlog::info("session {}: toolsrv {} started", c.session_id, i->pid);
-    co_return i;
   }
 
   /// How a remote session's toolsrv is started (§6.11): ssh gets the environment a local

@@ -64,6 +64,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
     std::string remote;       ///< ssh destination: toolsrv runs there (§6.11, remote.hpp); "" = here
     /// A remote session's forwarded olliesrv socket: listens on the path for this session alone.
     std::function<p9::Status(const std::string& path)> listen_forward;
+    /// The `key_env` variables of backends.conf as olliesrv loaded it: kept from toolsrv's
+    /// environment even when the file cannot be read again at a start (§6.1).
+    std::function<std::vector<std::string>()> secret_vars;
   };
   /// `ex`: where the client and its waits run (a strand of olliesrv's pool).
   static std::shared_ptr<ToolHost> make(asio::any_io_executor ex, Config cfg);

@@ -175,6 +175,7 @@ class Turn {
   std::shared_ptr<Session> s_;
   std::shared_ptr<Pending> current_;  ///< the response streaming now
   bool unavailable_noted_ = false;
+  std::optional<std::string> tools_failed_;  ///< why this round has no tool list from toolsrv
   double provider_cost_ = 0, table_cost_ = 0;
   bool any_provider_cost_ = false;
   std::vector<ToolInfo> schemas_for_;      ///< the tool list schemas_ was made from
@@ -246,7 +247,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
         m.msg.content = r.text;
         m.msg.tool_calls = r.calls;
         m.msg.reasoning = r.reasoning;
-        if (!r.calls.empty()) {
+        if (!r.calls.empty() && !r.reasoning_items.empty()) {  // §7.7: only what the provider returned
           m.msg.reasoning_items = r.reasoning_items;
           m.msg.reasoning_backend = a.backend_name;
         }
@@ -265,13 +266,14 @@ asio::awaitable<void> Turn::run(Submission sub) {
       std::optional<std::vector<ToolInfo>> catalog;
       for (auto& tc : r.calls) {
         Call c = make_call(tc, cwd, tools);
-        if (c.unknown && !c.preset) {
-          if (!catalog) {
-            auto cat = co_await s_->host->catalog();
-            catalog = cat ? std::move(*cat) : std::vector<ToolInfo>{};
-          }
-          c.preset = unknown_tool(c.name, *catalog);
+        if (c.unknown && !c.preset && !catalog && !tools_failed_) {
+          auto cat = co_await s_->host->catalog();
+          if (cat) catalog = std::move(*cat);
+          else tools_failed_ = cat.ename();
         }
+        // Without a tool list from toolsrv, no call is known to be unknown (§6.1).
+        if (c.unknown && !c.preset)
+          c.preset = tools_failed_ ? "error: tool server unavailable: " + *tools_failed_ : unknown_tool(c.name, *catalog);
         if (r.stop == backend::StopReason::filtered) {
           c.preset = "error: stopped: " + r.stop_raw;
         } else if (r.stop == backend::StopReason::length && !c.args_ok) {
@@ -345,7 +347,9 @@ asio::awaitable<std::vector<ToolInfo>> Turn::tool_list() {
   Agent& a = *a_;
   auto r = co_await s_->host->tools(a.id);
   std::lock_guard lock(a.mu);
+  tools_failed_.reset();
   if (!r) {
+    tools_failed_ = r.ename();
     if (!unavailable_noted_) {
       unavailable_noted_ = true;
       a.transcript.append(make_block("error", "tool server unavailable: " + r.ename()));

@@ -323,6 +323,12 @@ asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent
   req.agent = a->id;
   req.auth = a->secret;
   req.args = nlohmann::json{{"cmd", command}}.dump();
+  // A global-scope call under the path locks (§3.4): §4.2 refuses sub-agents while it runs.
+  struct Locking {
+    Agent& a;
+    explicit Locking(Agent& x) : a(x) { a.locking_calls++; }
+    ~Locking() { a.locking_calls--; }
+  } locking{*a};
   auto out = co_await s->host->call(std::move(req));
   // The exec block shows the output as a terminal would, the exit status on a last line.
   std::string text = out.text, tail;

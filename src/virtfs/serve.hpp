@@ -216,10 +216,10 @@ class Adapter : public p9::FileServer {
   /// that changes only the name of a template directory with a Rename handler is a rename, the
   /// hostowner's alone (§1.6), and the fid's stat shows the new name.
   p9::Status wstat(p9::Fid& fid, const p9::Dir& d) override {
-    if (p9::is_null_wstat(d)) return {};
-    if (fid.qid.type & p9::QTAUTH) return p9::error(p9::err::wstat_not_supported);
+    if (fid.qid.type & p9::QTAUTH) return p9::is_null_wstat(d) ? p9::Status{} : p9::error(p9::err::wstat_not_supported);
     auto h = handle(fid);
-    if (auto st = access_.gone(h->ctx); !st) return st;
+    if (auto st = access_.gone(h->ctx); !st) return st;  // a sync of a killed agent's file too (§1.5)
+    if (p9::is_null_wstat(d)) return {};
     p9::Dir only_name = p9::Dir::null();
     only_name.name = d.name;
     if (!d.name.empty() && d == only_name) {

@@ -147,6 +147,14 @@ TEST(Conversation, AToolRoundRunsTheShippedToolUnderToolsrv) {
   for (auto& m : body["messages"])
     if (m["role"] == "tool" && m["tool_call_id"] == "call_1") found = m["content"].get<std::string>().find("beta") != std::string::npos;
   EXPECT_TRUE(found) << body.dump();
+  // session.json (§7.7): the call's message without `reasoning`/`reasoningBackend`, none having come.
+  ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
+  const auto saved = json::parse(read_file(w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36) + "/session.json"));
+  const auto& msgs = saved["agents"][0]["messages"];
+  ASSERT_EQ(msgs.size(), 4u) << msgs.dump();
+  EXPECT_EQ(msgs[1]["tool_calls"][0]["id"], "call_1");
+  EXPECT_FALSE(msgs[1].contains("reasoning")) << msgs[1].dump();
+  EXPECT_FALSE(msgs[1].contains("reasoningBackend")) << msgs[1].dump();
 }
 
 TEST(Conversation, UnknownToolsAndBadArgumentsBecomeErrorResults) {
@@ -380,6 +388,7 @@ TEST(Conversation, AKilledAgentAnswersItsOpenFidsAsTheSpecSays) {
   auto again = stats_fid.read(100);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.ename(), "agent killed");
+  EXPECT_EQ(stats_fid.wstat(p9::Dir::null()).ename(), "agent killed");  // a sync (null wstat) too
   EXPECT_FALSE(w.read(a + "/stats"));
 }
 
@@ -454,6 +463,31 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
   auto body = request_body(w, 2);
   EXPECT_NE(body.dump().find("remember me"), std::string::npos);
+}
+
+// §7.7, §6.1: a restored session whose toolsrv cannot start is still restored, and a call its
+// model makes gets `tool server unavailable`, not `unknown tool` (no tool list came this round).
+TEST(Conversation, ARestoredSessionWhoseToolsrvCannotStartAnswersCallsUnavailable) {
+  World w;
+  const std::string dir = w.project + "/gone";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(w.rdwr("session/new", "name=work cwd=" + dir));
+  auto a = w.agent("session/work", "main");
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  std::filesystem::remove_all(dir);
+  w.start();
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", "ls"}}}}})}});
+  w.fake.push({{"text", "no tools today"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "list the files"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto results = contents(w, a, "tool", "shell");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].rfind("error: tool server unavailable: ", 0), 0u) << results[0];
+  const auto errors = contents(w, a, "error");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].rfind("tool server unavailable: ", 0), 0u) << errors[0];
 }
 
 TEST(Conversation, SigtermWithARunningToolsrvIsNotHeldByItsGrace) {

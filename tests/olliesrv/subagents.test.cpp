@@ -233,3 +233,16 @@ TEST(Subagents, ARequestFromInsideTheCallersShellCallIsRefusedAtOnce) {
   auto idx = *w.read(s + "/agent/idx");
   EXPECT_EQ(std::count(idx.begin(), idx.end(), '\n'), 1) << idx;
 }
+
+// `!cmd` is a global-scope call too (§3.4): a sub-agent asked for from inside it is refused.
+TEST(Subagents, ARequestFromInsideABangCommandIsRefusedAtOnce) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(a + "/prompt",
+                      "!printf 'prompt=hi\\n' | ollie-9p rdwr \"session/$OLLIE_SESSION_ID/agent/new\" 2>&1; true\n"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "exec").size() == 1; })) << w.log_text();
+  const auto out = contents(w, a, "exec")[0];
+  EXPECT_NE(out.find("agent/new: caller holds the session's global tool lock"), std::string::npos) << out;
+  EXPECT_TRUE(w.fake.requests().empty()) << "no sub-agent ran";
+}

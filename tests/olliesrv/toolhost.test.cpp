@@ -72,6 +72,7 @@ struct World {
     ::setenv("XDG_DATA_HOME", (root + "/data").c_str(), 1);
     ::unsetenv("OLLIE_TOOLS_PATH");
     ::setenv("OLLIE_ANTHROPIC_KEY", "secret-not-for-tools", 1);
+    ::setenv("CORP_KEY", "a-key_env-of-backends.conf", 1);
     const char* src = (std::getenv("OLLIE_SOURCE_DIR") ? std::getenv("OLLIE_SOURCE_DIR") : OLLIE_TEST_SOURCE_DIR);
     write_file(config + "/sandbox.yaml", read_file(std::string(src ? src : "/work/main") + "/data/sandbox.yaml"));
     const std::string tools = config + "/tools/";
@@ -283,6 +284,22 @@ TEST_F(Host, LostToolsrvEndsTheCallAndTheNextStartsAFreshSyncedOne) {
   const std::string second = call(*host, "ppid").text;
   EXPECT_NE(second, first);
   EXPECT_TRUE(host->running());
+}
+
+// §6.1: toolsrv's environment lacks every key_env of backends.conf, those of the file as
+// olliesrv loaded it too: a file unreadable at the start (here: none at all) drops nothing.
+TEST_F(Host, BackendSecretsOlliesrvLoadedNeverReachToolsrv) {
+  ToolHost::Config cfg{sid + "k", w.cwd, testing_support::built("bin/toolsrv"), w.config};
+  cfg.secret_vars = [] { return std::vector<std::string>{"CORP_KEY"}; };
+  auto h = ToolHost::make(t.io.get_executor(), std::move(cfg));
+  ASSERT_TRUE(t.run(h->load(agent, {"ppid"})).ok());
+  auto r = call(*h, "ppid");
+  ASSERT_FALSE(r.error) << r.text;
+  const std::string env = read_file("/proc/" + r.text.substr(0, r.text.find('\n')) + "/environ");
+  EXPECT_NE(env.find("HOME="), std::string::npos) << "toolsrv's environment was read";
+  EXPECT_EQ(env.find("CORP_KEY="), std::string::npos);
+  EXPECT_EQ(env.find("OLLIE_ANTHROPIC_KEY="), std::string::npos);
+  h->stop();
 }
 
 TEST_F(Host, MissingBinaryIsUnavailableUntilItIsBack) {
