@@ -39,6 +39,13 @@ class GeminiDecoder : public Decoder {
       usage.input = count("promptTokenCount") - usage.cached_input;
       usage.output = count("candidatesTokenCount") + count("thoughtsTokenCount");
     }
+    // A blocked prompt has feedback and no candidate: a stop like a filtered answer (§8.2).
+    if (auto fb = obj_field(j, "promptFeedback"))
+      if (auto reason = str_field(*fb, "blockReason"); !reason.empty()) {
+        stop_raw = reason;
+        done = true;
+        return;
+      }
     // Candidates, their parts and the finish reason carry the answer: a wrong type is a
     // malformed response.
     Strict f;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <thread>
 
 #include "containment.hpp"
 #include "dispatch.hpp"
@@ -478,9 +479,17 @@ std::size_t restore(Hub& hub) {
 
 void stop_all(Hub& hub) {
   hub.stopping = true;
+  std::vector<std::shared_ptr<Agent>> stopped;
   for (const auto& s : hub.sessions()) {
-    for (const auto& a : s->agents()) a->stop();
+    for (const auto& a : s->agents())
+      if (a->stop()) stopped.push_back(a);
   }
+  // The interrupts end first (§8.9: within 100 ms), so the saves below hold what they keep: the
+  // partial text, the turn's cost. Bounded: a turn that does not end is saved as it stands.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (const auto& a : stopped)
+    while (a->running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   for (const auto& s : hub.sessions()) {
     (void)s->save();
     s->host->stop();

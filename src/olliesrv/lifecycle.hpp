@@ -29,7 +29,8 @@ void kill_session(Hub& hub, const std::shared_ptr<Session>& s);
 asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a);
 /// Every persisted session, without starting any toolsrv. Returns the number restored.
 std::size_t restore(Hub& hub);
-/// Shutdown: interrupt every turn, save every session, stop every toolsrv.
+/// Shutdown: interrupt every turn, wait (at most 2 s) for the interrupts to end, save every
+/// session, stop every toolsrv. Blocks: on hub.blocking, never on an I/O thread.
 void stop_all(Hub& hub);
 
 }  // namespace ollie

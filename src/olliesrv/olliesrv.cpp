@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <asio/post.hpp>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -159,9 +160,15 @@ void Olliesrv::shutdown() {
   auto& m = *impl_;
   if (m.stopping.exchange(true)) return;
   spdlog::info("shutting down");
-  if (m.hub) stop_all(*m.hub);  // interrupt every turn, save every session, stop every toolsrv
-  if (m.server) m.server->stop();
-  m.pool.release();
+  // stop_all waits for the interrupted turns, which run on the I/O threads this may be called
+  // from (root ctl `kill`): it runs on the blocking pool, and the I/O threads go after it.
+  auto finish = [&m] {
+    if (m.hub) stop_all(*m.hub);  // interrupt every turn, save every session, stop every toolsrv
+    if (m.server) m.server->stop();
+    m.pool.release();
+  };
+  if (m.hub) asio::post(m.hub->blocking, finish);
+  else finish();
 }
 
 void Olliesrv::wait() { impl_->pool.join(); }

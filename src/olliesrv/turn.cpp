@@ -57,6 +57,7 @@ struct Pending {
   bool finished = false;
   std::optional<backend::Error> error;
   Response r;
+  std::int64_t input_estimate = 0;  ///< the request's tokens as §8.14 estimates them: its bytes / 4
   std::shared_ptr<virtfs::Signal> signal = std::make_shared<virtfs::Signal>();
 };
 
@@ -149,6 +150,9 @@ class Turn {
   asio::awaitable<Response> stream(backend::ChatRequest req);
   asio::awaitable<Response> attempt(const backend::ChatRequest& req);
   void account(const Response& r);
+  /// §8.14 for an attempt that failed or was interrupted: the request counts; when the provider
+  /// produced output before it ended, its tokens are estimated (no usage came with it).
+  void account_unfinished(Pending& p);
   /// Runs the calls of one response (§8.3); true when every result is an error.
   asio::awaitable<bool> dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools);
   /// `last`: the round's last batch, whose last result carries the pending inject (§8.8).
@@ -298,6 +302,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     if (!aborted(e)) throw;
     interrupt = true;
   }
+  if (interrupt && current_) account_unfinished(*current_);
   if (interrupt && current_ && !quiet_) {
     // §8.9: an interrupted stream's partial text is kept as the assistant message, without calls.
     std::string text;
@@ -534,6 +539,15 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
   if (!be) throw TurnFailed{"no backend: " + a.backend_name};
   co_await Compaction::context_length(a_);
   auto p = std::make_shared<Pending>();
+  {
+    std::size_t bytes = req.system.size();
+    for (const auto& m : req.messages) {
+      bytes += m.content.size();
+      for (const auto& c : m.tool_calls) bytes += c.name.size() + c.arguments.size();
+    }
+    for (const auto& t : req.tools) bytes += t.name.size() + t.description.size() + t.parameters.size();
+    p->input_estimate = static_cast<std::int64_t>(bytes / 4);
+  }
   current_ = p;
   auto self = a_;
   const bool shown = !quiet_;  // a summary request's text is not a reply: no blocks
@@ -596,6 +610,7 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
   if (p->error) {
     // Whatever a failed attempt streamed is not part of the history; tokens it cost still count.
     lock.unlock();
+    account_unfinished(*p);
     a.transcript.finish_stream();
     throw *p->error;
   }
@@ -652,6 +667,22 @@ void Turn::note_small_context(const backend::ChatRequest& req) {
     if (a.backend_name == "ollama") text += "; raise [ollama] num_ctx in backends.conf";
   }
   a.transcript.append(make_block("info", text));
+}
+
+void Turn::account_unfinished(Pending& p) {
+  Response r;
+  {
+    std::lock_guard lock(p.mu);
+    std::size_t out = p.r.text.size() + p.r.reasoning.size();
+    for (const auto& c : p.r.calls) out += c.name.size() + c.arguments.size();
+    r.usage.requests = 1;
+    if (out > 0) {
+      r.usage.input = p.input_estimate;
+      r.usage.output = static_cast<std::int64_t>(out / 4);
+      r.usage.estimated = true;
+    }
+  }
+  account(r);
 }
 
 void Turn::account(const Response& r) {

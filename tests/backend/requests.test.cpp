@@ -192,6 +192,17 @@ TEST_F(BackendRequests, ContentFilterStopIsReported) {
   }
 }
 
+// Gemini blocks a prompt with promptFeedback.blockReason and no candidate: a filtered stop
+// with that reason, not a stream that dropped (which would be retried).
+TEST_F(BackendRequests, GeminiBlockedPromptIsAFilteredStop) {
+  auto b = make("gemini");
+  auto got = run(*b, test::simple_request(), {{"stop", "blocked"}});
+  ASSERT_TRUE(got.end && got.end->kind == StreamEvent::Kind::done) << (got.end ? got.end->error.message : "no end");
+  EXPECT_EQ(got.end->stop, StopReason::filtered);
+  EXPECT_EQ(got.end->stop_raw, "SAFETY");
+  EXPECT_EQ(got.end->usage.input, 12);
+}
+
 TEST_F(BackendRequests, AnthropicMaxTokensAlwaysSentAndThinkingDropsSamplers) {
   auto b = make("anthropic");
   auto r = test::simple_request();

@@ -304,6 +304,12 @@ std::vector<std::string> render_gemini(const Script& s, const RequestInfo& req) 
     if (with_usage && !s.raw_usage.is_null()) j["usageMetadata"] = s.raw_usage;
     return sse(j);
   };
+  if (s.stop == "blocked") {  // a blocked prompt: feedback and usage, no candidate at all
+    f.push_back(sse({{"promptFeedback", {{"blockReason", "SAFETY"}, {"safetyRatings", json::array()}}},
+                     {"usageMetadata", {{"promptTokenCount", 12}, {"totalTokenCount", 12}}},
+                     {"modelVersion", req.model}}));
+    return f;
+  }
   for (const auto& p : pieces(s.reasoning, s.chunk)) f.push_back(chunk(json::array({{{"text", p}, {"thought", true}}})));
   for (const auto& p : pieces(s.text, s.chunk)) f.push_back(chunk(json::array({{{"text", p}}})));
   json calls = json::array();

@@ -200,6 +200,10 @@ TEST(Conversation, RetriesFollowTheTableWithRetryBlocks) {
   EXPECT_EQ(retries[1].find("server error", 40), std::string::npos) << retries[1];
   EXPECT_EQ(retries[2], "retrying in 8s (attempt 3/3): stream dropped");
   EXPECT_EQ(last, "finally");
+  // §8.14: every request counts; the dropped one had output, so its tokens are estimated.
+  auto stats = *w.read(a + "/stats");
+  EXPECT_NE(stats.find("requests=4\n"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("estimated=true\n"), std::string::npos) << stats;
 }
 
 TEST(Conversation, AnAuthenticationFailureIsNotRetried) {
@@ -232,6 +236,11 @@ TEST(Conversation, StopEndsAStreamingTurnAndTheHistoryStaysValid) {
   auto blocks = blocks_of(*w.read(a + "/log.raw"));
   EXPECT_EQ(blocks.back()["role"], "info");
   EXPECT_EQ(blocks.back()["content"], "interrupted");
+  // §8.14: the interrupted request cost tokens: counted, estimated (no usage came).
+  const auto stats = *w.read(a + "/stats");
+  EXPECT_NE(stats.find("requests=1\n"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("estimated=true\n"), std::string::npos) << stats;
+  EXPECT_EQ(stats.find("output=0\n"), std::string::npos) << stats;
   ASSERT_TRUE(eventually([&] {
     for (auto& q : w.fake.requests())
       if (q.client_closed) return true;
@@ -488,6 +497,31 @@ TEST(Conversation, ARestoredSessionWhoseToolsrvCannotStartAnswersCallsUnavailabl
   const auto errors = contents(w, a, "error");
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].rfind("tool server unavailable: ", 0), 0u) << errors[0];
+}
+
+// §1.4, §8.9: SIGTERM interrupts every turn before the saves: after a restart the history holds
+// the interrupted answer's text, and the stats its request.
+TEST(Conversation, SigtermSavesWhatTheInterruptKept) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "partial " + std::string(2000, 'z')}, {"delay_ms", 20}, {"chunk", 8}});
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "write a lot"));
+  World::read_until(chat, "zzzz");
+  w.stop_server(SIGTERM);
+  w.kill_toolsrvs();
+  w.start();
+  const auto stats = *w.read(a + "/stats");
+  EXPECT_NE(stats.find("requests=1\n"), std::string::npos) << stats;
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "again"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  auto body = request_body(w, 1);
+  auto& msgs = body["messages"];
+  ASSERT_GE(msgs.size(), 3u) << body.dump();
+  EXPECT_EQ(msgs[msgs.size() - 2]["role"], "assistant") << body.dump();
+  EXPECT_EQ(msgs[msgs.size() - 2]["content"].get<std::string>().rfind("partial zz", 0), 0u) << body.dump();
 }
 
 TEST(Conversation, SigtermWithARunningToolsrvIsNotHeldByItsGrace) {
