@@ -156,6 +156,23 @@ TEST(Compaction, TheTriggerCompactsBeforeTheRequestAndKeepsThePromptVerbatim) {
   EXPECT_EQ(r.ename(), "agent profile bad: compactAt must be an integer from 1 to 100");
 }
 
+// §7.7: a sub-agent is not persisted: it compacts like any agent, and writes no compaction file.
+TEST(Compaction, ASubagentCompactsWithoutWritingARecoveryFile) {
+  World w;
+  customize(w, {{"tight", {{"prompt", {"agent-default.md"}}, {"autoLoad", {"shell"}}, {"compactAt", 1}}}});
+  auto s = w.session("work");
+  for (int i = 1; i <= 4; i++) w.fake.push(shell_call("c" + std::to_string(i), "echo r" + std::to_string(i)));
+  w.fake.push({{"text", "SUM"}});
+  w.fake.push({{"text", "done"}});
+  auto r = w.rdwr(s + "/agent/new", "agent=tight prompt=task one");
+  ASSERT_TRUE(r) << r.ename() << w.log_text();
+  EXPECT_EQ(*r, "done");
+  EXPECT_EQ(chat_requests(w), 6u);
+  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_FALSE(e.path().string().ends_with(".compaction.jsonl")) << e.path();
+}
+
 // §8.2: a context overflow compacts once and resends; a second one fails the turn.
 TEST(Compaction, AContextOverflowCompactsOnceAndResends) {
   World w;
