@@ -310,14 +310,18 @@ std::size_t ProcessTable::finished_count() const {
 
 void ProcessTable::cap_finished() {
   std::lock_guard lock(mu_);
-  std::vector<std::pair<steady::time_point, int>> finished;  // last use, pid
+  // Each kind on its own: the calls of a busy agent (their output went out in their replies)
+  // never push out a background process whose output its interrupt points to (§6.10).
+  std::vector<std::pair<steady::time_point, int>> finished[2];  // [background]: last use, pid
   for (const auto& [pid, p] : procs_) {
     std::lock_guard plock(p->mu_);
-    if (p->finished_) finished.emplace_back(std::max(p->ended_, p->last_read_), pid);
+    if (p->finished_) finished[p->background_ ? 1 : 0].emplace_back(std::max(p->ended_, p->last_read_), pid);
   }
-  if (finished.size() <= proc_finished_max) return;
-  std::sort(finished.begin(), finished.end());
-  for (std::size_t i = 0; i + proc_finished_max < finished.size(); ++i) procs_.erase(finished[i].second);
+  for (auto& kind : finished) {
+    if (kind.size() <= proc_finished_max) continue;
+    std::sort(kind.begin(), kind.end());
+    for (std::size_t i = 0; i + proc_finished_max < kind.size(); ++i) procs_.erase(kind[i].second);
+  }
 }
 
 // ---- the table's thread ----

@@ -35,7 +35,8 @@ std::string_view status_name(ProcStatus s);
 inline constexpr std::chrono::seconds proc_keep_default{600};
 /// How long the pipes are drained after the tool exited (§6.6 End of a call).
 inline constexpr std::chrono::milliseconds drain_limit{2000};
-/// Finished processes kept at most; beyond it the least recently used go first (§6.5.3).
+/// Finished processes kept at most, foreground and background each; beyond it the least
+/// recently used of that kind go first (§6.5.3).
 inline constexpr std::size_t proc_finished_max = 64;
 
 /// One process (also a call that never started: status failed or denied).
@@ -180,7 +181,7 @@ class ProcessTable {
   void finish(Slot& slot);
   void close_fd(Slot& slot, UniqueFd& fd);
   std::shared_ptr<Process> make_process(const std::string& tool, const std::string& agent, bool background);
-  // Keeps at most proc_finished_max finished processes, dropping the least recently used.
+  // Keeps at most proc_finished_max finished processes of each kind, dropping the least recently used.
   void cap_finished();
 
   const std::chrono::seconds keep_;

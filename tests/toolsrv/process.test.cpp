@@ -253,6 +253,19 @@ TEST(ProcessTable, FinishedTableIsCappedLeastRecentlyUsedFirst) {
   t.dismiss(running->pid());
 }
 
+// The cap counts foreground and background processes apart: however many calls finish after
+// it, a finished background process stays (its interrupt names its `out`, §6.10).
+TEST(ProcessTable, CallsNeverPushOutAFinishedBackgroundProcess) {
+  ProcessTable t;
+  auto bg = t.add_finished("t", "a1", true, ProcStatus::failed, "background");
+  for (std::size_t i = 0; i < 2 * proc_finished_max; ++i) t.add_finished("t", "a1", false, ProcStatus::failed, "x");
+  EXPECT_TRUE(t.find(bg->pid()));
+  EXPECT_EQ(t.finished_count(), proc_finished_max + 1);
+  for (std::size_t i = 0; i < proc_finished_max; ++i) t.add_finished("t", "a1", true, ProcStatus::failed, "bg");
+  EXPECT_FALSE(t.find(bg->pid())) << "background processes have a cap of their own";
+  EXPECT_EQ(t.finished_count(), 2 * proc_finished_max);
+}
+
 // A background process has nobody to take its reply: once finished it keeps only what `out`
 // serves, and its header still counts every byte.
 TEST(ProcessTable, FinishedBackgroundProcessKeepsOnlyItsCombinedOutput) {
