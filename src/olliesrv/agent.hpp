@@ -75,6 +75,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Foreground write- and global-scope calls of this agent running now: they hold toolsrv's
   /// path locks, so a sub-agent request it sends meanwhile is refused (§4.2).
   std::atomic<int> locking_calls{0};
+  std::string failure;  ///< under mu: why the last turn failed, its `error` block ("" = it did not)
   const asio::any_io_executor ex;
   Transcript transcript;
 

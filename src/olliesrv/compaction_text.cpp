@@ -11,7 +11,7 @@ const std::string_view SUMMARY_INSTRUCTION =
     "the work without seeing it. Use these sections: **Goal** — what the user wants. **State** — "
     "what has been done, with the files and facts that matter. **Decisions** — choices made and "
     "why; constraints and user preferences. **Open work** — what remains and the next concrete "
-    "steps. **References** — exact names, paths, commands and values needed to continue.\n"
+    "steps. **References** — exact names, paths, commands and values needed to continue. "
     "Be concise and specific; do not invent anything.";
 
 namespace {

@@ -208,6 +208,8 @@ asio::awaitable<p9::Result<std::string>> run_subagent(std::shared_ptr<Agent> a, 
     co_return p9::error("subagent interrupted");
   {
     std::lock_guard lock(a->mu);
+    // A turn that failed (a refusal that kept its text too) is no answer (§4.2).
+    if (!a->failure.empty()) co_return p9::error("subagent failed: " + a->failure);
     if (!a->history.empty()) {
       const auto& m = a->history.back().msg;
       if (m.role == backend::Role::assistant && m.tool_calls.empty()) co_return m.content;
@@ -290,6 +292,14 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     seeded = parent->history;  // §8.10.2: the parent's history at this moment
   }
   if (profile_name.empty()) profile_name = "default";
+  // §8.10.2: a copy that ends with an assistant message whose calls lack results (the parent is
+  // in the middle of them) loses that message and the results it has so far.
+  for (std::size_t i = seeded.size(); i-- > 0;) {
+    const auto& m = seeded[i].msg;
+    if (m.role == backend::Role::tool) continue;
+    if (m.role == backend::Role::assistant && seeded.size() - 1 - i < m.tool_calls.size()) seeded.resize(i);
+    break;
+  }
   drop_unanswered(seeded);
   // In an optional: co_spawn's result must be default-constructible.
   auto read_profile = [&hub, profile_name]() -> asio::awaitable<std::optional<p9::Result<Profile>>> {

@@ -13,6 +13,7 @@
 
 #include "agent.hpp"
 #include "backend/cost.hpp"
+#include "bypass_policy.hpp"
 #include "compaction.hpp"
 #include "dispatch.hpp"
 #include "hub.hpp"
@@ -326,6 +327,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     std::lock_guard lock(a.mu);
     auto& t = a.stats.totals;
     t.cost_last = (any_provider_cost_ ? provider_cost_ : table_cost_) + std::exchange(a.rolled_cost_, 0.0);  // §8.10.3
+    a.failure = failure;
     t.cost_session += t.cost_last;
     // Idle from here on when nothing is queued, so an idle-only verb right after the `idle`
     // state is accepted; a submission arriving now waits for this turn's end (start_next).
@@ -711,8 +713,9 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<
   for (auto& batch : batches) {
     for (auto& c : batch) name_text_call(c, a_->transcript.append(make_block("call", c.block_args, c.name)).id);
     std::vector<std::string> names;
+    // Escaped: a name is the model's text, and a state is one line (statewait, agent/idx, events).
     for (const auto& c : batch)
-      if (std::find(names.begin(), names.end(), c.name) == names.end()) names.push_back(c.name);
+      if (auto n = bypass::escape(c.name); std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
     std::string state = "calling: ";
     for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
     a_->set_state(state);

@@ -90,7 +90,8 @@ TEST(Compaction, CtlCompactReplacesTheOldPartWithTheSummary) {
   EXPECT_EQ(m[0]["role"], "user");
   EXPECT_EQ(m[0]["content"], "## user\np1\n\n## assistant\nAnswer 1. More.\n\n## user\np2\n\n## assistant\nAnswer 2. More.");
   EXPECT_TRUE(m[1]["content"].get<std::string>().starts_with("Write a hand-off summary of the conversation above"));
-  EXPECT_TRUE(m[1]["content"].get<std::string>().ends_with("Be concise and specific; do not invent anything."));
+  EXPECT_TRUE(m[1]["content"].get<std::string>().ends_with(
+      "values needed to continue. Be concise and specific; do not invent anything."));  // one paragraph
   const std::string summary = HEADER + "\n\n**Goal** testing\n\n## Recent steps\n- Answer 1.\n- Answer 2.";
   EXPECT_EQ(contents(w, a, "context", "compaction"), std::vector<std::string>{summary});
   EXPECT_EQ(contents(w, a, "info").back(), "compacted 4 messages");

@@ -202,6 +202,35 @@ TEST(AgentNew, ParentSeedsTheHistory) {
       << body.dump();
 }
 
+// §8.10.2: a parent in the middle of a call: the copy ends with that assistant message, whose
+// calls have no results yet; it goes, text and all.
+TEST(AgentNew, AParentsMessageInFlightIsNotSeeded) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "first"));
+  ASSERT_TRUE(eventually([&] { return w.read(a + "/log")->find("ok") != std::string::npos; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  w.fake.push({{"text", "I'll delegate this."},
+               {"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"},
+                                            {"arguments", {{"cmd", "while [ ! -e go ]; do sleep 0.02; done"}}}}})}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "second"));
+  ASSERT_TRUE(w.wait_state(a, "calling: shell"));
+  ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=heir parent=main"));
+  write_file(w.project + "/go", "");
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  w.fake.push({{"text", "fresh"}});
+  ASSERT_TRUE(w.write(s + "/agent/heir/prompt", "what now?"));
+  ASSERT_TRUE(eventually([&] { return w.read(s + "/agent/heir/log")->find("fresh") != std::string::npos; }));
+  auto body = last_chat_body(w);
+  std::vector<std::string> contents;
+  for (auto& m : body["messages"])
+    if (m["role"] != "system") contents.push_back(m.value("content", ""));
+  EXPECT_EQ(contents, (std::vector<std::string>{"first", "ok", "second", "what now?"})) << body.dump();
+}
+
 TEST(AgentNew, SubagentRepliesItsFinalAnswerAndIsGone) {
   World w;
   auto s = w.session("work");
@@ -237,6 +266,9 @@ TEST(AgentNew, SubagentFailureAndTimeout) {
   // No scripted response: the provider answers 500, the turn ends with an error.
   auto failed = w.rdwr(s + "/agent/new", "prompt=hello");
   EXPECT_EQ(failed.ename().rfind("subagent failed: ", 0), 0u) << failed.ename();
+  // A refusal keeps its text in the history, but the turn failed: no answer (§4.2, §8.2).
+  w.fake.push({{"text", "I can't help with"}, {"stop", "filter"}});
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "prompt=hello").ename(), "subagent failed: stopped: content_filter");
   w.fake.push({{"text", "far too slow"}, {"delay_ms", 3000}});
   auto slow = w.rdwr(s + "/agent/new", "name=slow timeout=1 prompt=hello");
   EXPECT_EQ(slow.ename(), "subagent timeout after 1s");
