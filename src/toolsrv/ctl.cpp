@@ -46,7 +46,8 @@ p9::Status env(Session& s, const Command& c) {
   std::string_view rest = c.args[0];
   while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) rest.remove_prefix(1);
   const auto eq = rest.find('=');
-  if (eq == std::string_view::npos || eq == 0) return c.usage();
+  // §6.3's one error: a name without `=` (or an empty one) is not a variable name either.
+  if (eq == std::string_view::npos) return p9::error("invalid env name: " + std::string(rest));
   return s.set_env(std::string(rest.substr(0, eq)), std::string(rest.substr(eq + 1)));
 }
 

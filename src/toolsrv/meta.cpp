@@ -174,11 +174,6 @@ Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string
       const auto& v = variants[i];
       const auto where = "variant " + std::to_string(i + 1);
       if (!v.is_object()) return p9::error(where + ": must be an object");
-      for (const auto& [key, value] : v.items()) {
-        if (key != "when" && std::find(override_fields.begin(), override_fields.end(), key) == override_fields.end()) {
-          return p9::error(where + ": unknown field: " + key);
-        }
-      }
       if (auto ok = check_fields(v, where); !ok) return ok.error();
       bool holds = true;
       if (v.contains("when")) {
@@ -189,9 +184,9 @@ Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string
       if (holds && !chosen) chosen = i;  // keep validating the rest: an invalid later variant is an error
     }
     if (!chosen) return p9::error(std::string(not_available_error));
-    for (const auto& [key, value] : variants[*chosen].items()) {
-      if (key != "when") effective[key] = value;
-    }
+    // Its fields of §7.2.3 override; any other is ignored, as at the top level (§7.2.1).
+    for (const auto& [key, value] : variants[*chosen].items())
+      if (std::find(override_fields.begin(), override_fields.end(), key) != override_fields.end()) effective[key] = value;
   }
 
   Tool t;

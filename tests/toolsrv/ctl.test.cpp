@@ -23,7 +23,8 @@ TEST(Ctl, EnvValueIsTheRestOfTheLine) {
   f.load("shell");
   ASSERT_TRUE(run_ctl(*f.session, "env  X=a = 'b'  \n"));
   EXPECT_EQ(body_stdout(f.sh("printenv X")), "a = 'b'  \n");
-  EXPECT_EQ(run_ctl(*f.session, "env X\n").ename(), "usage: env <KEY>=<VALUE>");
+  EXPECT_EQ(run_ctl(*f.session, "env X\n").ename(), "invalid env name: X");
+  EXPECT_EQ(run_ctl(*f.session, "env =x\n").ename(), "invalid env name: ");
 }
 
 TEST(Ctl, BlankLinesAreSkippedAndUsageIsChecked) {

@@ -59,6 +59,11 @@ TEST(Meta, FirstMatchingVariantWins) {
   EXPECT_EQ(*t->cmd, "c2");
   EXPECT_EQ(t->description, "second");
   EXPECT_EQ(t->scope, Scope::read);
+  // A field a variant cannot override is ignored there as at the top level (§7.2.1).
+  auto u = parse_meta("t", "/d", R"({"description": "d", "cmd": "c0", "variants": [{"note": "x", "variants": 1, "cmd": "c1"}]})",
+                      false, host());
+  ASSERT_TRUE(u) << u.ename();
+  EXPECT_EQ(*u->cmd, "c1");
 }
 
 TEST(Meta, NoMatchingVariantIsNotAvailable) {
