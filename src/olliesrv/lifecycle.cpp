@@ -480,6 +480,7 @@ std::size_t restore(Hub& hub) {
       spdlog::error("restore: session {}: {}", r.id, st.ename());
       continue;
     }
+    hub.store.cut_torn(l);  // restored: now its torn last lines may go (§7.7)
     n++;
     hub.bus.publish("session." + r.id + ".new", "session/" + r.name);
     for (const auto& a : agents) hub.bus.publish("agent." + a->id + ".new", agent_path(*s, *a));

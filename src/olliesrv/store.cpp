@@ -759,7 +759,6 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
     LoadedSession ls;
     ls.record = std::move(*rec);
     bool ok = true;
-    std::vector<std::pair<std::string, off_t>> cuts;
     for (auto& a : ls.record.agents) {
       if (!plain_component(a.id)) {
         skip(name, "invalid agent id: " + a.id.substr(0, 64));
@@ -772,20 +771,25 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
         ok = false;
         break;
       }
-      if (cut) cuts.emplace_back(a.id + ".blocks.jsonl", *cut);
+      if (cut) ls.torn.emplace_back(a.id + ".blocks.jsonl", *cut);
     }
     if (!ok) continue;
-    // Only a session that loads has its files changed: the torn last lines go.
-    for (const auto& [file, len] : cuts) {
-      spdlog::warn("session {}: {}: cutting off an incomplete last line", name, file);
-      Fd w(::openat(dir.fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
-      if (!w || ::ftruncate(w.fd, len) != 0)
-        spdlog::error("session {}: {}: cannot cut: {}", name, file, std::strerror(errno));
-    }
     for (auto& a : ls.record.agents) drop_unanswered(a.messages);
     out.push_back(std::move(ls));
   }
   return out;
+}
+
+void Store::cut_torn(const LoadedSession& ls) const {
+  if (ls.torn.empty()) return;
+  const std::string& name = ls.record.id;
+  Fd dir(::open((root_ + "/" + name).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  for (const auto& [file, len] : ls.torn) {
+    spdlog::warn("session {}: {}: cutting off an incomplete last line", name, file);
+    Fd w(dir ? ::openat(dir.fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW) : -1);
+    if (!w || ::ftruncate(w.fd, len) != 0)
+      spdlog::error("session {}: {}: cannot cut: {}", name, file, std::strerror(errno));
+  }
 }
 
 }  // namespace ollie

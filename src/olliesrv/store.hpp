@@ -68,9 +68,11 @@ p9::Result<SessionRecord> parse_session(std::string_view text);
 /// What restore finds for one session.
 struct LoadedSession {
   SessionRecord record;
-  /// Per agent id: the lines of its blocks.jsonl (an incomplete last line already cut off,
-  /// in the file too), oldest first.
+  /// Per agent id: the lines of its blocks.jsonl (an incomplete last line left out), oldest first.
   std::map<std::string, std::vector<std::string>> blocks;
+  /// The blocks.jsonl files with an incomplete last line, and the length to cut them to: by
+  /// Store::cut_torn once the session is restored (one that is skipped keeps its files as they are).
+  std::vector<std::pair<std::string, off_t>> torn;
 };
 
 /// Every member does blocking file I/O (fsync included): call it off the I/O threads.
@@ -98,6 +100,8 @@ class Store {
   /// of assistant messages left with neither text nor calls). A session that fails to load is
   /// skipped, logged, its files left untouched, and named in `skipped` ("<dir>: <reason>").
   std::vector<LoadedSession> load_all(std::vector<std::string>* skipped = nullptr) const;
+  /// Cuts the incomplete last lines load_all found in a session it loaded (§7.7).
+  void cut_torn(const LoadedSession& ls) const;
 
   /// Per agent id: each message of the last save with its text in session.json.
   struct MessageTexts;

@@ -566,6 +566,10 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   for (auto& a : j["agents"]) a["name"] = "one";
   const std::string twins_text = j.dump(1);
   write_file(twins_file, twins_text);
+  // Its torn blocks line stays too: only a session that is restored has its files changed.
+  const std::string twins_blocks =
+      twins_file.substr(0, twins_file.size() - 12) + j["agents"][0]["id"].get<std::string>() + ".blocks.jsonl";
+  write_file(twins_blocks, read_file(twins_blocks) + "{\"role\":\"to");
   const std::string bad = w.data + "/sessions/0badbad0-0000-4000-8000-000000000000";
   write_file(bad + "/session.json", "{\"id\": 12, broken");
   ::chmod(bad.c_str(), 0700);
@@ -577,6 +581,7 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   EXPECT_EQ(idx->find("twins"), std::string::npos) << *idx;
   EXPECT_EQ(read_file(bad + "/session.json"), "{\"id\": 12, broken");
   EXPECT_EQ(read_file(twins_file), twins_text);
+  EXPECT_TRUE(read_file(twins_blocks).ends_with("{\"role\":\"to")) << read_file(twins_blocks);
   EXPECT_NE(w.log_text().find("agent already exists: one"), std::string::npos) << w.log_text();
 }
 
