@@ -246,8 +246,13 @@ std::string first_sentence(std::string_view text) {
 
 std::string warm_index(const std::vector<HistoryMessage>& old) {
   std::map<std::string, bool> failed;  // call id → its result is an error
-  for (const auto& m : old)
-    if (m.msg.role == backend::Role::tool) failed[m.msg.tool_call_id] = m.msg.content.starts_with("error: ");
+  for (const auto& m : old) {
+    if (m.msg.role != backend::Role::tool) continue;
+    // A collapsed cold result keeps its first line, which is where an error says so (§8.4).
+    std::string_view text = m.msg.content;
+    if (const auto at = text.find("; first line: "); m.collapsed && at != std::string_view::npos) text.remove_prefix(at + 14);
+    failed[m.msg.tool_call_id] = text.starts_with("error: ");
+  }
   std::vector<std::string> lines;
   for (const auto& m : old) {
     if (m.msg.role != backend::Role::assistant) continue;

@@ -130,6 +130,13 @@ TEST(CompactionUnit, FirstSentenceAndWarmIndex) {
                                   result("c1", "file_read", "fine"), result("c2", "shell", "error: exit status 1\n"),
                                   assistant("")};
   EXPECT_EQ(warm_index(old), "- Looking. → file_read(ok), shell(error)\n- (no text)");
+  // A cold result already collapsed still tells a failure from a success: its first line is kept.
+  auto failed_read = result("c1", "file_read", collapsed("file_read", "error: no such file: a\n"));
+  failed_read.collapsed = true;
+  auto good_read = result("c2", "file_read", collapsed("file_read", "1\tline one\n"));
+  good_read.collapsed = true;
+  EXPECT_EQ(warm_index({assistant("Reading.", {{"c1", "file_read"}, {"c2", "file_read"}}), failed_read, good_read}),
+            "- Reading. → file_read(error), file_read(ok)");
   std::vector<HistoryMessage> many;
   for (int i = 0; i < 12; i++) many.push_back(assistant("step " + std::to_string(i) + "."));
   const auto idx = warm_index(many);
