@@ -215,8 +215,9 @@ asio::awaitable<p9::Result<std::string>> run_subagent(std::shared_ptr<Agent> a, 
       if (m.role == backend::Role::assistant && m.tool_calls.empty()) co_return m.content;
     }
   }
-  if (auto err = a->transcript.last("error")) co_return p9::error("subagent failed: " + err->content);
-  co_return p9::error("subagent failed: the turn ended without an answer");
+  // The turn ended well with an empty final response: none is kept in the history (providers
+  // refuse empty assistant messages), and its content, exactly, is "" (§4.2).
+  co_return std::string();
 }
 
 }  // namespace

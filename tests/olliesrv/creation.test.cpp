@@ -266,6 +266,11 @@ TEST(AgentNew, SubagentFailureAndTimeout) {
   // No scripted response: the provider answers 500, the turn ends with an error.
   auto failed = w.rdwr(s + "/agent/new", "prompt=hello");
   EXPECT_EQ(failed.ename().rfind("subagent failed: ", 0), 0u) << failed.ename();
+  // An empty final response is an empty answer, exactly (§4.2).
+  w.fake.push({{"text", ""}});
+  auto empty = w.rdwr(s + "/agent/new", "prompt=say nothing");
+  ASSERT_TRUE(empty) << empty.ename();
+  EXPECT_EQ(*empty, "");
   // A refusal keeps its text in the history, but the turn failed: no answer (§4.2, §8.2).
   w.fake.push({{"text", "I can't help with"}, {"stop", "filter"}});
   EXPECT_EQ(w.rdwr(s + "/agent/new", "prompt=hello").ename(), "subagent failed: stopped: content_filter");
