@@ -1,6 +1,7 @@
 #include "backend/openai.hpp"
 
 #include <map>
+#include <optional>
 
 #include "backend/sse.hpp"
 
@@ -64,8 +65,18 @@ class OpenAiDecoder : public Decoder {
       for (const auto& t : *tc) {
         const json* e = f.element(t, "a tool call");
         if (!e) return;
-        auto& p = pending_[f.integer(*e, "index").value_or(0)];
-        if (auto id = f.str(*e, "id"); !id.empty()) p.id = id;
+        const auto id = f.str(*e, "id");
+        std::int64_t slot = 0;
+        if (auto index = f.integer(*e, "index")) {
+          slot = *index;
+        } else {
+          // Without an index (some compatible servers), a new id starts the next call.
+          if (!id.empty() && (!unindexed_ || pending_[*unindexed_].id != id))
+            unindexed_ = pending_.empty() ? 0 : pending_.rbegin()->first + 1;
+          slot = unindexed_.value_or(0);
+        }
+        auto& p = pending_[slot];
+        if (!id.empty()) p.id = id;
         if (auto fn = f.object(*e, "function")) append(p, f.str(*fn, "name"), f.str(*fn, "arguments"));
       }
     if (auto fc = f.object(d, "function_call")) {
@@ -104,10 +115,12 @@ class OpenAiDecoder : public Decoder {
   void flush_calls() {
     for (auto& [idx, p] : pending_) call(ToolCall{std::move(p.id), std::move(p.name), std::move(p.args)});
     pending_.clear();
+    unindexed_.reset();
   }
 
   SseParser sse_;
   std::map<std::int64_t, Pending> pending_;
+  std::optional<std::int64_t> unindexed_;  ///< the slot of the last call that came without an index
 };
 
 }  // namespace

@@ -120,13 +120,20 @@ TextCalls extract_text_calls(std::string_view text, const std::vector<std::strin
       }
     } else {
       f = element_at(scanned, tag);
-      if (!f) break;  // no closing tag anywhere after: nothing further can close
+      if (!f) {  // never closed: only a mention; a fenced call may still follow
+        pos = tag + OPEN_TAG.size();
+        continue;
+      }
     }
     pos = f->end;
     if (!call_lang) continue;  // another language's block stays text, whatever it holds
     if (auto tc = parse_call(f->body, loaded)) {
       r.calls.push_back(std::move(*tc));
       cut.push_back(*f);
+    } else if (tag < fence) {
+      // Text that only names the tag ("use `<tool_call>` tags") before a real element: go on
+      // from the next opening tag inside, not past the closing tag.
+      if (const auto inner = scanned.find(OPEN_TAG, tag + OPEN_TAG.size()); inner < f->end) pos = inner;
     }
   }
   r.text = cut.empty() ? std::string(text) : without(text, cut);

@@ -192,6 +192,23 @@ TEST_F(BackendRequests, ContentFilterStopIsReported) {
   }
 }
 
+// Some compatible servers (Gemini's OpenAI endpoint) send each call whole without an `index`:
+// a new id is a new call, not more of the last one.
+TEST_F(BackendRequests, OpenaiCallsWithoutAnIndexStayApart) {
+  auto b = make("openai");
+  auto got = run(*b, test::simple_request(),
+                 {{"calls_without_index", true},
+                  {"tool_calls", json::array({{{"id", "function-call-1"}, {"name", "glob"}, {"arguments", {{"p", "*.c"}}}},
+                                              {{"id", "function-call-2"}, {"name", "read"}, {"arguments", {{"path", "a"}}}}})}});
+  ASSERT_TRUE(got.end && got.end->kind == StreamEvent::Kind::done);
+  ASSERT_EQ(got.calls.size(), 2u);
+  EXPECT_EQ(got.calls[0].id, "function-call-1");
+  EXPECT_EQ(got.calls[0].name, "glob");
+  EXPECT_EQ(got.calls[0].arguments, R"({"p":"*.c"})");
+  EXPECT_EQ(got.calls[1].name, "read");
+  EXPECT_EQ(got.calls[1].arguments, R"({"path":"a"})");
+}
+
 // Gemini blocks a prompt with promptFeedback.blockReason and no candidate: a filtered stop
 // with that reason, not a stream that dropped (which would be retried).
 TEST_F(BackendRequests, GeminiBlockedPromptIsAFilteredStop) {

@@ -186,7 +186,14 @@ std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, 
   for (const auto& p : pieces(s.stamp ? std::string() : s.text, s.chunk)) f.push_back(chunk({{"content", p}}));
   if (s.stamp)
     for (int i = 0; i < resp.value("events", 100); ++i) f.push_back(chunk({{"content", "@@STAMP@@"}}));
-  for (std::size_t i = 0; i < s.calls.size(); ++i) {
+  if (resp.value("calls_without_index", false) && !s.calls.empty()) {
+    // As Gemini's OpenAI-compatible endpoint streams them: every call whole, in one delta, no index.
+    json calls = json::array();
+    for (const auto& c : s.calls)
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.args}}}});
+    f.push_back(chunk({{"tool_calls", calls}}));
+  }
+  for (std::size_t i = 0; i < s.calls.size() && !resp.value("calls_without_index", false); ++i) {
     const auto& c = s.calls[i];
     if (legacy) {
       f.push_back(chunk({{"function_call", {{"name", c.name}, {"arguments", ""}}}}));

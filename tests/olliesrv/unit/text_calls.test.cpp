@@ -67,6 +67,16 @@ TEST(TextCallsUnit, MalformedJsonStaysTextAndTheNextCallIsStillFound) {
   // an element never closed stays text
   auto open = extract_text_calls("<tool_call>{\"name\":\"shell\",\"arguments\":{}}", LOADED);
   EXPECT_TRUE(open.calls.empty());
+  // ... and a fenced call after it is still found
+  auto then = extract_text_calls("I use <tool_call> tags.\n```json\n{\"name\":\"shell\",\"arguments\":{}}\n```", LOADED);
+  ASSERT_EQ(then.calls.size(), 1u);
+  EXPECT_EQ(then.text, "I use <tool_call> tags.");
+  // a mention of the tag before a real element does not hide it
+  auto named = extract_text_calls("Use `<tool_call>` tags.\n<tool_call>{\"name\":\"file_read\",\"arguments\":{\"path\":\"a\"}}</tool_call>",
+                                  LOADED);
+  ASSERT_EQ(named.calls.size(), 1u);
+  EXPECT_EQ(named.calls[0].arguments, R"({"path":"a"})");
+  EXPECT_EQ(named.text, "Use `<tool_call>` tags.");
 }
 
 TEST(TextCallsUnit, BracesAndTagsInsideStringsAreArguments) {
