@@ -215,10 +215,23 @@ class Adapter : public p9::FileServer {
   /// file the principal may write (what Linux v9fs sends for O_TRUNC and touch, spec §1.5); one
   /// that changes only the name of a template directory with a Rename handler is a rename, the
   /// hostowner's alone (§1.6), and the fid's stat shows the new name.
-  p9::Status wstat(p9::Fid& fid, const p9::Dir& d) override {
-    if (fid.qid.type & p9::QTAUTH) return p9::is_null_wstat(d) ? p9::Status{} : p9::error(p9::err::wstat_not_supported);
+  p9::Status wstat(p9::Fid& fid, const p9::Dir& asked) override {
+    if (fid.qid.type & p9::QTAUTH) return p9::is_null_wstat(asked) ? p9::Status{} : p9::error(p9::err::wstat_not_supported);
     auto h = handle(fid);
     if (auto st = access_.gone(h->ctx); !st) return st;  // a sync of a killed agent's file too (§1.5)
+    // A field set to its current value changes nothing (§1.5): `chmod 644` of a 0644 file, `cp -p`.
+    const p9::Dir now = dir_of(*h), none = p9::Dir::null();
+    p9::Dir d = asked;
+    if (d.mode == now.mode) d.mode = none.mode;
+    if (d.length == now.length && d.length != 0) d.length = none.length;  // length 0 stays a truncate
+    if (d.atime == now.atime) d.atime = none.atime;
+    if (d.mtime == now.mtime) d.mtime = none.mtime;
+    if (d.uid == now.uid) d.uid = none.uid;
+    if (d.gid == now.gid) d.gid = none.gid;
+    if (d.muid == now.muid) d.muid = none.muid;
+    if (d.qid == now.qid) d.qid = none.qid;
+    if (d.type == now.type) d.type = none.type;
+    if (d.dev == now.dev) d.dev = none.dev;
     if (p9::is_null_wstat(d)) return {};
     p9::Dir only_name = p9::Dir::null();
     only_name.name = d.name;

@@ -398,4 +398,21 @@ TEST_F(Kinds, TruncateAndTouchWstatsAreAcceptedOnWritableFiles) {  // Linux v9fs
   d.mode = 0777;
   t.stat = *encode_dir(d);
   EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
+  // Fields set to their current values change nothing, so it succeeds (§1.5: `chmod 444` of a
+  // 0444 file, `cp -p`), on a file the principal may not even write.
+  Fcall s;
+  s.type = Tstat;
+  s.fid = 2;
+  auto now = decode_dir(c->rpc(s).stat);
+  ASSERT_TRUE(now);
+  d = Dir::null();
+  d.mode = now->mode;
+  d.uid = now->uid;
+  d.gid = now->gid;
+  t.fid = 2;
+  t.stat = *encode_dir(d);
+  EXPECT_EQ(c->rpc(t).type, Rwstat);
+  d.mode = now->mode | 0222;
+  t.stat = *encode_dir(d);
+  EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
 }
