@@ -177,6 +177,23 @@ void Agent::resolve_prompts_now() {
 
 void Agent::note(const std::string& role, const std::string& text) { transcript.append(make_block(role, text)); }
 
+void Agent::note_sandbox(const ToolOutcome& r) {
+  if (r.override_ignored.empty() && !r.unconfined) return;
+  const std::string dir = effective_cwd();  // where the call ran, and looked for the override
+  std::vector<std::string> notes;
+  {
+    std::lock_guard lock(mu);
+    if (!r.override_ignored.empty() && sandbox_noted.insert("override " + r.override_ignored).second) {
+      const std::string& hex = r.override_ignored;
+      notes.push_back("project sandbox override " + dir + "/.ollie-sandbox.yaml ignored: not approved (sha256 " + hex +
+                      "); add \"sandbox " + hex + " " + dir + "\" to bypass/policy to approve");
+    }
+    if (r.unconfined && sandbox_noted.insert("unconfined").second)
+      notes.push_back("warning: no Landlock on the tool host; tools run unconfined (best_effort)");
+  }
+  for (const auto& n : notes) note("info", n);
+}
+
 namespace {
 
 /// What a turn added to the totals: `now - before`, field by field (cost: cost_session's).

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// path locks, so a sub-agent request it sends meanwhile is refused (§4.2).
   std::atomic<int> locking_calls{0};
   std::string failure;  ///< under mu: why the last turn failed, its `error` block ("" = it did not)
+  std::set<std::string> sandbox_noted;  ///< under mu: what note_sandbox said already
   const asio::any_io_executor ex;
   Transcript transcript;
 
@@ -164,6 +166,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
 
   /// An `info`/`error` block appended from a verb (§3.4).
   void note(const std::string& role, const std::string& text);
+  /// The `info` blocks a call's sandbox calls for, each once per agent (and hash): an ignored
+  /// project override (§7.3.3), a tool host without Landlock (§7.3.2).
+  void note_sandbox(const ToolOutcome& r);
 
  private:
   friend class Turn;

@@ -1093,7 +1093,11 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   auto p = parse_proc_reply(*r);
   if (!p) co_return ToolOutcome{"error: " + p.ename(), true};
   auto c = convert_reply(*p, timeout);
-  co_return ToolOutcome{std::move(c.text), c.error};
+  ToolOutcome out{std::move(c.text), c.error};
+  if (auto o = p->header.find("override"); o != p->header.end() && o->second.ends_with(" ignored"))
+    out.override_ignored = o->second.substr(0, o->second.find(' '));
+  if (auto sb = p->header.find("sandbox"); sb != p->header.end()) out.unconfined = sb->second == "none";
+  co_return out;
 }
 
 asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(ToolCallRequest req) {

@@ -52,6 +52,10 @@ struct FileStamp {
 struct ToolOutcome {
   std::string text;
   bool error = false;
+  /// What the reply's headers say about the sandbox (§7.3.2, §7.3.3): the sha256 of a project
+  /// override that was ignored ("" = none), and whether the call ran unconfined (`sandbox=none`).
+  std::string override_ignored;
+  bool unconfined = false;
 };
 
 class ToolHost : public std::enable_shared_from_this<ToolHost> {

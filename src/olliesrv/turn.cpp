@@ -720,6 +720,7 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<
     for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
     a_->set_state(state);
     co_await run_batch(batch, &batch == &batches.back());
+    for (const auto& c : batch) a_->note_sandbox(*c.result);  // after the batch's tool blocks
     for (const auto& c : batch) {
       all_failed = all_failed && c.result->error;
       if (c.preset) continue;  // ran nothing

@@ -340,6 +340,7 @@ asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent
   }
   if (!tail.empty()) text += (text.empty() || text.back() == '\n' ? "" : "\n") + tail;
   a->transcript.append(make_block("exec", text, command));
+  a->note_sandbox(out);
 }
 
 asio::awaitable<void> run_slash(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string request) {

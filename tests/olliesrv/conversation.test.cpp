@@ -19,6 +19,11 @@ std::vector<std::string> roles(const std::vector<json>& blocks) {
 }
 
 /// The body of the n-th chat request the fake provider received.
+/// A response that calls shell once with `cmd`.
+json shell_round(const std::string& id, const std::string& cmd) {
+  return {{"tool_calls", json::array({{{"id", id}, {"name", "shell"}, {"arguments", {{"cmd", cmd}}}}})}};
+}
+
 json request_body(World& w, std::size_t n) {
   std::vector<fakeprovider::Recorded> chats;
   for (auto& r : w.fake.requests())
@@ -194,6 +199,31 @@ TEST(Conversation, AToolNameCannotForgeAnEventLine) {
   const auto results = contents(w, a, "tool");
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].rfind("error: unknown tool: ", 0), 0u) << results[0];
+}
+
+// §7.3.3: an unapproved project override is ignored, and the agent gets, once per hash, the
+// `info` block that says how to approve it.
+TEST(Conversation, AnIgnoredProjectOverrideIsNotedOncePerHash) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  write_file(w.project + "/.ollie-sandbox.yaml", "ro: [\"/opt\"]\n");
+  auto sum = testing_support::run({"sha256sum", w.project + "/.ollie-sandbox.yaml"}, "");
+  ASSERT_EQ(sum.status, 0);
+  const std::string hex = sum.out.substr(0, 64);
+  for (int i = 1; i <= 2; i++) w.fake.push(shell_round("c" + std::to_string(i), "true"));
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "info"),
+            (std::vector<std::string>{"project sandbox override " + w.project + "/.ollie-sandbox.yaml ignored: not approved (sha256 " +
+                                      hex + "); add \"sandbox " + hex + " " + w.project + "\" to bypass/policy to approve"}));
+  // After the first round's tool block, not among a batch's tool blocks.
+  auto r = roles(blocks_of(*w.read(a + "/log.raw")));
+  auto tool = std::find(r.begin(), r.end(), "tool");
+  ASSERT_NE(tool, r.end());
+  EXPECT_EQ(*(tool + 1), "info");
 }
 
 TEST(Conversation, RetriesFollowTheTableWithRetryBlocks) {
