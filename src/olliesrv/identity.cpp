@@ -6,18 +6,24 @@
 
 namespace ollie {
 
-p9::Status Identity::auth(const std::string& uname, const std::string&) const {
-  if (uname == hostowner_) return p9::error(p9::err::auth_not_required);
-  if (agent_key && agent_key(uname)) return {};
+std::string Identity::forwarded(const p9::Peer& peer) const {
+  // Only forwarded sockets have a listener tag; one whose session is gone admits no one ("-").
+  if (!peer.listener) return {};
+  std::string via = forwarded_session ? forwarded_session(peer.listener) : std::string();
+  return via.empty() ? "-" : via;
+}
+
+p9::Status Identity::auth(const std::string& uname, const std::string&, const p9::Peer& peer) const {
+  const std::string via = forwarded(peer);
+  if (via.empty() && uname == hostowner_) return p9::error(p9::err::auth_not_required);
+  // An agent of another session is as unknown here as at attach: a remote tool learns nothing.
+  if (auto key = agent_key ? agent_key(uname) : std::nullopt; key && (via.empty() || key->session == via)) return {};
   return p9::error("unknown user: " + uname);
 }
 
 p9::Result<virtfs::Principal> Identity::attach(const virtfs::AttachRequest& r) const {
   if (!r.aname.empty()) return p9::error("no such tree: " + r.aname);
-  // Only forwarded sockets have a listener tag; one whose session is gone admits no one ("-").
-  std::string via;
-  if (r.peer.listener) via = forwarded_session ? forwarded_session(r.peer.listener) : std::string();
-  if (r.peer.listener && via.empty()) via = "-";
+  const std::string via = forwarded(r.peer);
   if (!via.empty() || r.uname != hostowner_) {
     auto key = agent_key ? agent_key(r.uname) : std::nullopt;
     if (!key || (!via.empty() && key->session != via)) return p9::error("unknown user: " + r.uname);

@@ -30,10 +30,14 @@ class Identity {
   std::function<std::string(std::uint64_t tag)> forwarded_session;
 
   const std::string& hostowner() const { return hostowner_; }
-  p9::Status auth(const std::string& uname, const std::string& aname) const;
+  /// Tauth: what attach would accept from this peer (a forwarded socket: its session's agents).
+  p9::Status auth(const std::string& uname, const std::string& aname, const p9::Peer& peer) const;
   p9::Result<virtfs::Principal> attach(const virtfs::AttachRequest& r) const;
 
  private:
+  /// The session a forwarded socket admits ("-" once it is gone); "" for the others.
+  std::string forwarded(const p9::Peer& peer) const;
+
   std::string hostowner_;
   bool check_peers_;
 };

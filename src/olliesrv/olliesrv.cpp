@@ -128,7 +128,7 @@ p9::Status Olliesrv::start() {
   m.help = tree->help();
   virtfs::Access<Ctx> access;
   access.hostowner = m.identity.hostowner();
-  access.auth = [this](const std::string& u, const std::string& a) { return impl_->identity.auth(u, a); };
+  access.auth = [this](const std::string& u, const std::string& a, const p9::Peer& p) { return impl_->identity.auth(u, a, p); };
   access.attach = [this](const virtfs::AttachRequest& r) { return impl_->identity.attach(r); };
   access.root = [this](const virtfs::Principal& who) { return Ctx{this, who}; };
   access.gone = gone;

@@ -63,7 +63,7 @@ p9::Status Toolsrv::start() {
   virtfs::Access<Ctx> access;
   access.hostowner = p9::login_name();
   // One principal (olliesrv): every Tauth gets an auth fid, whatever its uname.
-  access.auth = [](const std::string&, const std::string&) { return p9::Status{}; };
+  access.auth = [](const std::string&, const std::string&, const p9::Peer&) { return p9::Status{}; };
   access.attach = [&m](const virtfs::AttachRequest& r) { return m.attach(r); };
   access.root = [&m](const virtfs::Principal&) { return Ctx{m.session.get(), nullptr}; };
 

@@ -33,8 +33,8 @@ template <class Ctx>
 struct Access {
   std::string hostowner;  ///< uid of every node without an Owner
   /// Tauth: ok hands out an auth fid (whose writes carry a secret); an error is the Rerror.
-  std::function<p9::Status(const std::string& uname, const std::string& aname)> auth =
-      [](const std::string&, const std::string&) { return p9::Status(p9::error(p9::err::auth_not_required)); };
+  std::function<p9::Status(const std::string& uname, const std::string& aname, const p9::Peer& peer)> auth =
+      [](const std::string&, const std::string&, const p9::Peer&) { return p9::Status(p9::error(p9::err::auth_not_required)); };
   /// Tattach: the principal, or the error to answer.
   std::function<p9::Result<Principal>(const AttachRequest&)> attach;
   /// The context handlers of the root see for a principal.
@@ -55,7 +55,7 @@ class Adapter : public p9::FileServer {
   const Tree<Ctx>& tree() const { return tree_; }
 
   p9::Status auth(p9::Fid& afid, const std::string& uname, const std::string& aname) override {
-    if (auto st = access_.auth(uname, aname); !st) return st;
+    if (auto st = access_.auth(uname, aname, afid.peer); !st) return st;
     auto a = std::make_shared<AuthFile>();
     a->uname = uname;
     afid.file = a;

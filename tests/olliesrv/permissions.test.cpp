@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "olliesrv/identity.hpp"
 #include "olliesrv/world.hpp"
 
 using namespace convo;
@@ -654,4 +655,27 @@ TEST_F(PermissionsTree, AsASubAgent) {
   if (reply) {
     EXPECT_EQ(*reply, "sub done");
   }
+}
+
+// §1.5, §6.11: a connection through a remote session's forwarded socket may attach only as an
+// agent of that session, and its Tauth says no more: another session's agent, the hostowner, or
+// anyone once that session is gone, is an unknown user.
+TEST(Identity, TauthOnAForwardedSocketKnowsOnlyThatSessionsAgents) {
+  ollie::Identity id("me", true);
+  id.agent_key = [](const std::string& u) -> std::optional<ollie::Identity::AgentKey> {
+    if (u == "a1") return ollie::Identity::AgentKey{"s", "agent", "S1"};
+    if (u == "a2") return ollie::Identity::AgentKey{"s", "agent", "S2"};
+    return std::nullopt;
+  };
+  id.forwarded_session = [](std::uint64_t tag) { return tag == 7 ? std::string("S1") : std::string(); };
+  p9::Peer local, forwarded, stale;
+  forwarded.listener = 7;
+  stale.listener = 8;
+  EXPECT_EQ(id.auth("me", "", local).ename(), "authentication not required");
+  EXPECT_TRUE(id.auth("a2", "", local).ok());
+  EXPECT_TRUE(id.auth("a1", "", forwarded).ok());
+  EXPECT_EQ(id.auth("a2", "", forwarded).ename(), "unknown user: a2");
+  EXPECT_EQ(id.auth("me", "", forwarded).ename(), "unknown user: me");
+  EXPECT_EQ(id.auth("a1", "", stale).ename(), "unknown user: a1");
+  EXPECT_EQ(id.auth("nobody", "", local).ename(), "unknown user: nobody");
 }

@@ -232,7 +232,7 @@ inline std::shared_ptr<virtfs::Adapter<DemoCtx>> demo_fs(std::shared_ptr<DemoSta
   if (!tree) throw std::runtime_error(tree.ename());
   virtfs::Access<DemoCtx> access;
   access.hostowner = "glenda";
-  access.auth = [](const std::string& uname, const std::string&) -> p9::Status {
+  access.auth = [](const std::string& uname, const std::string&, const p9::Peer&) -> p9::Status {
     if (uname == "glenda") return p9::error(p9::err::auth_not_required);
     if (uname == "agent1" || uname == "agent2" || uname == "sub1") return {};
     return p9::error("unknown user: " + uname);
