@@ -155,7 +155,7 @@ class AnthropicBackend : public HttpBackend {
 
   Result<std::vector<std::string>> list_models() override {
     return cached_models([this]() -> Result<std::vector<std::string>> {
-      auto r = fetch_request(s_, "GET", s_.url + "/v1/models");
+      auto r = fetch_request(s_, "GET", s_.url + "/v1/models?limit=1000");  // the default page is 20
       add_auth(r.headers);
       auto j = fetch_json(std::move(r));
       if (!j.ok()) return j.error();

@@ -73,7 +73,7 @@ class GeminiDecoder : public Decoder {
   bool read_part(const json& part, Strict& f) {
     if (auto fc = f.object(part, "functionCall")) {
       std::string id = f.str(*fc, "id");
-      if (id.empty()) id = "call_" + std::to_string(calls);
+      if (id.empty()) id = generated_id();
       const auto name = f.str(*fc, "name");
       const json* args = f.object(*fc, "args");
       auto arguments = dump_json(args ? *args : empty_object());
@@ -149,7 +149,9 @@ class GeminiBackend : public HttpBackend {
 
   Result<std::vector<std::string>> list_models() override {
     return cached_models([this]() -> Result<std::vector<std::string>> {
-      auto r = fetch_request(s_, "GET", s_.url + "/v1beta/models");
+      // One page of at most 1000: the default page (50) leaves models out, and with them their
+      // context lengths (§8.16).
+      auto r = fetch_request(s_, "GET", s_.url + "/v1beta/models?pageSize=1000");
       r.headers.push_back("x-goog-api-key: " + s_.key);
       auto j = fetch_json(std::move(r));
       if (!j.ok()) return j.error();

@@ -81,7 +81,7 @@ class OpenAiDecoder : public Decoder {
       }
     if (auto fc = f.object(d, "function_call")) {
       auto& p = pending_[-1];  // legacy: one call per response
-      if (p.id.empty()) p.id = "function_call";
+      if (p.id.empty()) p.id = generated_id();
       append(p, f.str(*fc, "name"), f.str(*fc, "arguments"));
     }
   }

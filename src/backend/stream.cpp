@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <chrono>
+
 #include "backend/limits.hpp"
 #include "backend/text.hpp"
 
@@ -83,9 +86,19 @@ void Decoder::reasoning(std::string_view s) {
   c_->emit(std::move(ev));
 }
 
+Decoder::Decoder(std::shared_ptr<StreamControl> c, std::string backend) : c_(std::move(c)), backend_(std::move(backend)) {
+  // Numbered from the start time in ms: distinct within a run and from the ids of earlier runs
+  // that a restored history holds.
+  static std::atomic<std::uint64_t> responses{static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count())};
+  id_prefix_ = "call_" + std::to_string(responses++) + "_";
+}
+
+std::string Decoder::generated_id() const { return id_prefix_ + std::to_string(calls); }
+
 void Decoder::call(ToolCall tc) {
   out_bytes += tc.name.size() + tc.arguments.size();
-  if (tc.id.empty()) tc.id = "call_" + std::to_string(calls);
+  if (tc.id.empty()) tc.id = generated_id();
   ++calls;
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::tool_call;

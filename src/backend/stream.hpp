@@ -42,7 +42,7 @@ class StreamControl : public std::enable_shared_from_this<StreamControl> {
 /// What a provider decoder produces besides the deltas it emits.
 class Decoder {
  public:
-  Decoder(std::shared_ptr<StreamControl> c, std::string backend) : c_(std::move(c)), backend_(std::move(backend)) {}
+  Decoder(std::shared_ptr<StreamControl> c, std::string backend);
   virtual ~Decoder() = default;
   /// Bytes of a 2xx body.
   virtual void feed(std::string_view bytes) = 0;
@@ -62,6 +62,9 @@ class Decoder {
   void text(std::string_view s);
   void reasoning(std::string_view s);
   void call(ToolCall tc);
+  /// The id of this response's next call when the provider sent none (gemini, ollama): unique
+  /// across responses too, as anthropic wants the ids of one history after a backend switch.
+  std::string generated_id() const;
   void fail(Error e) { if (!failure) failure = std::move(e); }
   /// Fails the stream as malformed when a Strict read found a problem; true when it did.
   bool malformed(const Strict& f);
@@ -72,6 +75,9 @@ class Decoder {
   void event_too_long();
   std::shared_ptr<StreamControl> c_;
   std::string backend_;
+
+ private:
+  std::string id_prefix_;  ///< `call_<this response's number>_`
 };
 
 /// What classification of a failed request needs to know.

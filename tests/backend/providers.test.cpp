@@ -67,6 +67,17 @@ TEST_P(BackendProviders, StreamsTextReasoningToolCallsAndUsage) {
   if (name != "ollama" && name != "gemini") {  // those two send no call ids
     EXPECT_EQ(got.calls[0].id, "call_a");
     EXPECT_EQ(got.calls[1].id, "call_b");
+  } else {
+    // The ids made for them differ from one response to the next: one history may go to
+    // anthropic after a backend switch, which wants its tool_use ids unique.
+    fake.push(full_response());
+    Collector again;
+    auto s2 = b->stream(test::simple_request(), again.sink());
+    ASSERT_TRUE(s2.ok()) << s2.error().message;
+    auto next = again.wait();
+    ASSERT_EQ(next.calls.size(), 2u);
+    EXPECT_NE(next.calls[0].id, got.calls[0].id);
+    EXPECT_NE(next.calls[1].id, got.calls[1].id);
   }
   // ollama and gemini report "stop" with calls; the calls still run (spec §8.2).
   const auto stop = got.end->stop;
@@ -131,6 +142,14 @@ TEST_P(BackendProviders, ListsModelsAndContextLength) {
                                             {"anthropic", 200000}, {"gemini", 1048576}, {"copilot", 65536},
                                             {"kiro", 128000}};
   EXPECT_EQ(*n, expected.at(name));
+  // Lists that come in pages ask for one page of all: a model past the default page would
+  // lose its context length (gemini 50 a page, anthropic 20).
+  const std::map<std::string, std::string> query{{"gemini", "pageSize=1000"}, {"anthropic", "limit=1000"}};
+  if (auto q = query.find(name); q != query.end()) {
+    bool asked = false;
+    for (const auto& r : fake.requests()) asked = asked || (r.method == "GET" && r.path.ends_with("models?" + q->second));
+    EXPECT_TRUE(asked) << name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BackendProviders,
