@@ -59,7 +59,12 @@ class OpenAiDecoder : public Decoder {
 
   // Everything of a delta carries the answer: a wrong type is a malformed response.
   void read_delta(const json& d, Strict& f) {
-    for (const char* k : {"reasoning_content", "reasoning"}) reasoning(f.str(d, k));
+    // Servers name it either way; some fill both with the same text: the first one counts.
+    for (const char* k : {"reasoning_content", "reasoning"})
+      if (auto r = f.str(d, k); !r.empty()) {
+        reasoning(r);
+        break;
+      }
     text(f.str(d, "content"));
     if (auto tc = f.array(d, "tool_calls"))
       for (const auto& t : *tc) {

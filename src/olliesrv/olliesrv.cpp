@@ -160,11 +160,13 @@ void Olliesrv::shutdown() {
   auto& m = *impl_;
   if (m.stopping.exchange(true)) return;
   spdlog::info("shutting down");
+  // Here, not later from another thread: a connection closes after the reply of the request
+  // running on it now (root ctl `kill`), which a stop posted from elsewhere could overtake.
+  if (m.server) m.server->stop();
   // stop_all waits for the interrupted turns, which run on the I/O threads this may be called
   // from (root ctl `kill`): it runs on the blocking pool, and the I/O threads go after it.
   auto finish = [&m] {
     if (m.hub) stop_all(*m.hub);  // interrupt every turn, save every session, stop every toolsrv
-    if (m.server) m.server->stop();
     m.pool.release();
   };
   if (m.hub) asio::post(m.hub->blocking, finish);

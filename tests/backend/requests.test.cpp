@@ -209,6 +209,15 @@ TEST_F(BackendRequests, OpenaiCallsWithoutAnIndexStayApart) {
   EXPECT_EQ(got.calls[1].arguments, R"({"path":"a"})");
 }
 
+// A compatible server that fills both reasoning fields with the same text: it counts once.
+TEST_F(BackendRequests, OpenaiReasoningInBothFieldsCountsOnce) {
+  auto b = make("openai");
+  auto got = run(*b, test::simple_request(), {{"reasoning_both", true}, {"reasoning", "think twice"}, {"text", "ok"}});
+  ASSERT_TRUE(got.end && got.end->kind == StreamEvent::Kind::done);
+  EXPECT_EQ(got.reasoning, "think twice");
+  EXPECT_EQ(got.text, "ok");
+}
+
 // Gemini blocks a prompt with promptFeedback.blockReason and no candidate: a filtered stop
 // with that reason, not a stream that dropped (which would be retried).
 TEST_F(BackendRequests, GeminiBlockedPromptIsAFilteredStop) {

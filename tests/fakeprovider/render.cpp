@@ -182,7 +182,9 @@ std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, 
                 {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}});
   };
   f.push_back(chunk({{"role", "assistant"}, {"content", ""}}));
-  for (const auto& p : pieces(s.reasoning, s.chunk)) f.push_back(chunk({{router ? "reasoning" : "reasoning_content", p}}));
+  const bool both = resp.value("reasoning_both", false);  // as some vLLM versions: the same text twice
+  for (const auto& p : pieces(s.reasoning, s.chunk))
+    f.push_back(both ? chunk({{"reasoning_content", p}, {"reasoning", p}}) : chunk({{router ? "reasoning" : "reasoning_content", p}}));
   for (const auto& p : pieces(s.stamp ? std::string() : s.text, s.chunk)) f.push_back(chunk({{"content", p}}));
   if (s.stamp)
     for (int i = 0; i < resp.value("events", 100); ++i) f.push_back(chunk({{"content", "@@STAMP@@"}}));
