@@ -13,6 +13,7 @@
 
 #include "agent.hpp"
 #include "backend/cost.hpp"
+#include "backend/wire.hpp"
 #include "bypass_policy.hpp"
 #include "compaction.hpp"
 #include "dispatch.hpp"
@@ -58,7 +59,7 @@ struct Pending {
   bool finished = false;
   std::optional<backend::Error> error;
   Response r;
-  std::int64_t input_estimate = 0;  ///< the request's tokens as §8.14 estimates them: its bytes / 4
+  std::int64_t input_estimate = 0;  ///< the request's tokens as §8.14 estimates them (§8.5.1: bytes / 4)
   std::shared_ptr<virtfs::Signal> signal = std::make_shared<virtfs::Signal>();
 };
 
@@ -541,15 +542,7 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
   if (!be) throw TurnFailed{"no backend: " + a.backend_name};
   co_await Compaction::context_length(a_);
   auto p = std::make_shared<Pending>();
-  {
-    std::size_t bytes = req.system.size();
-    for (const auto& m : req.messages) {
-      bytes += m.content.size();
-      for (const auto& c : m.tool_calls) bytes += c.name.size() + c.arguments.size();
-    }
-    for (const auto& t : req.tools) bytes += t.name.size() + t.description.size() + t.parameters.size();
-    p->input_estimate = static_cast<std::int64_t>(bytes / 4);
-  }
+  p->input_estimate = static_cast<std::int64_t>(backend::request_bytes(req) / 4);  // as the backends estimate
   current_ = p;
   auto self = a_;
   const bool shown = !quiet_;  // a summary request's text is not a reply: no blocks
