@@ -531,6 +531,7 @@ TEST(Conversation, ARestoredSessionWhoseToolsrvCannotStartAnswersCallsUnavailabl
   std::filesystem::create_directories(dir);
   ASSERT_TRUE(w.rdwr("session/new", "name=work cwd=" + dir));
   auto a = w.agent("session/work", "main");
+  ASSERT_TRUE(w.rdwr("session/work/ctl", "save"));  // the agent's creation may not be saved yet
   w.stop_server(SIGKILL);
   w.kill_toolsrvs();
   std::filesystem::remove_all(dir);
