@@ -29,6 +29,8 @@ namespace p9 {
 Status FileServer::auth(Fid&, const std::string&, const std::string&) { return error(err::auth_not_required); }
 std::optional<Fcall> FileServer::answer_now(Fid&, const Fcall&) { return std::nullopt; }
 asio::awaitable<Status> FileServer::clunk(Fid&) { co_return Status{}; }
+Status FileServer::clone(const Fid&) { return {}; }
+
 Status FileServer::wstat(Fid&, const Dir& d) {
   if (is_null_wstat(d)) return {};
   return error(err::wstat_not_supported);
@@ -415,6 +417,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (fresh)
       if (auto st = fid_room(is_auth(f)); !st) return fail(req, st.ename());
     if (!t.wname.empty() && !f.is_dir()) return fail(req, err::walk_in_non_directory);
+    if (t.wname.empty() && !is_auth(f))
+      if (auto st = fs_->clone(f); !st) return fail(req, st.ename());
     auto w = std::make_shared<Fid>();
     w->num = t.newfid;
     w->qid = f.qid;

@@ -73,6 +73,8 @@ class FileServer {
   virtual Status attach(Fid& fid, Fid* afid, const std::string& uname, const std::string& aname) = 0;
   /// Moves fid (a working copy) one element on; sets fid.file and fid.qid. ".." is included.
   virtual Status walk1(Fid& fid, const std::string& name) = 0;
+  /// A Twalk of no names (a clone) of a fid that is not an auth fid. Default: allowed.
+  virtual Status clone(const Fid& fid);
   /// Topen: mode is checked by the file system (permissions); set per-open state in fid.aux.
   virtual Status open(Fid& fid, std::uint8_t mode) = 0;
   /// The directory's entries, taken when a read starts at offset 0.

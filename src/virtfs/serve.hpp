@@ -104,6 +104,8 @@ class Adapter : public p9::FileServer {
     return {};
   }
 
+  p9::Status clone(const p9::Fid& fid) override { return access_.gone(handle(fid)->ctx); }
+
   p9::Status open(p9::Fid& fid, std::uint8_t mode) override {
     auto h = handle(fid);
     if (auto st = access_.gone(h->ctx); !st) return st;
@@ -309,7 +311,7 @@ class Adapter : public p9::FileServer {
     std::string broken;
   };
 
-  static std::shared_ptr<Handle> handle(p9::Fid& fid) { return std::static_pointer_cast<Handle>(fid.file); }
+  static std::shared_ptr<Handle> handle(const p9::Fid& fid) { return std::static_pointer_cast<Handle>(fid.file); }
 
   static std::string slice(const std::string& s, std::uint64_t offset, std::uint32_t count) {
     if (offset >= s.size()) return {};

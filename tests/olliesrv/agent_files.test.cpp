@@ -393,6 +393,9 @@ TEST(AgentFiles, EveryOperationOnAKilledObjectsFidsButAStreamReadAHeldReplyAndCl
   EXPECT_EQ(*ctl.read(100), "");
 
   EXPECT_EQ(adir->walk("stats").ename(), "agent killed");
+  EXPECT_EQ(adir->walk("").ename(), "agent killed");  // a clone (no names) is an operation too
+  EXPECT_EQ(stats_unopened->walk("").ename(), "agent killed");
+  EXPECT_EQ(sdir->walk("").ename(), "session killed");
   EXPECT_EQ(sdir->walk("agent/main").ename(), "session killed");
   EXPECT_EQ(sdir->walk("id").ename(), "session killed");
   EXPECT_EQ(stats_unopened->open(p9::OREAD).ename(), "agent killed");
