@@ -54,6 +54,7 @@ void Agent::set_state(const std::string& s) {
     std::lock_guard lock(mu);
     if (state_ == s) return;
     state_ = s;
+    state_changed = std::time(nullptr);
     if (killed) return;  // its kill is published: nothing of it follows (§5)
   }
   state_signal_->notify();

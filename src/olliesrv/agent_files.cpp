@@ -2,6 +2,7 @@
 #include "agent_files.hpp"
 
 #include <algorithm>
+#include <ctime>
 
 #include "agent.hpp"
 #include "backend/text.hpp"
@@ -77,6 +78,7 @@ p9::Status write_plan(Ctx& c, std::string text) {
     if (c.agent->plan == text) return {};
     c.agent->plan = std::move(text);
     c.agent->plan_version++;
+    c.agent->plan_changed = std::time(nullptr);
   }
   c.agent->save();
   return {};
@@ -150,6 +152,10 @@ virtfs::Node<Ctx> plan_file() {
                  Vers([](const Ctx& c) {
                    std::lock_guard lock(c.agent->mu);
                    return c.agent->plan_version;
+                 }),
+                 Mtime([](const Ctx& c) {
+                   std::lock_guard lock(c.agent->mu);
+                   return c.agent->plan_changed;
                  }),
                  Length([](const Ctx& c) -> std::uint64_t {
                    std::lock_guard lock(c.agent->mu);

@@ -171,6 +171,7 @@ Reply block(Ctx& c, std::string request) {
 }
 
 std::uint32_t log_vers(const Ctx& c) { return c.agent->transcript.version(); }
+std::int64_t log_mtime(const Ctx& c) { return c.agent->transcript.changed_at(); }
 std::string agent_owner(const Ctx& c) { return c.agent->id; }
 
 }  // namespace
@@ -179,6 +180,10 @@ virtfs::Node<Ctx> declare() {
   using namespace virtfs;
   auto agent_dir = D::Template(
       "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup), Rename(rename_agent),
+      Mtime([](const Ctx& c) {
+        std::lock_guard lock(c.agent->mu);
+        return c.agent->created;
+      }),
       D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read([](Ctx& c) { return Text(c.agent->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the agent's name; write to rename"},
               Read([](Ctx& c) { return Text(c.agent->current_name() + "\n"); }), Write(rename_agent)),
@@ -196,20 +201,24 @@ virtfs::Node<Ctx> declare() {
               Read(alive([](Ctx& c) { return Text(c.agent->state() + "\n"); })),  // the 5 s heartbeat
               BlockOnce(alive([](Ctx& c) { return Text(c.agent->state() + "\n"); }),
                         [](Ctx& c) { return c.agent->state_signal(); }),
-              Vers([](const Ctx& c) { return static_cast<std::uint32_t>(c.agent->state_signal()->version()); })),
+              Vers([](const Ctx& c) { return static_cast<std::uint32_t>(c.agent->state_signal()->version()); }),
+              Mtime([](const Ctx& c) {
+                std::lock_guard lock(c.agent->mu);
+                return c.agent->state_changed;
+              })),
       D::Leaf("stats", Mode{0444}, Doc{"usage, context and cost, key=value"},
               Read([](Ctx& c) { return Text(c.agent->stats_text()); })),
       D::Leaf("chat", Mode{0440}, Doc{"the rendered transcript: the last 64 KiB, then live, token by token"},
               Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> { return c.agent->transcript.chat(); }),
-              Vers(log_vers)),
+              Vers(log_vers), Mtime(log_mtime)),
       D::Leaf("chat.raw", Mode{0440}, Doc{"JSONL: every finalized block, then live partial and finalized blocks"},
               Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> { return c.agent->transcript.chat_raw(); }),
-              Vers(log_vers)),
+              Vers(log_vers), Mtime(log_mtime)),
       D::Leaf("log", Mode{0440}, Doc{"the last 64 KiB of the rendered transcript"},
-              Read([](Ctx& c) { return Text(c.agent->transcript.log()); }), Vers(log_vers),
+              Read([](Ctx& c) { return Text(c.agent->transcript.log()); }), Vers(log_vers), Mtime(log_mtime),
               Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log().size(); })),
       D::Leaf("log.raw", Mode{0440}, Doc{"JSONL of every finalized block"},
-              Read([](Ctx& c) { return Text(c.agent->transcript.log_raw()); }), Vers(log_vers),
+              Read([](Ctx& c) { return Text(c.agent->transcript.log_raw()); }), Vers(log_vers), Mtime(log_mtime),
               Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log_raw().size(); })),
       D::Leaf("block", Mode{0660}, Doc{"write a block id, read that block as JSON"}, Rdwr(block)),
       plan_file(), peer_dir(), proc_dir());

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <ctime>
 #include <deque>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -133,10 +134,16 @@ struct Transcript::State {
   std::string held;                                     // renderings of blocks finalized behind an open assistant block
   std::uint64_t text_base = 0;                          // absolute offset of text[0]
   std::uint32_t version = 0;
+  std::int64_t changed = 0;                             // when version last moved (seconds), 0: not since the start
   bool closed = false;
   std::deque<Block> finals;                             // finalized, awaiting on_final
   bool delivering = false;
   std::shared_ptr<virtfs::Signal> signal = std::make_shared<virtfs::Signal>();
+
+  void bump() {
+    version++;
+    changed = std::time(nullptr);
+  }
 
   std::uint64_t text_end() const { return text_base + text.size(); }
 
@@ -188,7 +195,7 @@ struct Transcript::State {
     raw_size += b.json().size() + 1;
     blocks.push_back(b);
     finals.push_back(std::move(b));
-    version++;
+    bump();
   }
 
   /// Finalizes the in-flight block. The assistant text is already in the window: only its
@@ -209,7 +216,7 @@ struct Transcript::State {
     raw_size += b.json().size() + 1;
     blocks.push_back(b);
     finals.push_back(b);
-    version++;
+    bump();
     return b;
   }
 };
@@ -309,7 +316,7 @@ void Transcript::restore(std::vector<Block> blocks, std::uint64_t stored_counter
       s_->raw_size += blocks[i].json().size() + 1;
     }
     s_->blocks = std::move(blocks);
-    s_->version++;
+    s_->bump();
   }
   s_->signal->notify();
 }
@@ -372,7 +379,7 @@ void Transcript::stream(std::string_view role, std::string_view delta) {
     s_->open->content.append(delta);
     if (role == "assistant") s_->add_text(delta);
     s_->open_seq++;
-    s_->version++;
+    s_->bump();
   }
   s_->signal->notify();
   deliver();
@@ -447,6 +454,11 @@ std::uint32_t Transcript::version() const {
   return s_->version;
 }
 
+std::int64_t Transcript::changed_at() const {
+  std::lock_guard lk(s_->mu);
+  return s_->changed;
+}
+
 std::shared_ptr<virtfs::Cursor> Transcript::chat() {
   std::lock_guard lk(s_->mu);
   return std::make_shared<ChatCursor>(s_, s_->log_start());
@@ -459,7 +471,7 @@ void Transcript::close() {
     std::lock_guard lk(s_->mu);
     if (s_->closed) return;
     s_->closed = true;
-    s_->version++;
+    s_->bump();
   }
   s_->signal->notify();
 }

@@ -98,6 +98,8 @@ class Transcript {
   std::size_t size() const;
   /// Qid.vers of log, log.raw, chat and chat.raw (§1.5): bumped on every change.
   std::uint32_t version() const;
+  /// When version() last moved (seconds since the epoch), 0 when not since olliesrv started.
+  std::int64_t changed_at() const;
 
   /// A `chat` reader: starts where log() starts, then streams rendered text token by token.
   std::shared_ptr<virtfs::Cursor> chat();

@@ -47,6 +47,7 @@ template <class Ctx> using ListFn = std::function<std::vector<std::string>(Ctx&)
 template <class Ctx> using OwnerFn = std::function<std::string(const Ctx&)>;
 template <class Ctx> using VersFn = std::function<std::uint32_t(const Ctx&)>;
 template <class Ctx> using LengthFn = std::function<std::uint64_t(const Ctx&)>;
+template <class Ctx> using MtimeFn = std::function<std::int64_t(const Ctx&)>;
 template <class Ctx> using RenameFn = std::function<p9::Status(Ctx&, std::string)>;
 
 /// A template instance as Lookup binds it: the context its handlers see, and the object it is
@@ -82,6 +83,7 @@ struct Node {
   bool stream_rdwr = false;
   VersFn<Ctx> vers;          ///< Qid.vers; 0 when unset
   LengthFn<Ctx> length;      ///< the stat Length; 0 when unset
+  MtimeFn<Ctx> mtime;        ///< the stat atime and mtime (seconds); the server's start when unset or 0
   ListFn<Ctx> list;
   LookupFn<Ctx> lookup;
   RenameFn<Ctx> rename;     ///< a template directory's wstat of its name
@@ -130,6 +132,7 @@ template <class F> struct LookupOpt { F f; };
 template <class F> struct OwnerOpt { F f; };
 template <class F> struct VersOpt { F f; };
 template <class F> struct LengthOpt { F f; };
+template <class F> struct MtimeOpt { F f; };
 template <class F> struct RenameOpt { F f; };
 
 /// Non-blocking content, one snapshot per fid taken at its first read. A handler that returns
@@ -157,6 +160,9 @@ template <class F> OwnerOpt<F> Owner(F f) { return {std::move(f)}; }
 template <class F> VersOpt<F> Vers(F f) { return {std::move(f)}; }
 /// The Length stat gives, for a file whose size is known (spec §1.5: log, log.raw, plan).
 template <class F> LengthOpt<F> Length(F f) { return {std::move(f)}; }
+/// The time of the last change of a node whose changes are known (spec §1.5: atime/mtime), in
+/// seconds since the epoch; 0 while unknown.
+template <class F> MtimeOpt<F> Mtime(F f) { return {std::move(f)}; }
 /// A template directory renamed by a Twstat that changes only its name, from the hostowner
 /// (spec §1.5): the handler gets the new name, exactly as the wstat gives it.
 template <class F> RenameOpt<F> Rename(F f) { return {std::move(f)}; }
@@ -191,6 +197,7 @@ template <class Ctx, class F> void apply(Node<Ctx>& n, LookupOpt<F> o) { n.looku
 template <class Ctx, class F> void apply(Node<Ctx>& n, OwnerOpt<F> o) { n.owner = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, VersOpt<F> o) { n.vers = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, LengthOpt<F> o) { n.length = std::move(o.f); }
+template <class Ctx, class F> void apply(Node<Ctx>& n, MtimeOpt<F> o) { n.mtime = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, RenameOpt<F> o) { n.rename = std::move(o.f); }
 template <class Ctx> void apply(Node<Ctx>& n, Node<Ctx> child) { n.children.push_back(std::move(child)); }
 /// Several children at once, in order (a part of a tree declared in its own file).

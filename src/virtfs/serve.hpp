@@ -519,7 +519,8 @@ class Adapter : public p9::FileServer {
     d.qid = qid_of(h);
     d.mode = (h.node->is_dir ? p9::DMDIR : 0) | (h.node->mode & 0777);
     d.length = h.node->length ? h.node->length(h.ctx) : 0;
-    d.atime = d.mtime = static_cast<std::uint32_t>(start_);
+    const std::int64_t changed = h.node->mtime ? h.node->mtime(h.ctx) : 0;
+    d.atime = d.mtime = static_cast<std::uint32_t>(changed > 0 ? changed : start_);
     d.name = h.name;
     d.uid = d.muid = uid_of(h);
     d.gid = h.node->gid;

@@ -152,6 +152,36 @@ TEST(AgentFiles, FeedSubmitsOnlyANewValueAndItsReadersWaitForOne) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 4500ms);
 }
 
+TEST(AgentFiles, StatTimesAreTheLastChangeWhereKnownElseTheServerStart) {
+  // §1.5: atime/mtime are the last change time where known (the transcript's four files,
+  // statewait, plan; an agent directory's creation), else the server's start.
+  World w;
+  auto s = w.session("work");
+  const auto started = w.open(s + "/name").stat();
+  ASSERT_TRUE(started);
+  std::this_thread::sleep_for(1100ms);  // times are whole seconds
+  const auto t0 = static_cast<std::uint32_t>(std::time(nullptr));
+  auto a = w.agent(s, "main");
+  auto dir = w.open(a).stat();
+  ASSERT_TRUE(dir);
+  EXPECT_GE(dir->mtime, t0);
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hello"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  ASSERT_TRUE(w.write(a + "/plan", "- [ ] one\n"));
+  for (const char* f : {"log", "log.raw", "chat", "chat.raw", "statewait", "plan"}) {
+    auto st = w.open(a + "/" + f).stat();
+    ASSERT_TRUE(st) << f;
+    EXPECT_GE(st->mtime, t0) << f;
+    EXPECT_EQ(st->atime, st->mtime) << f;
+  }
+  auto stats = w.open(a + "/stats").stat();  // no change time kept: the server's start
+  ASSERT_TRUE(stats);
+  EXPECT_EQ(stats->mtime, started->mtime);
+  EXPECT_LT(stats->mtime, t0);
+}
+
 TEST(AgentFiles, PlanAndFeedAreKeptAcrossARestart) {
   World w;
   auto s = w.session("work");
