@@ -36,9 +36,13 @@ p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) 
   return p;
 }
 
-p9::Result<std::string> check_remote_dir(std::string p) {
+/// The same rules for a remote session's cwd, but for the check of the directory, made on the
+/// tool host. A session's `~` and `~/…` (§4.1) are that host's HOME, expanded by its bootstrap;
+/// an agent's cwd is absolute (§4.2).
+p9::Result<std::string> check_remote_dir(std::string p, bool home_ok = false) {
   if (p.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
-  if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + p);
+  const bool home = home_ok && (p == "~" || p.rfind("~/", 0) == 0);
+  if (p.empty() || (p[0] != '/' && !home)) return p9::error("cwd must be absolute: " + p);
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return p;
 }
@@ -63,7 +67,7 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   if (kv->get("cwd").empty()) co_return p9::error("cwd is required");
   const std::string remote = kv->get("remote");
   // A remote cwd is on the tool host: its bootstrap checks it (§6.11).
-  auto cwd = remote.empty() ? check_dir(kv->get("cwd"), hub.env) : check_remote_dir(kv->get("cwd"));
+  auto cwd = remote.empty() ? check_dir(kv->get("cwd"), hub.env) : check_remote_dir(kv->get("cwd"), true);
   if (!cwd) co_return cwd.error();
   const std::string id = new_uuid();
   std::string name = kv->get("name");
@@ -88,6 +92,7 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
     s->host->stop();
     co_return st.error();
   }
+  s->cwd = s->host->cwd();  // a remote `~/…` as its bootstrap expanded it; no one else sees s yet
   if (auto st = hub.add(s); !st) {
     s->host->stop();
     co_return st.error();

@@ -396,6 +396,7 @@ D=$C/$sha
 R=$C/run
 S=$R/$sid.$n.toolsrv.sock
 [ ${#S} -lt 100 ] || fail "socket path too long: $S"
+case $cwd in '~') cwd=$HOME ;; '~/'*) cwd=$HOME/${cwd#??} ;; esac
 [ -d "$cwd" ] || fail "cwd: $cwd: not a directory"
 mkdir -p "$C" || fail "cannot create $C"
 if [ -x "$D/bin/toolsrv" ]; then
@@ -440,7 +441,7 @@ while [ ! -S "$S" ]; do
   sleep 0.05
   i=$((i+1))
 done
-printf 'OLLIE_LISTEN_READY %s\n' "$C"
+printf 'OLLIE_CWD %s\nOLLIE_LISTEN_READY %s\n' "$cwd" "$C"
 exec 4<&0
 { cat <&4; kill "$pid"; } >/dev/null 2>&1 &
 exec 4<&- </dev/null
@@ -481,7 +482,7 @@ bool valid_destination(const std::string& d) {
   });
 }
 
-asio::awaitable<p9::Result<std::string>> start(asio::any_io_executor ex, Target t, std::string secret,
+asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, std::string secret,
                                                std::function<void(pid_t, int)> adopt) {
   if (!valid_destination(t.destination)) co_return p9::error("remote: invalid destination: " + valid_utf8(t.destination.substr(0, 64)));
   const std::string fwd_dir = p9::runtime_root() + "/fwd";
@@ -518,10 +519,11 @@ asio::awaitable<p9::Result<std::string>> start(asio::any_io_executor ex, Target 
     out->cancel(ignored);
   });
   Lines lines(out);
-  std::string ready, failure;
+  std::string ready, failure, cwd = t.cwd;
   for (;;) {
     auto line = co_await lines.next();
     if (!line) break;
+    if (starts_with(*line, "OLLIE_CWD ")) cwd = line->substr(10);
     if (starts_with(*line, "OLLIE_LISTEN_READY ")) {
       ready = line->substr(19);
       break;
@@ -539,6 +541,7 @@ asio::awaitable<p9::Result<std::string>> start(asio::any_io_executor ex, Target 
       std::string why = co_await last_words(talk);
       failure = why.empty() ? "ssh exited" : "ssh: " + why;
     }
+    if (starts_with(failure, "cwd: ")) co_return p9::error(failure);  // §4.1's own error
     co_return p9::error("remote: " + failure);
   }
   asio::co_spawn(ex, discard(out), asio::detached);
@@ -563,7 +566,8 @@ asio::awaitable<p9::Result<std::string>> start(asio::any_io_executor ex, Target 
   // After the forwards: sshd connects to it only when a tool dials, and a failed start leaves
   // no listener behind.
   if (auto st = t.listen(fwd_sock); !st) co_return p9::error("remote: " + st.ename());
-  co_return "unix!" + remote_olliesrv;
+  if (cwd.empty() || cwd.front() != '/') co_return p9::error("cwd must be absolute: " + valid_utf8(cwd));
+  co_return Started{"unix!" + remote_olliesrv, cwd};
 }
 
 }  // namespace ollie::remote

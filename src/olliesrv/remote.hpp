@@ -33,11 +33,16 @@ struct Target {
   std::function<p9::Status(const std::string& path)> listen;
 };
 
+/// What a bootstrap gives: OLLIE_ADDR for the session's tools (the remote end of the reverse
+/// forward), and the session cwd as the tool host has it (`~` expanded with that host's HOME).
+struct Started {
+  std::string addr, cwd;
+};
+
 /// Bootstraps and forwards. `adopt` receives the ssh master (pid and an owned pidfd) as soon as
 /// it runs, so its owner kills and reaps it whatever happens next; a failure is
-/// `remote: <reason>`. The value is OLLIE_ADDR for the session's tools: the remote end of the
-/// reverse forward.
-asio::awaitable<p9::Result<std::string>> start(asio::any_io_executor ex, Target t, std::string secret,
+/// `remote: <reason>`, but a cwd that is no directory there is `cwd: <p>: not a directory` (§4.1).
+asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, std::string secret,
                                                std::function<void(pid_t, int)> adopt);
 
 }  // namespace ollie::remote

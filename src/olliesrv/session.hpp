@@ -23,7 +23,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Hub& hub;
   const std::string id;
-  const std::string cwd;
+  std::string cwd;  ///< set before the session joins the hub (new_session), never after
   std::shared_ptr<ToolHost> host;
 
   // ---- under mu ----

@@ -376,7 +376,9 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     // What must hold before anything is forked.
     if (!valid_word(c.session_id) || c.session_id.front() == '.')
       co_return p9::error("invalid session id: " + c.session_id.substr(0, 64));
-    if (c.cwd.empty() || c.cwd.front() != '/') co_return p9::error("cwd must be absolute: " + c.cwd);
+    // A remote session's `~` is the tool host's HOME: its bootstrap expands it (§4.1, §6.11).
+    if (c.cwd.empty() || (c.cwd.front() != '/' && (c.remote.empty() || c.cwd.front() != '~')))
+      co_return p9::error("cwd must be absolute: " + c.cwd);
     struct stat st{};
     if (c.remote.empty() && (::stat(c.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
       co_return p9::error("cwd: " + c.cwd + ": not a directory");
@@ -403,9 +405,11 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         i->lose("bootstrap failed");
         co_return a.error();
       }
-      i->ollie_addr = *a;
+      i->ollie_addr = a->addr;
+      c.cwd = a->cwd;
       std::lock_guard lk(mu);
       forward_addr = i->ollie_addr;
+      if (!cfg.cwd.empty() && cfg.cwd.front() == '~') cfg.cwd = c.cwd;
     }
     watch(i);
 
@@ -903,6 +907,11 @@ asio::awaitable<p9::Status> ToolHost::ensure() {
 asio::awaitable<p9::Status> ToolHost::set_cwd(std::string dir) {
   auto s = s_;
   if (dir.find('\n') != std::string::npos) co_return p9::error("cwd: invalid directory");
+  if (!dir.empty() && dir.front() == '~') {  // a new remote session's: its start expands and sends it
+    auto i = co_await s->need();
+    if (!i) co_return i.error();
+    co_return p9::Status{};
+  }
   auto st = co_await s->need_ctl("cwd " + quote(dir));
   if (st) {
     std::lock_guard lk(s->mu);
@@ -1142,6 +1151,11 @@ asio::awaitable<p9::Result<p9::AsyncFid>> ToolHost::open(std::uint64_t instance,
 }
 
 bool ToolHost::running() const { return s_->current() != nullptr; }
+
+std::string ToolHost::cwd() const {
+  std::lock_guard lk(s_->mu);
+  return s_->cfg.cwd;
+}
 
 std::string ToolHost::forward_addr() const {
   std::lock_guard lk(s_->mu);

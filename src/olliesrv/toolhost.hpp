@@ -136,6 +136,8 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// A remote session's OLLIE_ADDR (§6.11): the remote end of the reverse forward of its last
   /// start, "" before the first one and for a local session.
   std::string forward_addr() const;
+  /// The session cwd as toolsrv has it: a remote `~/…` expanded once a start has expanded it.
+  std::string cwd() const;
   /// Whether a toolsrv process runs now.
   bool running() const;
   /// Kills toolsrv (session kill, shutdown); a later need would start a new one.

@@ -155,7 +155,11 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   EXPECT_EQ(fwd.rfind("remote: forward refused: ", 0), 0u) << fwd;
   auto bad = w.rdwr("session/new", "name=x cwd=" + sshd.dir + "/nowhere remote=ollie-good");
   ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.ename(), "remote: cwd: " + sshd.dir + "/nowhere: not a directory");
+  EXPECT_EQ(bad.ename(), "cwd: " + sshd.dir + "/nowhere: not a directory");  // §4.1's error, checked over there
+  auto far = w.rdwr("session/new", "name=x cwd=~/nowhere remote=ollie-good");  // `~` is that host's HOME
+  ASSERT_FALSE(far);
+  EXPECT_EQ(far.ename(), "cwd: " + sshd.home + "/nowhere: not a directory");
+  EXPECT_EQ(w.rdwr("session/new", "name=x cwd=~root remote=ollie-good").ename(), "cwd must be absolute: ~root");
   auto opt = w.rdwr("session/new", "name=x cwd=/ remote=-oProxyCommand=x");
   ASSERT_FALSE(opt);
   EXPECT_EQ(opt.ename(), "remote: invalid destination: -oProxyCommand=x");
@@ -164,6 +168,16 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   EXPECT_EQ(*w.read("session/idx"), "");
   EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
   EXPECT_TRUE(eventually([&] { return servers("toolsrv", sshd.cache).empty(); }, 10s));
+
+  // `cwd=~` is the remote login's HOME, kept expanded: the session's cwd and its tools' (§4.1).
+  auto home = w.rdwr("session/new", "name=home cwd=~ remote=ollie-good");
+  ASSERT_TRUE(home) << home.ename();
+  auto idx = w.read("session/idx");
+  ASSERT_TRUE(idx);
+  EXPECT_NE(idx->find("\t" + sshd.home + "\tollie-good\t"), std::string::npos) << *idx;
+  auto a = w.agent("session/home", "main");
+  const std::string pwd = shell(w, a, "pwd", "c1");
+  EXPECT_NE(pwd.find(sshd.home + "\n"), std::string::npos) << pwd;
 }
 
 TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
