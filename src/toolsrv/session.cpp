@@ -178,9 +178,18 @@ std::shared_ptr<const std::vector<CatalogEntry>> Session::scan() {
   for (const auto& d : dirs) {
     if (!inside_writable(d, writable)) host->path.push_back(d);
   }
+  const std::string tools_path = join(host->path, ':');
   const auto it = host->env.find("PATH");
-  std::stringstream in(clean_search_path(it != host->env.end() ? it->second : "/usr/local/bin:/usr/bin:/bin"));
+  std::string search = it != host->env.end() ? clean_search_path(it->second) : "";
+  if (search.empty()) search = "/usr/local/bin:/usr/bin:/bin";
+  std::stringstream in(search);
   for (std::string e; std::getline(in, e, ':');) host->path.push_back(e);
+  // §7.2.3: `env` and `nenv` see the environment of §6.6, but for what only a call knows (its
+  // agent and secret, the git entries).
+  host->env["OLLIE_SESSION_ID"] = config_.session_id;
+  host->env["OLLIE_TOOLS_PATH"] = tools_path;
+  host->env["TMPDIR"] = config_.tmpdir;
+  host->env["PATH"] = join(host->path, ':');
   auto catalog = std::make_shared<const std::vector<CatalogEntry>>(scan_tools(dirs, *host));
   std::lock_guard lock(mu_);
   catalog_ = catalog;
@@ -241,9 +250,17 @@ void Session::forget(const std::string& agent) {
 p9::Result<void> Session::set_env(const std::string& key, const std::string& value) {
   static const std::regex name("^[A-Za-z_][A-Za-z0-9_]*$");
   if (!std::regex_match(key, name)) return p9::error("invalid env name: " + key);
+  {
+    std::lock_guard lock(mu_);
+    const auto it = env_.find(key);
+    if (value.empty() ? it == env_.end() : it != env_.end() && it->second == value) return {};
+    if (value.empty()) env_.erase(it);
+    else env_[key] = value;
+    if (!catalog_) return {};  // no scan yet: the first one sees it
+  }
+  scan();  // variants test the environment (§7.2.3): chosen again
   std::lock_guard lock(mu_);
-  if (value.empty()) env_.erase(key);
-  else env_[key] = value;
+  listings_.clear();
   return {};
 }
 

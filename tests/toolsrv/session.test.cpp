@@ -210,6 +210,34 @@ TEST(Session, MetaEditTakesEffectWhenToolsAreListed) {
   EXPECT_EQ(run(), "v2\n");
 }
 
+TEST(Session, VariantsTestTheEnvironmentOfSandboxedToolsAndFollowCtlEnv) {
+  // §7.2.3: `env`/`nenv` see §6.6's environment (its additions too), and a session variable set
+  // later chooses again.
+  Fixture f;
+  const auto dir = temp_dir("tools");
+  write_file(dir + "/t.meta", R"({"description": "t", "variants": [
+    {"when": {"env": "FLAVOUR=b"}, "cmd": "echo b"},
+    {"when": {"env": ["OLLIE_TOOLS_PATH=)" + dir + R"(", "TMPDIR", "OLLIE_SESSION_ID=variants"]}, "cmd": "echo additions"}]}
+)");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+  c.session_id = "variants";
+  c.tmpdir = world().root + "/run/ollie/tmp/variants";
+  c.tools_path = dir;
+  Session s(c);
+  ASSERT_TRUE(s.load("a1", {"t"}));
+  auto run = [&] {
+    std::promise<std::string> p;
+    EXPECT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
+    return body_stdout(p.get_future().get());
+  };
+  EXPECT_EQ(run(), "additions\n");
+  ASSERT_TRUE(s.set_env("FLAVOUR", "b"));
+  EXPECT_NE(s.tools("a1").find("\"name\":\"t\""), std::string::npos);
+  EXPECT_EQ(run(), "b\n");
+  ASSERT_TRUE(s.set_env("FLAVOUR", ""));
+  EXPECT_EQ(run(), "additions\n");
+}
+
 TEST(Session, StrayChildReturnsAtOnce) {
   Fixture f;
   f.load("stray");
