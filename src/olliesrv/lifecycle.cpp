@@ -421,6 +421,7 @@ std::size_t restore(Hub& hub) {
   auto loaded = hub.store.load_all(&skipped);
   for (const auto& why : skipped) spdlog::error("restore: session skipped: {}", why);
   std::size_t n = 0;
+  std::map<std::string, p9::Result<Profile>> profiles;  // each profile file read once
   for (auto& l : loaded) {
     auto& r = l.record;
     auto s = std::make_shared<Session>(hub, r.id, r.cwd, r.remote);
@@ -441,7 +442,10 @@ std::size_t restore(Hub& hub) {
     std::vector<std::shared_ptr<Agent>> agents;
     for (auto& ar : r.agents) {
       auto a = std::make_shared<Agent>(hub, s, ar.id, hub.next_executor());
-      auto profile = load_profile(hub.config_root, ar.profile.empty() ? "default" : ar.profile);
+      const std::string pname = ar.profile.empty() ? "default" : ar.profile;
+      auto known = profiles.find(pname);
+      if (known == profiles.end()) known = profiles.emplace(pname, load_profile(hub.config_root, pname)).first;
+      auto profile = known->second;
       if (!profile) {
         spdlog::warn("restore: agent {}: {}", ar.id, profile.ename());
         profile = Profile{};

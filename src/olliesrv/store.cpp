@@ -725,6 +725,7 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
     ::closedir(d);
   }
   std::sort(names.begin(), names.end());
+  out.reserve(names.size());  // no copies as it grows (a LoadedSession's move may throw)
   auto skip = [&](const std::string& name, const std::string& reason) {
     spdlog::warn("session {}: not restored: {}", name, reason);
     if (skipped) skipped->push_back(name + ": " + reason);
