@@ -35,13 +35,13 @@ std::string cut(std::string s, std::size_t n) {
 }  // namespace
 
 std::string tool_kind(std::string_view tool) {
-  static const std::array<std::pair<std::string_view, std::string_view>, 16> kinds{{
+  static const std::array<std::pair<std::string_view, std::string_view>, 17> kinds{{
       {"file_read", "read"},     {"file_write", "edit"},      {"file_edit", "edit"},
       {"file_glob", "search"},   {"file_grep", "search"},     {"codeintel", "search"},
       {"lsp_definition", "search"}, {"lsp_references", "search"}, {"lsp_hover", "read"},
       {"lsp_rename", "edit"},    {"shell", "execute"},        {"web_fetch", "fetch"},
       {"memory_remember", "think"}, {"memory_recall", "think"}, {"memory_forget", "think"},
-      {"subagent_spawn", "think"},
+      {"subagent_spawn", "think"}, {"web_search", "fetch"},
   }};
   for (const auto& [name, kind] : kinds)
     if (name == tool) return std::string(kind);

@@ -73,6 +73,11 @@ class Httpd {
     std::lock_guard lk(mu_);
     return requests_;
   }
+  /// The request targets so far (paths with their query strings), in order.
+  std::vector<std::string> targets() const {
+    std::lock_guard lk(mu_);
+    return targets_;
+  }
 
   static std::string head(int status, const std::string& type, std::size_t length, const std::string& extra = "") {
     return "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\nContent-Type: " + type +
@@ -92,6 +97,7 @@ class Httpd {
   static const char* reason(int status) {
     switch (status) {
       case 200: return "OK";
+      case 202: return "Accepted";
       case 302: return "Found";
       case 404: return "Not Found";
       case 500: return "Internal Server Error";
@@ -121,12 +127,13 @@ class Httpd {
       req.append(buf, static_cast<std::size_t>(n));
     }
     const auto sp = req.find(' '), sp2 = req.find(' ', sp + 1);
-    std::string path = sp2 == std::string::npos ? "/" : req.substr(sp + 1, sp2 - sp - 1);
-    path = path.substr(0, path.find('?'));
+    const std::string target = sp2 == std::string::npos ? "/" : req.substr(sp + 1, sp2 - sp - 1);
+    const std::string path = target.substr(0, target.find('?'));
     Handler h;
     {
       std::lock_guard lk(mu_);
       requests_.push_back(path);
+      targets_.push_back(target);
       if (auto it = routes_.find(path); it != routes_.end()) h = it->second;
     }
     if (h) h(fd, stop_[0]);
@@ -137,7 +144,7 @@ class Httpd {
   int listen_ = -1, port_ = 0, stop_[2] = {-1, -1};
   mutable std::mutex mu_;
   std::map<std::string, Handler> routes_;
-  std::vector<std::string> requests_;
+  std::vector<std::string> requests_, targets_;
   std::vector<int> conns_;
   std::vector<std::thread> threads_;
   std::thread acceptor_;

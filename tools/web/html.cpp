@@ -15,7 +15,6 @@ namespace {
 
 // Deeper subtrees are left out: no real page nests this far, and the renderer recurses.
 constexpr int max_depth = 1000;
-constexpr std::size_t max_nesting = 3000;
 
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -452,9 +451,8 @@ const GumboNode* find(const GumboNode* n, GumboTag tag, int depth) {
   return found;
 }
 
-/// How deep the elements of `html` nest, roughly: start tags minus end tags, leaving out void
-/// elements, elements whose end tag may be omitted, comments and script or style text. Gumbo's
-/// tree building takes time quadratic in the depth, so a page nesting thousands deep is refused.
+}  // namespace
+
 std::size_t nesting(std::string_view html) {
   std::string low(html);
   for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -488,8 +486,6 @@ std::size_t nesting(std::string_view html) {
   }
   return max;
 }
-
-}  // namespace
 
 std::string resolve_url(const std::string& base, const std::string& ref) {
   CURLU* u = curl_url();
