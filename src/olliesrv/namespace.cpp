@@ -179,7 +179,8 @@ std::string agent_owner(const Ctx& c) { return c.agent->id; }
 virtfs::Node<Ctx> declare() {
   using namespace virtfs;
   auto agent_dir = D::Template(
-      "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup), Rename(rename_agent),
+      "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup),
+      Rename(rename_agent, [](const Ctx& c) { return c.agent->current_name(); }),
       Mtime([](const Ctx& c) {
         std::lock_guard lock(c.agent->mu);
         return c.agent->created;
@@ -225,7 +226,7 @@ virtfs::Node<Ctx> declare() {
 
   auto session_dir = D::Template(
       "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
-      Rename(rename_session),
+      Rename(rename_session, [](const Ctx& c) { return c.session->current_name(); }),
       D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read([](Ctx& c) { return Text(c.session->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
               Read([](Ctx& c) { return Text(c.session->current_name() + "\n"); }), Write(rename_session)),

@@ -49,6 +49,7 @@ template <class Ctx> using VersFn = std::function<std::uint32_t(const Ctx&)>;
 template <class Ctx> using LengthFn = std::function<std::uint64_t(const Ctx&)>;
 template <class Ctx> using MtimeFn = std::function<std::int64_t(const Ctx&)>;
 template <class Ctx> using RenameFn = std::function<p9::Status(Ctx&, std::string)>;
+template <class Ctx> using NameFn = std::function<std::string(const Ctx&)>;
 
 /// A template instance as Lookup binds it: the context its handlers see, and the object it is
 /// (a session, an agent, a process). The object, never the walked name, is the instance's
@@ -87,6 +88,7 @@ struct Node {
   ListFn<Ctx> list;
   LookupFn<Ctx> lookup;
   RenameFn<Ctx> rename;     ///< a template directory's wstat of its name
+  NameFn<Ctx> current_name;  ///< a renamed template instance's name now (its stat name)
   std::vector<Node> children;
 
   // Filled in by build().
@@ -133,7 +135,7 @@ template <class F> struct OwnerOpt { F f; };
 template <class F> struct VersOpt { F f; };
 template <class F> struct LengthOpt { F f; };
 template <class F> struct MtimeOpt { F f; };
-template <class F> struct RenameOpt { F f; };
+template <class F, class N> struct RenameOpt { F f; N current; };
 
 /// Non-blocking content, one snapshot per fid taken at its first read. A handler that returns
 /// an awaitable may wait (its first read waits for it; Tflush cancels it).
@@ -164,8 +166,10 @@ template <class F> LengthOpt<F> Length(F f) { return {std::move(f)}; }
 /// seconds since the epoch; 0 while unknown.
 template <class F> MtimeOpt<F> Mtime(F f) { return {std::move(f)}; }
 /// A template directory renamed by a Twstat that changes only its name, from the hostowner
-/// (spec §1.5): the handler gets the new name, exactly as the wstat gives it.
-template <class F> RenameOpt<F> Rename(F f) { return {std::move(f)}; }
+/// (spec §1.5): the handler gets the new name, exactly as the wstat gives it. `current` gives the
+/// name the instance has now, whatever name or alias a fid was walked by and however it was
+/// renamed since: its stat name, and what a wstat's name is compared with.
+template <class F, class N> RenameOpt<F, N> Rename(F f, N current) { return {std::move(f), std::move(current)}; }
 
 template <class Ctx> void apply(Node<Ctx>& n, Mode o) { n.mode = o.bits; }
 template <class Ctx> void apply(Node<Ctx>& n, Group o) { n.gid = std::move(o.gid); }
@@ -198,7 +202,10 @@ template <class Ctx, class F> void apply(Node<Ctx>& n, OwnerOpt<F> o) { n.owner 
 template <class Ctx, class F> void apply(Node<Ctx>& n, VersOpt<F> o) { n.vers = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, LengthOpt<F> o) { n.length = std::move(o.f); }
 template <class Ctx, class F> void apply(Node<Ctx>& n, MtimeOpt<F> o) { n.mtime = std::move(o.f); }
-template <class Ctx, class F> void apply(Node<Ctx>& n, RenameOpt<F> o) { n.rename = std::move(o.f); }
+template <class Ctx, class F, class N> void apply(Node<Ctx>& n, RenameOpt<F, N> o) {
+  n.rename = std::move(o.f);
+  n.current_name = std::move(o.current);
+}
 template <class Ctx> void apply(Node<Ctx>& n, Node<Ctx> child) { n.children.push_back(std::move(child)); }
 /// Several children at once, in order (a part of a tree declared in its own file).
 template <class Ctx> void apply(Node<Ctx>& n, std::vector<Node<Ctx>> children) {

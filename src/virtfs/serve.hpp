@@ -238,7 +238,7 @@ class Adapter : public p9::FileServer {
     p9::Dir only_name = p9::Dir::null();
     only_name.name = d.name;
     if (!d.name.empty() && d == only_name) {
-      if (d.name == h->name) return {};  // changes nothing
+      if (d.name == now.name) return {};  // changes nothing
       if (!h->node->rename) return p9::error(p9::err::wstat_not_supported);
       if (!h->who->hostowner) return p9::error(p9::err::permission_denied);
       if (auto st = h->node->rename(h->ctx, d.name); !st) return st;
@@ -521,7 +521,7 @@ class Adapter : public p9::FileServer {
     d.length = h.node->length ? h.node->length(h.ctx) : 0;
     const std::int64_t changed = h.node->mtime ? h.node->mtime(h.ctx) : 0;
     d.atime = d.mtime = static_cast<std::uint32_t>(changed > 0 ? changed : start_);
-    d.name = h.name;
+    d.name = h.node->current_name ? h.node->current_name(h.ctx) : h.name;
     d.uid = d.muid = uid_of(h);
     d.gid = h.node->gid;
     return d;

@@ -184,6 +184,25 @@ TEST(SessionName, WriteAndWstatRenameWithOpenFidsStillWorking) {
   d.name = "final";
   ASSERT_TRUE(dirfid->wstat(d));
   EXPECT_EQ(dirfid->stat()->name, "final");
+  // A fid refers to the object (§1.5): renamed through its name file, its stat names it anew, by
+  // id too, and a wstat of the stale walked name is a rename back, not "no change".
+  auto by_id = w.walk("session/" + sid + "/agent/" + aid);
+  auto agent_fid = w.walk("session/final/agent/lead");
+  ASSERT_TRUE(by_id && agent_fid);
+  EXPECT_EQ(by_id->stat()->name, "lead");
+  ASSERT_TRUE(w.write("session/final/agent/lead/name", "chief"));
+  EXPECT_EQ(agent_fid->stat()->name, "chief");
+  EXPECT_EQ(by_id->stat()->name, "chief");
+  p9::Dir back = p9::Dir::null();
+  back.name = "chief";
+  ASSERT_TRUE(agent_fid->wstat(back));  // its name now: no change, no event
+  back.name = "lead";
+  ASSERT_TRUE(agent_fid->wstat(back));
+  EXPECT_EQ(*w.read("session/final/agent/lead/name"), "lead\n");
+  EXPECT_EQ(World::read_until(events, "chief session/final/agent/lead\n"),
+            "session." + sid + ".rename session/stage session/final\n" +  //
+                "agent." + aid + ".rename session/final/agent/lead session/final/agent/chief\n" +
+                "agent." + aid + ".rename session/final/agent/chief session/final/agent/lead\n");
 
   // The fids opened before still work: the chat stream streams the next answer.
   w.fake.push({{"text", "answer after the renames"}});
