@@ -86,9 +86,9 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   }
   s->host->set_env("OLLIE_SESSION_ID", id);
   if (!hub.addr.empty()) s->host->set_env("OLLIE_ADDR", hub.addr);
-  // The session's toolsrv starts now: the cwd check is its first need (§4.1). If it cannot
-  // start, nothing is created.
-  if (auto st = co_await s->host->set_cwd(*cwd); !st) {
+  // The session's toolsrv starts now: the cwd check is its first need (§4.1), made by the start,
+  // which sends it the cwd. If it cannot start, nothing is created.
+  if (auto st = co_await s->host->ensure(); !st) {
     s->host->stop();
     co_return st.error();
   }

@@ -907,11 +907,6 @@ asio::awaitable<p9::Status> ToolHost::ensure() {
 asio::awaitable<p9::Status> ToolHost::set_cwd(std::string dir) {
   auto s = s_;
   if (dir.find('\n') != std::string::npos) co_return p9::error("cwd: invalid directory");
-  if (!dir.empty() && dir.front() == '~') {  // a new remote session's: its start expands and sends it
-    auto i = co_await s->need();
-    if (!i) co_return i.error();
-    co_return p9::Status{};
-  }
   auto st = co_await s->need_ctl("cwd " + quote(dir));
   if (st) {
     std::lock_guard lk(s->mu);

@@ -93,7 +93,7 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   // ---- needs: each starts toolsrv when it is not running ----
   /// Starts (and syncs) toolsrv unless it runs. The error is the reason.
   asio::awaitable<p9::Status> ensure();
-  /// `ctl cwd <dir>` (session/new's check and later changes): toolsrv's error on a bad dir.
+  /// `ctl cwd <dir>` on the running host (a new session's cwd goes with its start): toolsrv's error on a bad dir.
   asio::awaitable<p9::Status> set_cwd(std::string dir);
   /// `ctl agentcwd` checked now (ctl cwd of an agent): toolsrv's error on a bad dir.
   asio::awaitable<p9::Status> check_agent_cwd(std::string agent, std::string dir);

@@ -54,6 +54,15 @@ std::string join(const std::vector<std::string>& v, char sep) {
   return out;
 }
 
+/// The PATH of a sandboxed call (§6.6): the tool directories kept, then the PATH of `env` without
+/// empty and relative entries, else /usr/local/bin:/usr/bin:/bin.
+std::string sandboxed_path(const std::map<std::string, std::string>& env, const std::vector<std::string>& trusted) {
+  const auto it = env.find("PATH");
+  std::string path = clean_search_path(it != env.end() ? it->second : "");
+  if (path.empty()) path = "/usr/local/bin:/usr/bin:/bin";
+  return trusted.empty() ? path : join(trusted, ':') + ":" + path;
+}
+
 }  // namespace
 
 SessionConfig SessionConfig::from_environment(const std::string& config_root, const std::string& cwd,
@@ -175,21 +184,18 @@ std::shared_ptr<const std::vector<CatalogEntry>> Session::scan() {
   auto host = std::make_shared<HostFacts>();
   std::tie(host->os, host->arch) = host_os_arch();
   host->env = sandbox_env(policy);
+  std::vector<std::string> trusted;
   for (const auto& d : dirs) {
-    if (!inside_writable(d, writable)) host->path.push_back(d);
+    if (!inside_writable(d, writable)) trusted.push_back(d);
   }
-  const std::string tools_path = join(host->path, ':');
-  const auto it = host->env.find("PATH");
-  std::string search = it != host->env.end() ? clean_search_path(it->second) : "";
-  if (search.empty()) search = "/usr/local/bin:/usr/bin:/bin";
-  std::stringstream in(search);
-  for (std::string e; std::getline(in, e, ':');) host->path.push_back(e);
   // §7.2.3: `env` and `nenv` see the environment of §6.6, but for what only a call knows (its
   // agent and secret, the git entries).
+  host->env["PATH"] = sandboxed_path(host->env, trusted);
   host->env["OLLIE_SESSION_ID"] = config_.session_id;
-  host->env["OLLIE_TOOLS_PATH"] = tools_path;
+  host->env["OLLIE_TOOLS_PATH"] = join(trusted, ':');
   host->env["TMPDIR"] = config_.tmpdir;
-  host->env["PATH"] = join(host->path, ':');
+  std::stringstream in(host->env["PATH"]);
+  for (std::string e; std::getline(in, e, ':');) host->path.push_back(e);
   auto catalog = std::make_shared<const std::vector<CatalogEntry>>(scan_tools(dirs, *host));
   std::lock_guard lock(mu_);
   catalog_ = catalog;
@@ -472,9 +478,8 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     const auto path_it = env.find("PATH");
     // A bypass call runs unconfined: a directory the model can write is no place to look for the
     // program the hostowner approved.
-    std::string path = clean_search_path(path_it != env.end() ? path_it->second : "", bypass ? &p.writable : nullptr);
-    if (path.empty() && !bypass) path = "/usr/local/bin:/usr/bin:/bin";
-    if (!bypass && !p.trusted.empty()) path = join(p.trusted, ':') + (path.empty() ? "" : ":" + path);
+    const std::string path = bypass ? clean_search_path(path_it != env.end() ? path_it->second : "", &p.writable)
+                                    : sandboxed_path(env, p.trusted);
     long k = 0;
     if (const auto it = env.find("GIT_CONFIG_COUNT"); it != env.end()) {
       char* end = nullptr;
