@@ -168,16 +168,6 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   EXPECT_EQ(*w.read("session/idx"), "");
   EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
   EXPECT_TRUE(eventually([&] { return servers("toolsrv", sshd.cache).empty(); }, 10s));
-
-  // `cwd=~` is the remote login's HOME, kept expanded: the session's cwd and its tools' (§4.1).
-  auto home = w.rdwr("session/new", "name=home cwd=~ remote=ollie-good");
-  ASSERT_TRUE(home) << home.ename();
-  auto idx = w.read("session/idx");
-  ASSERT_TRUE(idx);
-  EXPECT_NE(idx->find("\t" + sshd.home + "\tollie-good\t"), std::string::npos) << *idx;
-  auto a = w.agent("session/home", "main");
-  const std::string pwd = shell(w, a, "pwd", "c1");
-  EXPECT_NE(pwd.find(sshd.home + "\n"), std::string::npos) << pwd;
 }
 
 TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
