@@ -212,17 +212,17 @@ UsageRecord minus(const UsageRecord& now, const UsageRecord& before) {
 
 }  // namespace
 
-bool Agent::submit(Submission s) {
+p9::Status Agent::submit(Submission s) {
   {
     std::lock_guard lock(mu);
-    if (killed) return false;
-    if (queue_.size() >= MAX_QUEUE) return false;
+    if (killed) return p9::error("agent killed");
+    if (queue_.size() >= MAX_QUEUE) return p9::error("prompt queue full");
     queue_.push_back(std::move(s));
-    if (running_) return true;
+    if (running_) return {};
     running_ = true;
   }
   asio::post(ex, [self = shared_from_this()] { self->start_next(); });
-  return true;
+  return {};
 }
 
 // On ex: the next queued submission becomes the running turn, each with its own cancellation

@@ -136,8 +136,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Resolves the profile's prompt entries on the blocking pool (`!` entries run commands) and
   /// marks the system prompt due.
   asio::awaitable<void> resolve_prompts();
-  /// Submits a prompt: starts a turn when idle, else queues it. False when the queue is full.
-  bool submit(Submission s);
+  /// Submits a prompt: starts a turn when idle, else queues it. Fails with `prompt queue full`,
+  /// or `agent killed` (§1.5) when a kill came first.
+  p9::Status submit(Submission s);
   /// Takes the head of the prompt queue (a `fifo` read, §2.8.5); nullopt when it is empty.
   std::optional<Submission> pop_queued();
   /// Interrupts the running turn (§8.9), or the manual compaction of a hold, and discards a

@@ -24,8 +24,6 @@ constexpr std::size_t max_plan = 1 << 20;
 
 std::string owner(const Ctx& c) { return c.agent->id; }
 
-p9::Status queue_full() { return p9::error("prompt queue full"); }
-
 // ---- fifo (§2.8.5) -----------------------------------------------------------------------------
 
 Text read_fifo(Ctx& c) {
@@ -58,8 +56,7 @@ p9::Status write_feed(Ctx& c, std::string text) {
   a.feed_signal()->notify();
   a.save();
   if (a.subagent) return {};  // a consumer is a persistent agent's (§8.12)
-  if (!a.submit({std::move(text), "feed"})) return queue_full();
-  return {};
+  return a.submit({std::move(text), "feed"});
 }
 
 // ---- plan (§2.8.6) -----------------------------------------------------------------------------
@@ -124,11 +121,7 @@ p9::Status write_peer(Ctx& c, std::string text) {
   if (body.empty()) return {};
   // The sender is the agent whose peer/ was written, also when the hostowner writes it.
   const std::string from = c.agent->current_name();
-  if (!peer.submit({"<peer-message from=\"" + from + "\">\n" + body + "\n</peer-message>", "peer:" + from})) {
-    std::lock_guard lock(peer.mu);
-    return peer.killed ? p9::error("agent killed") : queue_full();
-  }
-  return {};
+  return peer.submit({"<peer-message from=\"" + from + "\">\n" + body + "\n</peer-message>", "peer:" + from});
 }
 
 }  // namespace

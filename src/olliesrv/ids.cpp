@@ -1,8 +1,8 @@
 #include "ids.hpp"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 #include <uuid/uuid.h>
 
 #include <stdexcept>
@@ -58,8 +58,11 @@ std::string block_id(std::string_view session_id, std::string_view agent_id, uns
   std::string text;
   text.reserve(session_id.size() + agent_id.size() + 20);
   text.append(session_id).append(agent_id).append(std::to_string(counter));
-  unsigned char d[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), d);
+  // Fetched once: SHA256() fetches the algorithm again at every call.
+  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  unsigned char d[EVP_MAX_MD_SIZE];
+  if (!sha256 || EVP_Digest(text.data(), text.size(), d, nullptr, sha256, nullptr) != 1)
+    throw std::runtime_error("block id: SHA-256 unavailable");
   return hex(d, 4);
 }
 

@@ -118,8 +118,8 @@ asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> h
     Submission interrupt;
     interrupt.text = proc_interrupt(p->pid, cmd, e.status, e.code, e.output, e.total);
     interrupt.origin = "proc";
-    if (!a->submit(std::move(interrupt)))
-      spdlog::warn("agent {}: interrupt of process {} not delivered", a->id, p->pid);
+    if (auto st = a->submit(std::move(interrupt)); !st)
+      spdlog::warn("agent {}: interrupt of process {} not delivered: {}", a->id, p->pid, st.ename());
     if (e.status == "lost") {
       forget(a, p);
       co_return;

@@ -652,9 +652,13 @@ p9::Status Store::append_block(const std::string& session_id, const std::string&
   if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
   if (line.find('\n') != std::string_view::npos) return p9::error("block line contains a newline");
   std::string dir = root_ + "/" + session_id;
-  if (auto st = make_dirs(dir); !st) return st;
   std::string path = dir + "/" + agent_id + ".blocks.jsonl";
-  Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  constexpr int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
+  Fd fd(::open(path.c_str(), flags, 0600));
+  if (!fd && errno == ENOENT) {  // the session's directory is made by its first save; this is before it
+    if (auto st = make_dirs(dir); !st) return st;
+    fd.fd = ::open(path.c_str(), flags, 0600);
+  }
   if (!fd) return sys_error(path);
   if (::fchmod(fd.fd, 0600) != 0) return sys_error(path);
   std::string buf;

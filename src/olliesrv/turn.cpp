@@ -242,7 +242,8 @@ asio::awaitable<void> Turn::run(Submission sub) {
       co_await before_request();
       auto req = build(tools);
       note_small_context(req);
-      Response r = co_await stream(req);
+      const backend::GenerationParams params = req.params;
+      Response r = co_await stream(std::move(req));
       account(r);
       // The assistant message: text, calls and the opaque reasoning items (§8.16).
       std::vector<Call> calls;
@@ -263,10 +264,10 @@ asio::awaitable<void> Turn::run(Submission sub) {
         if (r.stop == backend::StopReason::filtered) failure = "stopped: " + r.stop_raw;
         break;
       }
-      std::optional<int> max_tokens = req.params.max_tokens;  // as sent (§8.2): anthropic always sends one
+      std::optional<int> max_tokens = params.max_tokens;  // as sent (§8.2): anthropic always sends one
       {
         std::lock_guard lock(a.mu);
-        if (a.backend_) max_tokens = a.backend_->max_tokens_sent(req.params);
+        if (a.backend_) max_tokens = a.backend_->max_tokens_sent(params);
       }
       const std::string cwd = a.effective_cwd();
       std::optional<std::vector<ToolInfo>> catalog;

@@ -125,7 +125,7 @@ Reply verb_inject(AgentCall& c, const virtfs::Command& cmd) {
     c.a->transcript.append(make_block("user", text, "inject"));
     co_return std::string("injected\n");
   }
-  if (!c.a->submit({text, "inject"})) co_return p9::error("prompt queue full");
+  if (auto st = c.a->submit({text, "inject"}); !st) co_return st.error();
   co_return std::string("submitted\n");
 }
 
@@ -393,8 +393,7 @@ p9::Status write_prompt(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Ag
     detach(run_exec(s, a, std::string(backend::trim(std::string_view(text).substr(1)))));
     return {};
   }
-  if (!a->submit({text, ""})) return p9::error("prompt queue full");
-  return {};
+  return a->submit({text, ""});
 }
 
 }  // namespace ollie
