@@ -45,7 +45,7 @@ p9::Result<KeyValues> parse_request(std::string_view text, std::initializer_list
     i = *end;
     for (auto& tok : *toks) {  // exactly one, by construction
       const auto eq = tok.find('=');
-      if (eq == std::string::npos || eq == 0) return p9::error("bad token: " + tok);
+      if (eq == std::string::npos) return p9::error("bad token: " + tok);
       std::string key = tok.substr(0, eq);
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) return p9::error("unknown key: " + key);
       if (kv.has(key)) return p9::error("duplicate key: " + key);

@@ -46,7 +46,7 @@ p9::Status write_env(Session& s, const std::string& request) {
   std::map<std::string, std::string> changes;  // "" unsets
   for (const auto& tok : *toks) {
     const auto eq = tok.find('=');
-    if (eq == std::string::npos || eq == 0) return p9::error("bad token: " + tok);
+    if (eq == std::string::npos) return p9::error("bad token: " + tok);
     std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
     if (!valid_env_name(key)) return p9::error("invalid env name: " + key);
     if (std::find(reserved_vars.begin(), reserved_vars.end(), key) != reserved_vars.end())

@@ -125,7 +125,7 @@ Reply verb_inject(AgentCall& c, const virtfs::Command& cmd) {
     c.a->transcript.append(make_block("user", text, "inject"));
     co_return std::string("injected\n");
   }
-  if (auto st = c.a->submit({text, "inject"}); !st) co_return st.error();
+  if (auto st = c.a->submit({text, ""}); !st) co_return st.error();  // §3.3: as a normal prompt
   co_return std::string("submitted\n");
 }
 

@@ -1,13 +1,17 @@
 #include "toolsrv/catalog.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <regex>
-#include <sstream>
 #include <string_view>
+
+#include "toolsrv/fd.hpp"
 
 namespace toolsrv {
 namespace {
@@ -63,6 +67,34 @@ FileStamp FileStamp::of(const std::string& path) {
 
 namespace {
 
+/// A `.meta`'s text: a regular file (checked on the descriptor, so a FIFO swapped in after the
+/// stat cannot hold the scan) of at most max_meta_bytes.
+p9::Result<std::string> read_meta(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0) return p9::error("cannot read " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return p9::error("cannot read " + path + ": not a regular file");
+  const std::string too_large = path + ": too large (limit " + std::to_string(max_meta_bytes) + " bytes)";
+  if (static_cast<std::uint64_t>(st.st_size) > max_meta_bytes) return p9::error(too_large);
+  // Read up to one byte past the limit, so a file that grew since the fstat is refused too.
+  std::string text(static_cast<std::size_t>(st.st_size) + 1, '\0');
+  std::size_t got = 0;
+  for (;;) {
+    if (got == text.size()) {
+      if (text.size() > max_meta_bytes) break;
+      text.resize(std::min(2 * text.size(), max_meta_bytes + 1));
+    }
+    const auto n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return p9::error("cannot read " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > max_meta_bytes) return p9::error(too_large);
+  text.resize(got);
+  return text;
+}
+
 /// The tool `name` of `dir` as its files are now; nullopt when `<name>.meta` is not a regular file.
 std::optional<CatalogEntry> read_entry(const std::string& dir, const std::string& name, const HostFacts& host) {
   CatalogEntry e;
@@ -74,16 +106,14 @@ std::optional<CatalogEntry> read_entry(const std::string& dir, const std::string
     e.error = "invalid tool name: must match ^[A-Za-z0-9_-]{1,64}$";
     return e;
   }
-  std::ifstream in(e.meta_path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    e.error = "cannot read " + e.meta_path;
+  auto text = read_meta(e.meta_path);
+  if (!text) {
+    e.error = text.ename();
     return e;
   }
   e.exe_stamp = FileStamp::of(dir + "/" + name);
   const bool has_exe = e.exe_stamp.exists && S_ISREG(e.exe_stamp.mode) && (e.exe_stamp.mode & 0111) != 0;
-  auto tool = parse_meta(name, dir, text.str(), has_exe, host);
+  auto tool = parse_meta(name, dir, *text, has_exe, host);
   if (tool) e.tool = std::move(*tool);
   else e.error = tool.ename();
   return e;

@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
-#include <wordexp.h>
 
 #include <algorithm>
 #include <array>
@@ -44,19 +43,51 @@ bool binary_found(const std::string& name, const HostFacts& host) {
                      [&](const std::string& dir) { return executable_file(dir + "/" + name); });
 }
 
-bool file_exists(const std::string& pattern) {
-  wordexp_t w{};
-  if (::wordexp(pattern.c_str(), &w, WRDE_NOCMD | WRDE_UNDEF) != 0) {
-    ::wordfree(&w);
-    return false;
+bool name_char(char c, bool first) {
+  return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (!first && c >= '0' && c <= '9');
+}
+
+/// `path` with a leading `~` or `~/` and every `$NAME` or `${NAME}` replaced from the tools'
+/// environment, nothing else (no word splitting, quotes or globs: the rest is literal). nullopt
+/// when a variable named is unset.
+std::optional<std::string> expand_path(const std::string& path, const HostFacts& host) {
+  const auto get = [&](const std::string& name) -> std::optional<std::string> {
+    const auto it = host.env.find(name);
+    if (it == host.env.end()) return std::nullopt;
+    return it->second;
+  };
+  std::string out;
+  std::size_t i = 0;
+  if (path == "~" || path.starts_with("~/")) {
+    auto home = get("HOME");
+    if (!home || home->empty()) return std::nullopt;
+    out = *home;
+    i = 1;
   }
-  bool ok = false;
-  if (w.we_wordc == 1) {
-    struct stat st {};
-    ok = ::stat(w.we_wordv[0], &st) == 0;
+  while (i < path.size()) {
+    if (path[i] != '$') {
+      out += path[i++];
+      continue;
+    }
+    const bool braced = i + 1 < path.size() && path[i + 1] == '{';
+    std::size_t j = i + (braced ? 2 : 1), start = j;
+    while (j < path.size() && name_char(path[j], j == start)) j++;
+    if (j == start || (braced && (j == path.size() || path[j] != '}'))) {  // not a variable: a literal `$`
+      out += path[i++];
+      continue;
+    }
+    auto value = get(path.substr(start, j - start));
+    if (!value) return std::nullopt;
+    out += *value;
+    i = braced ? j + 1 : j;
   }
-  ::wordfree(&w);
-  return ok;
+  return out;
+}
+
+bool file_exists(const std::string& path, const HostFacts& host) {
+  const auto expanded = expand_path(path, host);
+  struct stat st {};
+  return expanded && !expanded->empty() && ::stat(expanded->c_str(), &st) == 0;
 }
 
 bool env_holds(const std::string& cond, const HostFacts& host) {
@@ -84,7 +115,7 @@ Result<bool> evaluate_when(const json& when, const HostFacts& host) {
     for (const auto& v : *values) {
       bool ok = true;
       if (key == "binary") ok = binary_found(v, host);
-      else if (key == "file") ok = file_exists(v);
+      else if (key == "file") ok = file_exists(v, host);
       else if (key == "env") ok = env_holds(v, host);
       else ok = !env_holds(v, host);  // nenv
       if (!ok) holds = false;
@@ -113,7 +144,7 @@ Result<void> check_fields(const json& obj, std::string_view where) {
   if (obj.contains("timeout")) {
     const auto& t = obj["timeout"];
     if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() > 86400 * 365) {
-      return err("timeout must be an integer >= 0");
+      return err("timeout must be an integer from 0 to 31536000 (a year)");
     }
   }
   if (obj.contains("args")) {
@@ -156,11 +187,18 @@ std::pair<std::string, std::string> host_os_arch() {
 Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string_view text,
                         bool has_executable, const HostFacts& host) {
   json doc;
+  bool too_deep = false;
   try {
-    doc = json::parse(text);
+    // Copying or dumping a value recurses once per level: a file nested a million deep (the model
+    // may write into a tool directory, §7.2.2) is refused while parsing, which does not recurse.
+    doc = json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > max_meta_depth) too_deep = true;
+      return !too_deep;
+    });
   } catch (const json::parse_error& e) {
     return p9::error(std::string("invalid JSON: ") + e.what());
   }
+  if (too_deep) return p9::error("nested deeper than " + std::to_string(max_meta_depth) + " levels");
   if (!doc.is_object()) return p9::error("a .meta must be a JSON object");
   if (!doc.contains("description")) return p9::error("description is required");
   if (auto ok = check_fields(doc, ""); !ok) return ok.error();

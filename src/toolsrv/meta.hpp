@@ -56,6 +56,12 @@ struct Tool {
 Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string_view text,
                         bool has_executable, const HostFacts& host);
 
+/// A `.meta` longer than this is an invalid tool, read no further (§7.2.2: the model may write
+/// into a tool directory).
+inline constexpr std::size_t max_meta_bytes = 1u << 20;
+/// Nesting of arrays and objects a `.meta` may have.
+inline constexpr int max_meta_depth = 64;
+
 /// The error text parse_meta gives when no variant matches.
 inline constexpr std::string_view not_available_error = "not available on this host";
 

@@ -43,24 +43,27 @@ bool Approvals::approved(std::string_view sha256, std::string_view dir) const {
   return pairs_.count({std::string(sha256), clean_path(dir)}) > 0;
 }
 
-Result<std::optional<ProjectOverride>> find_override(int dir_fd, const std::string& cwd, std::string* note) {
+std::optional<ProjectOverride> find_override(int dir_fd, const std::string& cwd, std::string* note) {
   ProjectOverride o;
   o.dir = clean_path(cwd);
   o.path = o.dir == "/" ? "/.ollie-sandbox.yaml" : o.dir + "/.ollie-sandbox.yaml";
   UniqueFd fd(::openat(dir_fd, ".ollie-sandbox.yaml", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) {
     if (errno != ENOENT && note) *note = o.path + ": ignored: " + std::strerror(errno);
-    return std::optional<ProjectOverride>();
+    return std::nullopt;
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     if (note) *note = o.path + ": ignored: not a regular file";
-    return std::optional<ProjectOverride>();
+    return std::nullopt;
   }
-  if (static_cast<std::uint64_t>(st.st_size) > override_max_bytes) {
-    return p9::error(o.path + ": too large: " + std::to_string(st.st_size) + " bytes (limit " +
-                     std::to_string(override_max_bytes) + ")");
-  }
+  // Too large to be read, so never approved: ignored like any other unapproved override, so that a
+  // file the model wrote cannot stop every call in its cwd.
+  const auto too_large = [&](const std::string& size) {
+    if (note) *note = o.path + ": ignored: too large: " + size + " (limit " + std::to_string(override_max_bytes) + ")";
+    return std::nullopt;
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > override_max_bytes) return too_large(std::to_string(st.st_size) + " bytes");
   // At most one byte past the limit is read, so a file that grew since fstat is refused too.
   o.bytes.resize(override_max_bytes + 1);
   std::size_t got = 0;
@@ -69,17 +72,15 @@ Result<std::optional<ProjectOverride>> find_override(int dir_fd, const std::stri
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       if (note) *note = o.path + ": ignored: " + std::strerror(errno);
-      return std::optional<ProjectOverride>();
+      return std::nullopt;
     }
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
   }
-  if (got > override_max_bytes) {
-    return p9::error(o.path + ": too large: over " + std::to_string(override_max_bytes) + " bytes");
-  }
+  if (got > override_max_bytes) return too_large("over " + std::to_string(override_max_bytes) + " bytes");
   o.bytes.resize(got);
   o.sha256 = sha256_hex(o.bytes);
-  return std::optional<ProjectOverride>(std::move(o));
+  return o;
 }
 
 }  // namespace toolsrv

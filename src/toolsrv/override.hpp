@@ -44,8 +44,8 @@ struct ProjectOverride {
 inline constexpr std::size_t override_max_bytes = 64u << 10;
 
 /// Looks for `.ollie-sandbox.yaml` in the directory `dir_fd` (the held cwd `cwd`), opened without
-/// following symlinks. Nothing there → nullopt; a symlink or non-regular file is ignored with a
-/// note in `note`. Error: `<path>: too large: <n> bytes (limit 65536)`.
-Result<std::optional<ProjectOverride>> find_override(int dir_fd, const std::string& cwd, std::string* note);
+/// following symlinks. Nothing there → nullopt; a symlink, a non-regular file or one over the
+/// limit is ignored with a note in `note` (`<path>: ignored: too large: <n> bytes (limit 65536)`).
+std::optional<ProjectOverride> find_override(int dir_fd, const std::string& cwd, std::string* note);
 
 }  // namespace toolsrv

@@ -626,11 +626,8 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
   if (global) {
     std::string note;
     std::optional<PolicyFile> project;
-    const std::optional<ProjectOverride> none;
-    auto found = cwd_error.empty() ? find_override(p.held.fd->get(), p.cwd, &note)
-                                   : p9::Result<std::optional<ProjectOverride>>(none);
-    if (!found && p.fail.empty()) p.fail = found.ename();
-    if (const auto& o = found ? *found : none) {
+    const auto o = cwd_error.empty() ? find_override(p.held.fd->get(), p.cwd, &note) : std::nullopt;
+    if (o) {
       bool ok;
       {
         std::lock_guard lock(mu_);

@@ -199,11 +199,15 @@ TEST(AgentCtl, AnInjectReachesTheLastResultOfTheNextRound) {
   // The tool block is the result exactly as the model got it, the inject included (§2.8.8).
   EXPECT_EQ(contents(w, a, "tool", "shell"), (std::vector<std::string>{content}));
   EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"first", "  indented", "also check\nthe tests"}));
-  // Idle, an inject is an ordinary prompt.
+  // Idle, an inject is an ordinary prompt (§3.3): its user block is a prompt's, without an origin.
   w.fake.push({{"text", "sure"}});
   EXPECT_EQ(ctl(w, a, "inject now this"), "submitted\n");
   ASSERT_TRUE(wait_block(w, a, "assistant", "sure"));
   EXPECT_EQ(chat_bodies(w).back()["messages"].back()["content"], "now this");
+  EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"first", "  indented", "also check\nthe tests"}));
+  auto log = w.read(a + "/log");
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->find("\nuser: now this\n"), std::string::npos) << *log;
 }
 
 TEST(AgentCtl, AnInjectNoRoundTookIsTheNextPromptWithoutASecondBlock) {

@@ -82,7 +82,7 @@ TEST(SessionEnv, ErrorsNameTheKeyAndChangeNothing) {
   for (const char* k : {"OLLIE_SESSION_ID", "OLLIE_ADDR", "OLLIE_AGENT_ID", "OLLIE_UNAME", "OLLIE_AUTH"})
     EXPECT_EQ(w.write(s + "/env", std::string("GOOD=1 ") + k + "=x").ename(), std::string("reserved: ") + k);
   EXPECT_EQ(w.write(s + "/env", "GOOD=1 JUSTAWORD").ename(), "bad token: JUSTAWORD");
-  EXPECT_EQ(w.write(s + "/env", "=x").ename(), "bad token: =x");
+  EXPECT_EQ(w.write(s + "/env", "=x").ename(), "invalid env name: ");  // §1.3: split at the first `=`
   EXPECT_EQ(w.write(s + "/env", "A=1 A=2").ename(), "duplicate key: A");
   EXPECT_EQ(w.write(s + "/env", "A='open").ename(), "unterminated quote");
   EXPECT_EQ(w.write(s + "/env", "A='two\nlines'").ename(), "invalid env value: A");

@@ -518,16 +518,19 @@ TEST_F(LandlockTest, NetworkDisabledRefusesTcpWhateverUnrestrictedSays) {
 
 // ---- .ollie-sandbox.yaml size ----
 
-TEST_F(LandlockTest, OversizedOverrideFailsTheCallClearly) {
+// A file the model can write in its cwd must not stop its calls: too large to be approved, it is
+// ignored as an unapproved one is (no header: it was not read to be hashed).
+TEST_F(LandlockTest, OversizedOverrideIsIgnoredAndTheCallRuns) {
   Fixture f;
   f.load("shell");
   const auto path = f.cwd + "/.ollie-sandbox.yaml";
   write_file(path, std::string(override_max_bytes + 1, '#'));
-  const auto r = f.sh("true");
-  EXPECT_EQ(header(r, "status"), "failed") << r;
-  EXPECT_EQ(body_stderr(r), path + ": too large: 65537 bytes (limit 65536)\n");
+  const auto r = f.sh("echo ran");
+  EXPECT_EQ(header(r, "status"), "exited") << r;
+  EXPECT_EQ(body_stdout(r), "ran\n") << r;
+  EXPECT_EQ(header(r, "override"), "") << r;
   write_file(path, "# small\n");
-  EXPECT_EQ(header(f.sh("true"), "status"), "exited");
+  EXPECT_EQ(header(f.sh("true"), "override"), sha256_hex("# small\n") + " ignored");
 }
 
 }  // namespace

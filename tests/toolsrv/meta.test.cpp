@@ -1,5 +1,7 @@
 // .meta parsing, variants, discovery and registries.
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "toolsrv/catalog.hpp"
@@ -43,7 +45,8 @@ TEST(Meta, InvalidFilesNamed) {
   EXPECT_EQ(error_of(R"({"description": "d", "scope": "all"})"), "scope must be read, write or global");
   EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "string"}})"), "args must be a JSON Schema object");
   EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "object", "properties": {"bypass": {}}}})"), "reserved argument name: bypass");
-  EXPECT_EQ(error_of(R"({"description": "d", "timeout": -1})"), "timeout must be an integer >= 0");
+  EXPECT_EQ(error_of(R"({"description": "d", "timeout": -1})"), "timeout must be an integer from 0 to 31536000 (a year)");
+  EXPECT_EQ(error_of(R"({"description": "d", "timeout": 40000000})"), "timeout must be an integer from 0 to 31536000 (a year)");
   EXPECT_EQ(error_of(R"({"description": "d", "variants": [{"when": {"moon": "full"}}]})"), "variant 1: unknown condition: moon");
   EXPECT_EQ(error_of(R"({"description": "d"})", false), "no executable and no cmd: /d/t is not an executable file");
   EXPECT_EQ(error_of(R"({"description": "d", "cmd": "true", "readOnly": true})", false), "");
@@ -71,7 +74,55 @@ TEST(Meta, NoMatchingVariantIsNotAvailable) {
             "not available on this host");
   EXPECT_EQ(error_of(R"({"description": "d", "cmd": "x", "variants": [{"when": {"file": "/no/such/file"}}]})"),
             "not available on this host");
-  EXPECT_EQ(error_of(R"({"description": "d", "cmd": "x", "variants": [{"when": {"file": "$HOME"}}]})"), "");
+}
+
+// §7.2.3: `file` expands `~` and `$VAR` from the tools' environment and nothing else: no word
+// splitting, no quotes, no globs (a planted `/*/*/*/*` walked the whole disk at every scan).
+TEST(Meta, FileConditionExpandsOnlyTildeAndVariables) {
+  const auto dir = temp_dir("file");
+  for (const char* f : {"a b", "g*", "p$", "q${"}) write_file(dir + "/" + f, "");
+  auto h = host();
+  h.env["HOME"] = dir;
+  h.env["V"] = dir;
+  auto holds = [&](const std::string& path) {
+    const nlohmann::json meta = {{"description", "d"}, {"cmd", "x"}, {"variants", {{{"when", {{"file", path}}}}}}};
+    auto r = parse_meta("t", "/d", meta.dump(), false, h);
+    return r ? "" : r.ename();
+  };
+  const std::string no = "not available on this host";
+  EXPECT_EQ(holds("~"), "");
+  EXPECT_EQ(holds("~/a b"), "");
+  EXPECT_EQ(holds("$V/a b"), "");
+  EXPECT_EQ(holds("${V}/a b"), "");
+  EXPECT_EQ(holds("$HOME"), "");
+  EXPECT_EQ(holds(dir + "/g*"), "");   // a literal star
+  EXPECT_EQ(holds(dir + "/a*"), no);   // not a glob: `a b` does not count
+  EXPECT_EQ(holds(dir + "/p$"), "");   // a `$` before no name is itself
+  EXPECT_EQ(holds(dir + "/q${"), "");
+  EXPECT_EQ(holds("$NOPE/a b"), no);   // unset: the condition fails
+  EXPECT_EQ(holds("'" + dir + "/a b'"), no);  // quotes are characters of the name
+  EXPECT_EQ(holds("~nobody"), no);
+  h.env.erase("HOME");
+  EXPECT_EQ(holds("~/a b"), no);
+}
+
+// A `.meta` the model wrote into a tool directory (§7.2.2) is an invalid tool, never a crash:
+// nested a million deep, or larger than a MiB (read no further than that).
+TEST(Meta, DeepOrHugeMetaIsAnInvalidTool) {
+  const std::string deep = R"({"description": "d", "x": )" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  EXPECT_EQ(error_of(deep), "nested deeper than 64 levels");
+  std::string schema = R"({"type": "string"})";
+  for (int i = 0; i < 20; i++) schema = R"({"type": "object", "properties": {"p": )" + schema + "}}";
+  EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "object", "properties": {"p": )" + schema + "}}}"), "");
+  const auto dir = temp_dir("huge");
+  write_file(dir + "/big.meta", "");
+  ASSERT_EQ(::truncate((dir + "/big.meta").c_str(), 64LL << 30), 0);  // 64 GiB, sparse
+  write_file(dir + "/ok.meta", R"({"description": "fine", "cmd": "true"})");
+  const auto entries = scan_tools({dir}, host());
+  ASSERT_NE(find_entry(entries, "big"), nullptr);
+  EXPECT_EQ(find_entry(entries, "big")->error, dir + "/big.meta: too large (limit 1048576 bytes)");
+  ASSERT_NE(find_entry(entries, "ok"), nullptr);
+  EXPECT_TRUE(find_entry(entries, "ok")->tool);
 }
 
 TEST(Catalog, FixtureDirectoryListsInvalidToolsWithErrors) {

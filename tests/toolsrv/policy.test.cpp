@@ -132,20 +132,28 @@ TEST(Override, FoundWithoutFollowingSymlinks) {
 }
 
 // The model writes its cwd: a huge override is refused from its size alone, never read whole.
-TEST(Override, LargerThan64KiBRefusedBeforeReading) {
+TEST(Override, LargerThan64KiBIgnoredBeforeReading) {
   const auto dir = temp_dir("ov");
   const auto path = dir + "/.ollie-sandbox.yaml";
   write_file(path, std::string(override_max_bytes, '#'));
-  auto fits = override_in(dir, nullptr);
+  std::string note;
+  auto fits = override_in(dir, &note);
   ASSERT_TRUE(fits) << fits.ename();
   ASSERT_TRUE(*fits);
   EXPECT_EQ((*fits)->bytes.size(), override_max_bytes);
+  EXPECT_EQ(note, "");
   write_file(path, std::string(override_max_bytes + 1, '#'));
-  EXPECT_EQ(override_in(dir, nullptr).ename(), path + ": too large: 65537 bytes (limit 65536)");
-  // 1.5 GB, sparse: refused at once and without the memory to hold it.
+  auto big = override_in(dir, &note);
+  ASSERT_TRUE(big) << big.ename();
+  EXPECT_FALSE(*big);
+  EXPECT_EQ(note, path + ": ignored: too large: 65537 bytes (limit 65536)");
+  // 1.5 GB, sparse: ignored at once and without the memory to hold it.
   ASSERT_EQ(::truncate(path.c_str(), 1536LL << 20), 0);
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(override_in(dir, nullptr).ename(), path + ": too large: 1610612736 bytes (limit 65536)");
+  big = override_in(dir, &note);
+  ASSERT_TRUE(big) << big.ename();
+  EXPECT_FALSE(*big);
+  EXPECT_EQ(note, path + ": ignored: too large: 1610612736 bytes (limit 65536)");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
   std::filesystem::remove(path);
 }
