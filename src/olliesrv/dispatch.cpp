@@ -6,6 +6,8 @@
 #include <cctype>
 #include <set>
 
+#include "backend/json.hpp"
+
 namespace ollie {
 
 using json = nlohmann::json;
@@ -69,7 +71,8 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
   Call c;
   c.id = tc.id;
   c.name = tc.name;
-  json args = json::parse(tc.arguments.empty() ? std::string("{}") : tc.arguments, nullptr, false);
+  // Bounded in depth: the arguments are dumped below, and dumping recurses once per level.
+  json args = backend::parse_json(tc.arguments.empty() ? std::string_view("{}") : std::string_view(tc.arguments));
   c.args_ok = !args.is_discarded() && args.is_object();
   c.block_args = args.is_discarded() ? tc.arguments : args.dump();
   const ToolInfo* t = find_tool(tools, c.name);

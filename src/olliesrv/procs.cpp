@@ -18,6 +18,7 @@
 #include <map>
 
 #include "agent.hpp"
+#include "backend/json.hpp"
 #include "result.hpp"
 #include "session.hpp"
 
@@ -163,7 +164,7 @@ Clock::time_point BgProc::last_read() const {
 }
 
 std::string proc_cmd(const std::string& tool, const std::string& args) {
-  auto j = nlohmann::json::parse(args.empty() ? std::string("{}") : args, nullptr, false);
+  auto j = backend::parse_json(args.empty() ? std::string_view("{}") : std::string_view(args));  // bounded: dumped below
   std::string cmd;
   if (j.is_object() && j.contains("cmd") && j["cmd"].is_string()) cmd = j["cmd"].get<std::string>();
   else cmd = tool + " " + (j.is_discarded() ? args : j.dump());  // nlohmann's objects keep their keys sorted

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "backend/json.hpp"
+
 namespace ollie {
 
 namespace {
@@ -34,7 +36,7 @@ std::string_view trim(std::string_view s) {
 std::optional<backend::ToolCall> parse_call(std::string_view body, const std::vector<std::string>& loaded) {
   body = trim(body);
   if (body.empty() || body.front() != '{') return std::nullopt;
-  json j = json::parse(body, nullptr, false);
+  json j = backend::parse_json(body);  // bounded in depth: the arguments are dumped below
   if (j.is_discarded() || !j.is_object() || j.size() != 2) return std::nullopt;
   auto name = j.find("name");
   auto args = j.find("arguments");

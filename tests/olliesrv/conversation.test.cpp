@@ -182,6 +182,22 @@ TEST(Conversation, UnknownToolsAndBadArgumentsBecomeErrorResults) {
   EXPECT_EQ(results[2], "error: invalid timeout: x");
 }
 
+// Arguments nested a million deep (the model's text, or a hostile provider's) are not JSON to the
+// engine, which dumps what it parses: the call gets its error and olliesrv lives on.
+TEST(Conversation, ArgumentsNestedAMillionDeepAreAnErrorResult) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "file_read"}, {"arguments", "{\"path\": " + deep + "}"}}})}, {"chunk", 4 << 20}});
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "tool"), (std::vector<std::string>{"error: invalid arguments: not JSON"}));
+  EXPECT_TRUE(w.read("session/idx"));
+}
+
 // A tool name is the model's text: control characters in it are escaped in the state, so it can
 // neither split a `statewait` or `agent/idx` line nor forge an `event` line (§5.1, §2.8.1).
 TEST(Conversation, AToolNameCannotForgeAnEventLine) {
