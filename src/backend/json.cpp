@@ -31,8 +31,10 @@ int nesting(std::string_view s) {
 
 }  // namespace
 
+bool too_deep(std::string_view s) { return nesting(s) > limits::json_depth; }
+
 json parse_json(std::string_view s) {
-  if (nesting(s) > limits::json_depth) return json(json::value_t::discarded);
+  if (too_deep(s)) return json(json::value_t::discarded);
   return json::parse(s, nullptr, false);
 }
 

@@ -28,6 +28,10 @@ using json = nlohmann::json;
 /// limits::json_depth.
 json parse_json(std::string_view s);
 
+/// Whether JSON text nests arrays and objects deeper than limits::json_depth: copying or dumping
+/// such a value recurses past the stack.
+bool too_deep(std::string_view s);
+
 /// `j` as compact JSON text, invalid UTF-8 in its strings replaced by U+FFFD.
 std::string dump_json(const json& j);
 

@@ -20,6 +20,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include "backend/json.hpp"
 #include "olliesrv/settings.hpp"
 #include "olliesrv/sysprompt.hpp"
 
@@ -155,6 +156,7 @@ p9::Result<Profile> load_profile(const std::string& config_root, const std::stri
     case ReadStatus::too_large: return bad_profile(name, "file larger than 1 MiB");
     case ReadStatus::failed: return bad_profile(name, err);
   }
+  if (backend::too_deep(text)) return bad_profile(name, "nested deeper than 128 levels");
   json j;
   try {
     j = json::parse(text);

@@ -140,6 +140,10 @@ TEST_F(ProfileTest, BadJsonAndWrongTypes) {
       {R"({"includeReasoning": "yes"})", "agent profile p: includeReasoning must be a boolean"},
       {R"({"stop": "END"})", "agent profile p: stop must be an array of strings"},
       {R"({"responseFormat": 1})", "agent profile p: responseFormat must be a string"},
+      // A profile the model could write (a cwd holding ~/.config) must not overflow the stack of
+      // every olliesrv that loads it: copies and dumps of a value recurse on its depth.
+      {R"({"prompt": ["a.md"], "x": )" + std::string(400'000, '[') + std::string(400'000, ']') + "}",
+       "agent profile p: nested deeper than 128 levels"},
   };
   for (const auto& [text, want] : cases) {
     write("agents/p.json", text);
