@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/error.hpp"
+#include "backend/limits.hpp"
 
 namespace ollie::backend {
 
@@ -28,9 +29,9 @@ using json = nlohmann::json;
 /// limits::json_depth.
 json parse_json(std::string_view s);
 
-/// Whether JSON text nests arrays and objects deeper than limits::json_depth: copying or dumping
-/// such a value recurses past the stack.
-bool too_deep(std::string_view s);
+/// Whether JSON text nests arrays and objects deeper than `limit`: copying or dumping such a
+/// value recurses past the stack.
+bool too_deep(std::string_view s, int limit = limits::json_depth);
 
 /// `j` as compact JSON text, invalid UTF-8 in its strings replaced by U+FFFD.
 std::string dump_json(const json& j);

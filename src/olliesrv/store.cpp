@@ -586,6 +586,9 @@ std::string to_json(const SessionRecord& s) {
 }
 
 p9::Result<SessionRecord> parse_session(std::string_view text) {
+  // Arguments and reasoning items are dumped back to text: a file nested past what olliesrv ever
+  // writes (the engine's 128 levels under the session's own 7) would overflow the stack.
+  if (backend::too_deep(text, 512)) return p9::error("session.json: nested deeper than 512 levels");
   auto j = ojson::parse(text, nullptr, false);
   if (j.is_discarded()) return p9::error("session.json: invalid json");
   SessionRecord s;

@@ -252,6 +252,14 @@ TEST(StoreJson, WrongTypesNameTheField) {
   EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a"},{"id":"a"}]})"), "session.json: agents[1].id: duplicate");
   EXPECT_EQ(e(R"({"id":"x","agents":[{"name":"a"}]})"), "session.json: agents[0].id: missing");
   EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","tools":["a",1]}]})"), "session.json: agents[0].tools[1]: expected a string");
+  // Arguments are dumped back to text, recursing on their depth: a planted file nested a million
+  // deep is refused, not a stack overflow at every start; what the engine writes loads.
+  const auto args = [](int depth) {
+    return R"({"id":"x","agents":[{"id":"a","messages":[{"role":"assistant","tool_calls":[{"id":"c","name":"t","arguments":{"p":)" +
+           std::string(depth, '[') + std::string(depth, ']') + "}}]}]}]}";
+  };
+  EXPECT_EQ(e(args(1'000'000).c_str()), "session.json: nested deeper than 512 levels");
+  EXPECT_EQ(e(args(127).c_str()), "ok");
 }
 
 TEST(Store, SaveThenLoadRestoresTheSessionWithModes) {
