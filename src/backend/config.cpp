@@ -1,9 +1,12 @@
 #include "backend/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -153,15 +156,49 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
   return conf;
 }
 
-Result<BackendsConf> load_backends_conf(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    if (errno == ENOENT) return BackendsConf{};
-    return Error{ErrorClass::config, path + ": cannot read", 0, {}};
+ReadStatus read_config_file(const std::string& path, std::size_t cap, std::string& out, std::string& err) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return ReadStatus::missing;
+    err = std::strerror(errno);
+    return ReadStatus::failed;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_backends_conf(ss.str(), path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    err = S_ISDIR(st.st_mode) ? std::strerror(EISDIR) : "not a regular file";
+    ::close(fd);
+    return ReadStatus::failed;
+  }
+  out.clear();
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      err = std::strerror(errno);
+      ::close(fd);
+      return ReadStatus::failed;
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<std::size_t>(n) > cap) {
+      ::close(fd);
+      return ReadStatus::too_large;
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return ReadStatus::ok;
+}
+
+Result<BackendsConf> load_backends_conf(const std::string& path) {
+  std::string text, err;
+  switch (read_config_file(path, 1 << 20, text, err)) {
+    case ReadStatus::ok: return parse_backends_conf(text, path);
+    case ReadStatus::missing: return BackendsConf{};
+    case ReadStatus::too_large: return Error{ErrorClass::config, path + ": cannot read: larger than 1 MiB", 0, {}};
+    case ReadStatus::failed: break;
+  }
+  return Error{ErrorClass::config, path + ": cannot read: " + err, 0, {}};
 }
 
 std::string backends_conf_path(const Environment& env) { return p9::config_root(env) + "/backends.conf"; }

@@ -51,6 +51,13 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file = 
 /// Reads `path`; a missing file is an empty configuration, an unreadable one an error.
 Result<BackendsConf> load_backends_conf(const std::string& path);
 
+enum class ReadStatus { ok, missing, too_large, failed };
+
+/// Reads a configuration file the model may have replaced (a cwd holding ~/.config is writable):
+/// a regular file of at most `cap` bytes, opened without blocking (a FIFO cannot hang the
+/// reader, a link to /dev/zero cannot fill its memory); `err` gets the reason on failure.
+ReadStatus read_config_file(const std::string& path, std::size_t cap, std::string& out, std::string& err);
+
 /// Looks up an environment variable; nullopt when unset or empty (p9::process_env() is the
 /// process's).
 using Environment = p9::Env;

@@ -1,6 +1,6 @@
 #pragma once
-/// What a newcomer sees first: with no backend configured and no ollama answering at its URL,
-/// one warning line saying so and how to fix it, instead of a first prompt that fails.
+/// What a newcomer sees first: with no backend configured, one warning line saying so and how to
+/// fix it (naming ollama when one answers at its URL), instead of an agent/new that fails.
 
 #include <optional>
 #include <string>
@@ -9,8 +9,8 @@
 
 namespace ollie {
 
-/// The warning for this configuration, or nullopt when a backend is configured or ollama
-/// answers. Blocks for up to a second on the probe: call it off the I/O threads.
+/// The warning for this configuration, or nullopt when a default backend is configured. Blocks
+/// for up to a second on the probe of ollama: call it off the I/O threads.
 std::optional<std::string> first_run_warning(Hub& hub);
 
 }  // namespace ollie

@@ -20,6 +20,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include "backend/config.hpp"
 #include "backend/json.hpp"
 #include "olliesrv/settings.hpp"
 #include "olliesrv/sysprompt.hpp"
@@ -47,42 +48,6 @@ std::string trim_trailing_newlines(std::string s) {
   return s;
 }
 
-enum class ReadStatus { ok, missing, too_large, failed };
-
-/// Reads a regular file of at most `cap` bytes; `err` gets strerror on failure.
-ReadStatus read_file(const std::string& path, std::size_t cap, std::string& out, std::string& err) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return ReadStatus::missing;
-    err = std::strerror(errno);
-    return ReadStatus::failed;
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    err = S_ISDIR(st.st_mode) ? std::strerror(EISDIR) : "not a regular file";
-    ::close(fd);
-    return ReadStatus::failed;
-  }
-  out.clear();
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      err = std::strerror(errno);
-      ::close(fd);
-      return ReadStatus::failed;
-    }
-    if (n == 0) break;
-    if (out.size() + static_cast<std::size_t>(n) > cap) {
-      ::close(fd);
-      return ReadStatus::too_large;
-    }
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return ReadStatus::ok;
-}
 
 /// nlohmann's messages start with "[json.exception.parse_error.101] ": drop that prefix.
 std::string json_message(const std::exception& e) {
@@ -148,13 +113,13 @@ p9::Result<Profile> load_profile(const std::string& config_root, const std::stri
   Profile p;
   p.name = name;
   std::string text, err;
-  switch (read_file(config_root + "/agents/" + name + ".json", kMaxProfileBytes, text, err)) {
-    case ReadStatus::ok: break;
-    case ReadStatus::missing:
+  switch (backend::read_config_file(config_root + "/agents/" + name + ".json", kMaxProfileBytes, text, err)) {
+    case backend::ReadStatus::ok: break;
+    case backend::ReadStatus::missing:
       if (name == "default") return p;
       return p9::error("unknown agent profile: " + name);
-    case ReadStatus::too_large: return bad_profile(name, "file larger than 1 MiB");
-    case ReadStatus::failed: return bad_profile(name, err);
+    case backend::ReadStatus::too_large: return bad_profile(name, "file larger than 1 MiB");
+    case backend::ReadStatus::failed: return bad_profile(name, err);
   }
   if (backend::too_deep(text)) return bad_profile(name, "nested deeper than 128 levels");
   json j;
@@ -411,11 +376,11 @@ bool read_prompt_file(const std::string& entry, const std::string& e, const Prom
   path = p9::expand_home(path, ctx.env ? ctx.env : p9::process_env());
   if (path[0] != '/') path = ctx.config_root + "/prompts/" + path;
   std::string err;
-  switch (read_file(path, kMaxPromptFileBytes, text, err)) {
-    case ReadStatus::ok: text = trim_trailing_newlines(std::move(text)); return true;
-    case ReadStatus::missing: warnings.push_back("prompt entry not found: " + entry); break;
-    case ReadStatus::too_large: warnings.push_back("prompt entry " + entry + ": file larger than 1 MiB"); break;
-    case ReadStatus::failed: warnings.push_back("prompt entry " + entry + ": " + err); break;
+  switch (backend::read_config_file(path, kMaxPromptFileBytes, text, err)) {
+    case backend::ReadStatus::ok: text = trim_trailing_newlines(std::move(text)); return true;
+    case backend::ReadStatus::missing: warnings.push_back("prompt entry not found: " + entry); break;
+    case backend::ReadStatus::too_large: warnings.push_back("prompt entry " + entry + ": file larger than 1 MiB"); break;
+    case backend::ReadStatus::failed: warnings.push_back("prompt entry " + entry + ": " + err); break;
   }
   return false;
 }

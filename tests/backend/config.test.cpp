@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include <sqlite3.h>
@@ -139,6 +143,30 @@ TEST(BackendConfig, MissingFileIsEmptyConfiguration) {
   auto c = load_backends_conf("/nonexistent/ollie/backends.conf");
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->sections.empty());
+}
+
+// With the cwd at $HOME the model can replace backends.conf: a FIFO must not hang olliesrv's start,
+// a link to /dev/zero must not fill its memory. Each is an error naming the file, at once.
+TEST(BackendConfig, AFifoOrADeviceOrAHugeFileIsAnErrorNotAHang) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ollie-conf-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "backends.conf").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto fifo = load_backends_conf(path);
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_EQ(fifo.error().message, path + ": cannot read: not a regular file");
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink("/dev/zero", path);
+  auto zero = load_backends_conf(path);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().message, path + ": cannot read: not a regular file");
+  std::filesystem::remove(path);
+  { std::ofstream(path) << "backend = ollama\n"; }
+  ASSERT_EQ(::truncate(path.c_str(), 2 << 20), 0);
+  auto huge = load_backends_conf(path);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error().message, path + ": cannot read: larger than 1 MiB");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(BackendConfig, KiroTokenFromTheCliDatabase) {
