@@ -35,6 +35,11 @@ using nlohmann::json;
 
 constexpr std::size_t kMaxProfileBytes = 1 << 20;
 constexpr std::size_t kMaxPromptFileBytes = 1 << 20;
+/// The text of one agent's entries, all together: a 1 MiB profile can name one 1 MiB file a
+/// quarter of a million times.
+constexpr std::size_t kMaxResolvedBytes = 4 << 20;
+/// Warnings of one resolution (each becomes an info block), then one saying how many more.
+constexpr std::size_t kMaxWarnings = 16;
 
 bool valid_profile_name(const std::string& n) {
   if (n.empty() || n.size() > 255 || n[0] == '.') return false;
@@ -406,6 +411,11 @@ ResolvedText resolve_entries(const std::vector<std::string>& entries, const Prom
     rt.text += text;
   };
   for (const auto& entry : entries) {
+    if (rt.text.size() > kMaxResolvedBytes) {
+      rt.warnings.push_back("prompt entries past " + std::to_string(kMaxResolvedBytes >> 20) +
+                            " MiB of text left out, from " + entry);
+      break;
+    }
     const std::string e = expand_vars(entry, ctx);
     if (!e.empty() && e[0] == '!') {
       auto r = run_command(e.substr(1), ctx, command_timeout, output_cap);
@@ -418,6 +428,11 @@ ResolvedText resolve_entries(const std::vector<std::string>& entries, const Prom
     }
     std::string text;
     if (read_prompt_file(entry, e, ctx, text, rt.warnings)) add(std::move(text));
+  }
+  if (rt.warnings.size() > kMaxWarnings) {
+    const auto more = rt.warnings.size() - kMaxWarnings;
+    rt.warnings.resize(kMaxWarnings);
+    rt.warnings.push_back(std::to_string(more) + " more prompt entry warnings left out");
   }
   return rt;
 }

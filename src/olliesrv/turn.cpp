@@ -379,8 +379,9 @@ asio::awaitable<void> render_for(const std::shared_ptr<Agent>& ap, const std::sh
     if (!a.render_due && same_tools(tools, a.last_tools)) co_return;
   }
   SystemPromptParts p;
-  p.platform = "linux/amd64";
-  if (auto info = co_await s->host->info(a.id)) {
+  p.platform = "unknown";  // §7.6: toolsrv's to say; without it, rendered again at the next request
+  auto info = co_await s->host->info(a.id);
+  if (info) {
     auto get = [&](const char* k) { auto it = info->find(k); return it == info->end() ? std::string() : it->second; };
     p.platform = get("os") + "/" + get("arch");
     p.git = get("git") == "true";
@@ -399,7 +400,7 @@ asio::awaitable<void> render_for(const std::shared_ptr<Agent>& ap, const std::sh
   p.tools = tools;
   a.system_prompt = render_system_prompt(p);
   a.last_tools = tools;
-  a.render_due = false;
+  a.render_due = !info;
 }
 
 }  // namespace

@@ -563,6 +563,17 @@ TEST(Conversation, ARestoredSessionWhoseToolsrvCannotStartAnswersCallsUnavailabl
   const auto errors = contents(w, a, "error");
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].rfind("tool server unavailable: ", 0), 0u) << errors[0];
+  // §7.6: the platform is toolsrv's to say; without it the prompt says `unknown`, and renders
+  // again once toolsrv answers, not with a platform made up.
+  auto system = [&](std::size_t i) { return chat_bodies(w).at(i)["messages"][0]["content"].get<std::string>(); };
+  EXPECT_NE(system(0).find("- Platform: unknown\n"), std::string::npos) << system(0);
+  std::filesystem::create_directories(dir);
+  w.fake.push({{"text", "back"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "again"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; })) << w.log_text();
+  const auto later = system(chat_bodies(w).size() - 1);
+  EXPECT_EQ(later.find("- Platform: unknown\n"), std::string::npos) << later;
+  EXPECT_NE(later.find("- Platform: linux/"), std::string::npos) << later;
 }
 
 // §1.4, §8.9: SIGTERM interrupts every turn before the saves: after a restart the history holds

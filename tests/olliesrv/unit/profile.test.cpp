@@ -200,6 +200,19 @@ TEST_F(ProfileTest, UnsetVariablesExpandToNothingAndLoneDollarsStay) {
   EXPECT_EQ(r.warnings, std::vector<std::string>{"prompt entry not found: $NOPE"});
 }
 
+// A profile is at most 1 MiB, but it can name one 1 MiB file a quarter of a million times, or a
+// missing one as often (each warning an info block): the text stops past 4 MiB, the warnings at 16.
+TEST_F(ProfileTest, ManyEntriesAreBoundedInTextAndInWarnings) {
+  write("prompts/big.md", std::string(1 << 20, 'x'));
+  auto r = resolve_entries(std::vector<std::string>(100'000, "big.md"), ctx());
+  EXPECT_LE(r.text.size(), (5u << 20) + 10);
+  EXPECT_EQ(r.warnings, std::vector<std::string>{"prompt entries past 4 MiB of text left out, from big.md"});
+  auto m = resolve_entries(std::vector<std::string>(100'000, "missing.md"), ctx());
+  ASSERT_EQ(m.warnings.size(), 17u);
+  EXPECT_EQ(m.warnings[0], "prompt entry not found: missing.md");
+  EXPECT_EQ(m.warnings[16], "99984 more prompt entry warnings left out");
+}
+
 TEST_F(ProfileTest, CommandEntries) {
   fs::create_directories(root + "/work");
   auto c = ctx({{"WHO", "me"}});
