@@ -160,12 +160,11 @@ void Agent::resolve_prompts_now() {
   }
   auto a = resolve_entries(prompt, ctx);
   auto u = resolve_entries(user, ctx);
-  // systemPrompt is a path (~ and $VAR expanded, relative to the prompts dir), never a command.
-  ResolvedText sys;
-  if (!system_file.empty() && system_file[0] != '!') sys = resolve_entries({system_file}, ctx);
+  // systemPrompt is a path, never a command; an empty file is an empty System section (§7.5).
+  const ResolvedText sys = resolve_system_prompt(system_file, ctx);
   {
     std::lock_guard lock(mu);
-    system_text = sys.text.empty() ? default_system_prompt() : sys.text;
+    system_text = sys.text;
     agent_text = a.text;
     user_prompts = u.text;
     prompts_ready = true;

@@ -56,6 +56,23 @@ void own_profiles(World& w, const std::map<std::string, std::string>& extra) {
   for (const auto& [n, text] : extra) write_file(w.config + "/agents/" + n + ".json", text);
 }
 
+// §7.5: `systemPrompt` replaces the default: an empty file leaves no System section (§7.6:
+// empty sections omitted), and the value is a path even when it starts with `!`.
+TEST(AgentCtl, SystemPromptFileReplacesTheDefaultEvenEmpty) {
+  World w;
+  write_file(w.project + "/empty.md", "");
+  write_file(w.project + "/!bang.md", "Bang system.\n");
+  own_profiles(w, {{"bare", R"({"systemPrompt": ")" + w.project + R"(/empty.md"})"},
+                   {"bang", R"({"systemPrompt": ")" + w.project + R"(/!bang.md"})"}});
+  auto s = w.session("work");
+  auto bare = w.agent(s, "bare", "agent=bare");
+  auto sp = ctl(w, bare, "systemprompt");
+  EXPECT_EQ(sp.rfind("# Environment\n", 0), 0u) << sp;
+  auto bang = w.agent(s, "bang", "agent=bang");
+  sp = ctl(w, bang, "systemprompt");
+  EXPECT_EQ(sp.rfind("Bang system.\n\n# Environment\n", 0), 0u) << sp;
+}
+
 /// The peers of agent `name` in its session's session.json.
 std::vector<std::string> peers_saved(World& w, const std::string& session_id, const std::string& name) {
   auto j = json::parse(read_file(w.data + "/sessions/" + session_id + "/session.json"), nullptr, false);
