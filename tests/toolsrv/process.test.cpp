@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "toolsrv/process.hpp"
@@ -31,10 +32,13 @@ Launch sh_launch(const std::string& cmd, std::chrono::seconds timeout = 0s, bool
 void wait_finished(Process& p, std::chrono::seconds limit = 30s) {
   const auto until = std::chrono::steady_clock::now() + limit;
   while (!p.finished() && std::chrono::steady_clock::now() < until) {
-    std::promise<void> changed;
-    auto sub = p.when_changed(p.version(), [&changed] { changed.set_value(); });
+    // Shared with the wake-up, which may still be inside set_value on the table's thread when
+    // this loop goes on: a promise on this stack was freed under it.
+    auto changed = std::make_shared<std::promise<void>>();
+    auto ready = changed->get_future();
+    auto sub = p.when_changed(p.version(), [changed] { changed->set_value(); });
     if (p.finished()) break;
-    changed.get_future().wait_until(until);
+    ready.wait_until(until);
     sub.reset();
   }
 }
@@ -124,9 +128,10 @@ TEST(ProcessTable, BackgroundOutputStreamsWhileRunning) {
     const auto v = p->version();
     got += p->read_out(got.size(), 4096).data;
     if (got.find("one") != std::string::npos) break;
-    std::promise<void> changed;
-    auto sub = p->when_changed(v, [&changed] { changed.set_value(); });
-    changed.get_future().wait_for(1s);
+    auto changed = std::make_shared<std::promise<void>>();  // as in wait_finished
+    auto ready = changed->get_future();
+    auto sub = p->when_changed(v, [changed] { changed->set_value(); });
+    ready.wait_for(1s);
   }
   EXPECT_EQ(got, "one\n");
   EXPECT_FALSE(p->finished());
