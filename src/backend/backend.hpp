@@ -16,7 +16,8 @@
 
 namespace ollie::backend {
 
-/// Receives the events of one stream, on the HTTP engine's thread; it must not block.
+/// Receives the events of one stream, on the thread of its HTTP loop (the thread that started it,
+/// when that one runs a loop); it must not block.
 using EventSink = std::function<void(StreamEvent)>;
 
 class StreamControl;

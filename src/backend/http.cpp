@@ -2,7 +2,16 @@
 
 #include <cstdlib>
 #include <future>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
 
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
@@ -103,6 +112,16 @@ size_t on_write(char* data, size_t size, size_t n, void* user) {
   return ok ? len : 0;
 }
 
+/// The end of a transfer that left the multi: its handlers, unless it was cancelled.
+void finish(HttpEngine::Transfer& t, TransferEnd end) {
+  if (t.cancelled) return;
+  if (end.kind == TransferEnd::Kind::complete && !t.guarded([&] { t.deliver_head(); }))
+    end = TransferEnd{TransferEnd::Kind::handler, "response handler failed: " + t.handler_error};
+  if (!t.h.on_end || t.cancelled) return;
+  if (!t.guarded([&] { t.h.on_end(end); }))
+    spdlog::error("http: the end handler of {} failed: {}", t.req.url, t.handler_error);
+}
+
 }  // namespace
 
 TransferHandler collect(std::function<void(HttpResponse)> done) {
@@ -123,24 +142,237 @@ std::string_view HttpHead::header(std::string_view lower_name) const {
   return {};
 }
 
-HttpEngine::HttpEngine() {
+/// One curl multi on one io_context: its sockets watched by the context's reactor, its timeout a
+/// steady_timer, the idle and deadline limits of its transfers another. Everything but the
+/// `starting` set is touched on the context's thread only.
+struct HttpEngine::Loop {
+  /// A socket libcurl asked to be watched. The descriptor is curl's: released, never closed.
+  struct Watch {
+    Watch(asio::io_context& io, curl_socket_t s) : sd(io, s) {}
+    asio::posix::stream_descriptor sd;
+    int want = 0;
+    bool reading = false, writing = false, gone = false;
+  };
+
+  Loop(asio::io_context& ctx, std::size_t i) : io(ctx), index(i), timer(std::in_place, ctx), watchdog(std::in_place, ctx) {
+    multi = curl_multi_init();
+    curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, this);
+    curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
+  }
+  ~Loop() { curl_multi_cleanup(multi); }  // after close(): closes the connections it keeps
+
+  bool on_thread() const { return io.get_executor().running_in_this_thread(); }
+
+  /// A transfer queued by start() joins the multi, unless it was cancelled first.
+  void add(std::unique_ptr<Transfer> t) {
+    {
+      std::lock_guard lk(mu);
+      if (!starting.erase(t->id) || stopped) return;
+    }
+    t->started = t->last_activity = Clock::now();
+    curl_multi_add_handle(multi, t->easy);  // calls on_timer: the transfer starts from there
+    active.emplace(t->id, std::move(t));
+    arm_watchdog();
+  }
+
+  void remove(TransferId id) {
+    auto it = active.find(id);
+    if (it == active.end()) return;
+    curl_multi_remove_handle(multi, it->second->easy);
+    active.erase(it);
+  }
+
+  void action(curl_socket_t s, int events) {
+    if (stopped) return;
+    int running = 0;
+    curl_multi_socket_action(multi, s, events, &running);
+    reap();
+  }
+
+  /// Ends the transfers curl has finished.
+  void reap() {
+    int queued = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &queued)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      Transfer* raw = nullptr;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&raw));
+      const CURLcode rc = m->data.result;
+      auto it = active.find(raw->id);
+      if (it == active.end()) continue;
+      std::unique_ptr<Transfer> t = std::move(it->second);
+      active.erase(it);
+      curl_multi_remove_handle(multi, t->easy);
+      TransferEnd end;
+      if (!t->handler_error.empty()) {
+        end.kind = TransferEnd::Kind::handler;
+        end.message = "response handler failed: " + t->handler_error;
+      } else if (t->too_large) {
+        end.kind = TransferEnd::Kind::too_large;
+        end.message = "response body exceeds " + byte_size(t->req.max_body);
+      } else if (rc == CURLE_OPERATION_TIMEDOUT && !t->head_done) {
+        end.kind = TransferEnd::Kind::connect_timeout;
+        end.message = "connect timeout after " + std::to_string(t->req.connect_timeout.count()) + " ms";
+      } else if (rc != CURLE_OK) {
+        end.kind = TransferEnd::Kind::network;
+        end.message = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
+      }
+      finish(*t, std::move(end));
+    }
+  }
+
+  /// The idle and deadline limits: ends the transfers past theirs, then waits for the next one.
+  void expire() {
+    const auto now = Clock::now();
+    std::vector<std::pair<TransferId, TransferEnd>> expired;
+    for (auto& [id, t] : active) {
+      if (t->cancelled) continue;
+      if (t->req.deadline.count() > 0 && t->started + t->req.deadline <= now) {
+        expired.emplace_back(id, TransferEnd{TransferEnd::Kind::deadline, "deadline: no complete response within " +
+                                                                              std::to_string(t->req.deadline.count()) + " ms"});
+      } else if (t->last_activity + t->req.idle_timeout <= now) {
+        expired.emplace_back(id, TransferEnd{TransferEnd::Kind::idle_timeout,
+                                             "idle timeout: no byte for " + std::to_string(t->req.idle_timeout.count()) + " ms"});
+      }
+    }
+    for (auto& [id, end] : expired) {
+      auto it = active.find(id);
+      if (it == active.end()) continue;  // a handler before it cancelled it
+      std::unique_ptr<Transfer> t = std::move(it->second);
+      active.erase(it);
+      curl_multi_remove_handle(multi, t->easy);
+      finish(*t, std::move(end));
+    }
+    arm_watchdog();
+  }
+
+  void arm_watchdog() {
+    if (stopped || !watchdog) return;
+    std::optional<Clock::time_point> next;
+    for (auto& [id, t] : active) {
+      if (t->cancelled) continue;
+      auto at = t->last_activity + t->req.idle_timeout;
+      if (t->req.deadline.count() > 0) at = std::min(at, t->started + t->req.deadline);
+      if (!next || at < *next) next = at;
+    }
+    if (!next) {
+      watchdog->cancel();
+      return;
+    }
+    watchdog->expires_at(*next);
+    watchdog->async_wait([this](const std::error_code& ec) {
+      if (!ec) expire();
+    });
+  }
+
+  void arm(const std::shared_ptr<Watch>& w, curl_socket_t s) {
+    using sd = asio::posix::stream_descriptor;
+    auto wait = [this, w, s](sd::wait_type type, bool Watch::*busy, int event) {
+      (*w).*busy = true;
+      w->sd.async_wait(type, [this, w, s, busy, event](const std::error_code& ec) {
+        (*w).*busy = false;
+        if (ec || w->gone) return;
+        action(s, event);
+        if (!w->gone) arm(w, s);
+      });
+    };
+    if ((w->want & CURL_POLL_IN) && !w->reading) wait(sd::wait_read, &Watch::reading, CURL_CSELECT_IN);
+    if ((w->want & CURL_POLL_OUT) && !w->writing) wait(sd::wait_write, &Watch::writing, CURL_CSELECT_OUT);
+  }
+
+  static int on_socket(CURL*, curl_socket_t s, int what, void* user, void*) {
+    auto* l = static_cast<Loop*>(user);
+    if (what == CURL_POLL_REMOVE) {
+      if (auto it = l->sockets.find(s); it != l->sockets.end()) l->forget(*it->second);
+      l->sockets.erase(s);
+      return 0;
+    }
+    if (l->stopped) return 0;
+    auto& w = l->sockets[s];
+    if (!w) w = std::make_shared<Watch>(l->io, s);
+    w->want = what;
+    l->arm(w, s);
+    return 0;
+  }
+
+  static int on_timer(CURLM*, long ms, void* user) {
+    auto* l = static_cast<Loop*>(user);
+    if (l->stopped || !l->timer) return 0;
+    if (ms < 0) {
+      l->timer->cancel();
+      return 0;
+    }
+    l->timer->expires_after(std::chrono::milliseconds(ms));
+    l->timer->async_wait([l](const std::error_code& ec) {
+      if (!ec) l->action(CURL_SOCKET_TIMEOUT, 0);
+    });
+    return 0;
+  }
+
+  static void forget(Watch& w) {
+    w.gone = true;
+    std::error_code ec;
+    w.sd.cancel(ec);
+    (void)w.sd.release();  // curl closes its socket
+  }
+
+  /// On the loop's thread, or once no thread runs the context: every transfer dropped without
+  /// callbacks, the sockets and timers let go. The multi itself goes with the Loop.
+  void close() {
+    {
+      std::lock_guard lk(mu);
+      stopped = true;
+      starting.clear();
+    }
+    for (auto& [id, t] : active) curl_multi_remove_handle(multi, t->easy);
+    active.clear();
+    for (auto& [s, w] : sockets) forget(*w);
+    sockets.clear();
+    timer.reset();
+    watchdog.reset();
+  }
+
+  asio::io_context& io;
+  std::size_t index;
+  CURLM* multi = nullptr;
+  std::optional<asio::steady_timer> timer, watchdog;
+  std::unordered_map<TransferId, std::unique_ptr<Transfer>> active;
+  std::unordered_map<curl_socket_t, std::shared_ptr<Watch>> sockets;
+  std::mutex mu;
+  std::unordered_set<TransferId> starting;  // started, not yet added (a cancel takes it out)
+  bool stopped = false;                     // under mu for the writers of other threads
+};
+
+HttpEngine::HttpEngine() : own_io_(std::make_unique<asio::io_context>(1)) {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  multi_ = curl_multi_init();
-  thread_ = std::thread([this] { run(); });
+  loops_.push_back(std::make_unique<Loop>(*own_io_, 0));
+  own_thread_ = std::make_unique<std::thread>([io = own_io_.get()] {
+    auto work = asio::make_work_guard(*io);
+    io->run();
+  });
 }
 
-HttpEngine::~HttpEngine() {
-  {
-    std::lock_guard lk(mu_);
-    stopping_ = true;
+HttpEngine::HttpEngine(const std::vector<asio::io_context*>& contexts) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  for (std::size_t i = 0; i < contexts.size(); i++) loops_.push_back(std::make_unique<Loop>(*contexts[i], i));
+}
+
+HttpEngine::~HttpEngine() { shutdown(); }
+
+void HttpEngine::shutdown() {
+  if (stopped_.exchange(true)) return;
+  if (own_thread_) {
+    asio::post(*own_io_, [l = loops_.front().get(), io = own_io_.get()] {
+      l->close();
+      io->stop();
+    });
+    own_thread_->join();
+    return;
   }
-  curl_multi_wakeup(static_cast<CURLM*>(multi_));
-  thread_.join();
-  for (auto& [id, t] : active_) curl_multi_remove_handle(static_cast<CURLM*>(multi_), t->easy);
-  active_.clear();
-  to_add_.clear();
-  curl_multi_cleanup(static_cast<CURLM*>(multi_));
+  for (auto& l : loops_) l->close();  // the contexts' threads have ended
 }
 
 TransferId HttpEngine::start(HttpRequest req, TransferHandler handler) {
@@ -172,144 +404,59 @@ TransferId HttpEngine::start(HttpRequest req, TransferHandler handler) {
   curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
   curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
-  TransferId id;
+  // The loop of this thread, so the handlers run where the caller does; else the next one.
+  Loop* l = nullptr;
+  for (auto& c : loops_)
+    if (c->on_thread()) l = c.get();
+  if (!l) l = loops_[next_loop_++ % loops_.size()].get();
+  const TransferId id = t->id = (next_id_++ << 8) | l->index;
   {
-    std::lock_guard lk(mu_);
-    id = t->id = next_id_++;
-    to_add_.push_back(std::move(t));
+    std::lock_guard lk(l->mu);
+    if (l->stopped) return id;  // never runs: dropped without callbacks
+    l->starting.insert(id);
   }
-  curl_multi_wakeup(static_cast<CURLM*>(multi_));
+  // Added from the loop, never inside one of curl's callbacks.
+  asio::post(l->io, [l, t = std::move(t)]() mutable { l->add(std::move(t)); });
   return id;
 }
 
 void HttpEngine::cancel(TransferId id) {
-  if (on_engine_thread()) {
-    if (auto it = active_.find(id); it != active_.end()) it->second->cancelled = true;
-    std::lock_guard lk(mu_);
-    to_cancel_.push_back(id);
+  const std::size_t index = id & 0xff;
+  if (index >= loops_.size()) return;
+  Loop* l = loops_[index].get();
+  {
+    std::lock_guard lk(l->mu);
+    if (l->stopped || l->starting.erase(id)) return;  // not added yet: it never will be
+  }
+  if (l->on_thread()) {
+    auto it = l->active.find(id);
+    if (it == l->active.end()) return;
+    // Every callback asks first; the handle leaves the multi outside curl's callbacks.
+    it->second->cancelled = true;
+    asio::post(l->io, [l, id] { l->remove(id); });
     return;
   }
-  std::unique_lock lk(mu_);
-  if (stopping_) return;
-  to_cancel_.push_back(id);
-  const auto seen = pass_;
-  curl_multi_wakeup(static_cast<CURLM*>(multi_));
-  cv_.wait(lk, [&] { return pass_ > seen || stopping_; });
+  std::promise<void> removed;
+  auto done = removed.get_future();
+  asio::post(l->io, [l, id, &removed] {
+    l->remove(id);
+    removed.set_value();
+  });
+  done.wait();
 }
-
 HttpResponse HttpEngine::fetch(HttpRequest req) {
+  for (auto& l : loops_)  // the transfer would be queued behind the wait itself
+    if (l->on_thread()) return {{}, {}, {TransferEnd::Kind::network, "http: fetch on an HTTP loop's thread"}};
   auto out = std::make_shared<HttpResponse>();
   auto done = std::make_shared<std::promise<void>>();
   auto fut = done->get_future();
-  start(std::move(req), collect([out, done](HttpResponse r) {
+  // The handler alone holds the promise: a transfer dropped unrun (a shut-down engine) breaks it.
+  start(std::move(req), collect([out, done = std::move(done)](HttpResponse r) {
           *out = std::move(r);
           done->set_value();
         }));
   fut.wait();  // also returns when the engine stops first: the response is then empty
   return std::move(*out);
-}
-
-void HttpEngine::remove(TransferId id) {
-  auto it = active_.find(id);
-  if (it == active_.end()) return;
-  curl_multi_remove_handle(static_cast<CURLM*>(multi_), it->second->easy);
-  active_.erase(it);
-}
-
-void HttpEngine::finish(Transfer& t, TransferEnd end) {
-  if (t.cancelled) return;
-  if (end.kind == TransferEnd::Kind::complete && !t.guarded([&] { t.deliver_head(); }))
-    end = TransferEnd{TransferEnd::Kind::handler, "response handler failed: " + t.handler_error};
-  if (!t.h.on_end || t.cancelled) return;
-  if (!t.guarded([&] { t.h.on_end(end); }))
-    spdlog::error("http: the end handler of {} failed: {}", t.req.url, t.handler_error);
-}
-
-void HttpEngine::run() {
-  auto* multi = static_cast<CURLM*>(multi_);
-  for (;;) {
-    std::vector<std::unique_ptr<Transfer>> adds;
-    std::vector<TransferId> cancels;
-    bool stop;
-    {
-      std::lock_guard lk(mu_);
-      adds.swap(to_add_);
-      cancels.swap(to_cancel_);
-      stop = stopping_;
-      ++pass_;
-    }
-    cv_.notify_all();
-    for (auto id : cancels) {
-      std::erase_if(adds, [id](const auto& t) { return t->id == id; });
-      remove(id);
-    }
-    if (stop) return;
-    for (auto& t : adds) {
-      t->started = t->last_activity = Clock::now();
-      curl_multi_add_handle(multi, t->easy);
-      active_.emplace(t->id, std::move(t));
-    }
-
-    int running = 0;
-    curl_multi_perform(multi, &running);
-    int queued = 0;
-    while (CURLMsg* m = curl_multi_info_read(multi, &queued)) {
-      if (m->msg != CURLMSG_DONE) continue;
-      Transfer* raw = nullptr;
-      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&raw));
-      const CURLcode rc = m->data.result;
-      auto it = active_.find(raw->id);
-      if (it == active_.end()) continue;
-      std::unique_ptr<Transfer> t = std::move(it->second);
-      active_.erase(it);
-      curl_multi_remove_handle(multi, t->easy);
-      TransferEnd end;
-      if (!t->handler_error.empty()) {
-        end.kind = TransferEnd::Kind::handler;
-        end.message = "response handler failed: " + t->handler_error;
-      } else if (t->too_large) {
-        end.kind = TransferEnd::Kind::too_large;
-        end.message = "response body exceeds " + byte_size(t->req.max_body);
-      } else if (rc == CURLE_OPERATION_TIMEDOUT && !t->head_done) {
-        end.kind = TransferEnd::Kind::connect_timeout;
-        end.message = "connect timeout after " + std::to_string(t->req.connect_timeout.count()) + " ms";
-      } else if (rc != CURLE_OK) {
-        end.kind = TransferEnd::Kind::network;
-        end.message = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
-      }
-      finish(*t, std::move(end));
-    }
-
-    const auto now = Clock::now();
-    auto wait = std::chrono::milliseconds(1000);
-    std::vector<std::pair<TransferId, TransferEnd>> expired;
-    for (auto& [id, t] : active_) {
-      if (t->cancelled) continue;
-      const auto idle = t->last_activity + t->req.idle_timeout;
-      const bool has_deadline = t->req.deadline.count() > 0;
-      const auto deadline = t->started + t->req.deadline;
-      if (has_deadline && deadline <= now) {
-        expired.emplace_back(id, TransferEnd{TransferEnd::Kind::deadline,
-                                             "deadline: no complete response within " +
-                                                 std::to_string(t->req.deadline.count()) + " ms"});
-      } else if (idle <= now) {
-        expired.emplace_back(id, TransferEnd{TransferEnd::Kind::idle_timeout,
-                                             "idle timeout: no byte for " + std::to_string(t->req.idle_timeout.count()) + " ms"});
-      } else {
-        wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(idle - now));
-        if (has_deadline) wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
-      }
-    }
-    for (auto& [id, end] : expired) {
-      auto it = active_.find(id);
-      std::unique_ptr<Transfer> t = std::move(it->second);
-      active_.erase(it);
-      curl_multi_remove_handle(multi, t->easy);
-      finish(*t, std::move(end));
-    }
-    if (!expired.empty()) continue;
-    curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::max<long>(wait.count(), 0)), nullptr);
-  }
 }
 
 }  // namespace ollie::backend

@@ -1,20 +1,23 @@
 #pragma once
-/// The HTTP engine: one thread drives every transfer with curl_multi_poll; curl_multi_wakeup
-/// brings it back at once to add or cancel a transfer. Handlers run on that thread and must
-/// not block (the agent loop posts what it receives to its own strand).
+/// The HTTP engine: libcurl's multi-socket interface driven by Asio. A loop (a curl multi, its
+/// sockets and timers) lives on an io_context; a transfer runs on the loop of the thread that
+/// starts it, so the agent that asks for a response gets its bytes on its own thread, without a
+/// hand-over. Handlers run on that loop's thread and must not block.
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
+
+namespace asio {
+class io_context;
+}
 
 namespace ollie::backend {
 
@@ -77,44 +80,41 @@ TransferHandler collect(std::function<void(HttpResponse)> done);
 
 class HttpEngine {
  public:
-  /// Starts the engine thread.
+  /// One loop on an io_context and a thread of its own (tests, and programs without I/O threads).
   HttpEngine();
-  /// Stops the thread; transfers still running are dropped without callbacks.
+  /// A loop on each of `contexts`, each run by one thread the caller owns. Call shutdown() once
+  /// those threads have ended and before the contexts are destroyed.
+  explicit HttpEngine(const std::vector<asio::io_context*>& contexts);
   ~HttpEngine();
   HttpEngine(const HttpEngine&) = delete;
   HttpEngine& operator=(const HttpEngine&) = delete;
 
-  /// Queues a transfer and wakes the engine; callable from any thread, handlers included.
+  /// Queues a transfer on the loop of the calling thread (any other thread: the loops in turn);
+  /// callable from any thread, handlers included.
   TransferId start(HttpRequest req, TransferHandler handler);
 
-  /// Removes a transfer at once. After it returns no callback of that transfer runs (when
-  /// called from a handler on the engine thread, none runs after the handler returns).
+  /// Removes a transfer. After it returns no callback of that transfer runs (when called from a
+  /// handler, none runs after the handler returns). From another thread than the transfer's
+  /// loop, it waits for that loop.
   void cancel(TransferId id);
 
-  /// Runs a request to completion, blocking the caller (never call it on the engine thread).
+  /// Runs a request to completion, blocking the caller (never call it on a loop's thread).
   HttpResponse fetch(HttpRequest req);
 
-  /// True on the engine thread.
-  bool on_engine_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  /// Drops every transfer without callbacks and the loops' sockets and timers; start() and
+  /// cancel() do nothing afterwards. Idempotent; the destructor calls it.
+  void shutdown();
 
   struct Transfer;
+  struct Loop;
 
  private:
-  void run();
-  void add_pending();
-  void finish(Transfer& t, TransferEnd end);
-  void remove(TransferId id);
-
-  void* multi_ = nullptr;  // CURLM*
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Transfer>> to_add_;
-  std::vector<TransferId> to_cancel_;
-  std::uint64_t pass_ = 0;   // completed loop passes, for cancel()'s wait
-  bool stopping_ = false;
-  TransferId next_id_ = 1;
-  std::unordered_map<TransferId, std::unique_ptr<Transfer>> active_;  // engine thread only
-  std::thread thread_;
+  std::unique_ptr<asio::io_context> own_io_;  // HttpEngine(): the context of its own thread
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::unique_ptr<std::thread> own_thread_;
+  std::atomic<std::size_t> next_loop_{0};
+  std::atomic<TransferId> next_id_{1};
+  std::atomic<bool> stopped_{false};
 };
 
 }  // namespace ollie::backend

@@ -4,6 +4,7 @@
 /// configuration, and the executors the engine runs on.
 
 #include <asio/any_io_executor.hpp>
+#include <asio/io_context.hpp>
 #include <asio/thread_pool.hpp>
 #include <atomic>
 #include <chrono>
@@ -27,13 +28,17 @@ namespace ollie {
 class Session;
 
 struct Hub {
-  Hub(Bus& b, std::string data_root, std::string config_root, std::string toolsrv, std::vector<asio::any_io_executor> ex)
-      : bus(b), store(data_root + "/sessions"), config_root(std::move(config_root)), toolsrv(std::move(toolsrv)),
-        bypass(*this, data_root), executors(std::move(ex)) {}
+  /// `contexts`: the I/O threads' io_contexts, where the engine runs and the HTTP transfers with it.
+  Hub(Bus& b, std::string data_root, std::string config_root, std::string toolsrv,
+      const std::vector<asio::io_context*>& contexts)
+      : bus(b), store(data_root + "/sessions"), http(contexts), config_root(std::move(config_root)),
+        toolsrv(std::move(toolsrv)), bypass(*this, data_root) {
+    for (auto* io : contexts) executors.push_back(io->get_executor());
+  }
 
   Bus& bus;
   Store store;
-  backend::HttpEngine http;
+  backend::HttpEngine http;  ///< a loop per I/O thread: shut down once they have ended
   asio::thread_pool blocking{2};  ///< blocking calls only, never 9P or the engine
   Caches caches;                  ///< model lists, profiles, tool catalog: root `ctl invalidate` drops them
   std::string config_root;        ///< $XDG_CONFIG_HOME/ollie

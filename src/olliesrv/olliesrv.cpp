@@ -102,11 +102,9 @@ const std::string& Olliesrv::help() const { return impl_->help; }
 
 p9::Status Olliesrv::start() {
   auto& m = *impl_;
-  std::vector<asio::any_io_executor> executors;
-  for (auto* io : m.pool.contexts()) executors.push_back(io->get_executor());
   const auto env = p9::process_env();
   m.hub = std::make_unique<Hub>(m.bus, p9::data_root(env), p9::config_root(env),
-                                m.opt.toolsrv.empty() ? executable_dir() + "/toolsrv" : m.opt.toolsrv, std::move(executors));
+                                m.opt.toolsrv.empty() ? executable_dir() + "/toolsrv" : m.opt.toolsrv, m.pool.contexts());
   m.hub->retry_unit = m.opt.retry_unit;
   m.hub->reload_conf();
   for (const auto& text : m.opt.addresses)
@@ -173,7 +171,11 @@ void Olliesrv::shutdown() {
   else finish();
 }
 
-void Olliesrv::wait() { impl_->pool.join(); }
+void Olliesrv::wait() {
+  impl_->pool.join();
+  // The HTTP loops' sockets and timers belong to the pool's contexts: let go before they go.
+  if (impl_->hub) impl_->hub->http.shutdown();
+}
 
 int run(Options opt) {
   Olliesrv srv(std::move(opt));

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -103,6 +104,19 @@ long status_kib(pid_t pid, const std::string& field) {
   return std::strtol(st.c_str() + p + field.size() + 1, nullptr, 10);
 }
 
+/// Context switches (voluntary and not) of every thread of a process so far: each hand-over
+/// between threads or processes is one at least, and costs a wake-up.
+long switches(pid_t pid) {
+  long n = 0;
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    const std::string st = convo::read_file(t.path().string() + "/status");
+    for (const char* field : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"})
+      if (auto p = st.find(field); p != std::string::npos) n += std::strtol(st.c_str() + p + std::strlen(field), nullptr, 10);
+  }
+  return n;
+}
+
 /// CPU time (user + system) of this process's children waited for so far, ms.
 double children_cpu_ms() {
   rusage u{};
@@ -163,7 +177,8 @@ void bench_rounds() {
     return;
   }
   auto chat = w.open(a + "/chat");
-  std::vector<double> per_round, per_true, per_sh, per_fork, per_save, srv_cpu, tsrv_cpu, tool_cpu, sh_cpu, fake_cpu;
+  std::vector<double> per_round, per_true, per_sh, per_fork, per_save, srv_cpu, tsrv_cpu, tool_cpu, sh_cpu, fake_cpu,
+      srv_cs, tsrv_cs;
   // §7.7 saves session.json after every tool round: the same save (temp, fsync, rename) of a
   // session in mid-turn (100 rounds of history), in the same data directory, as a baseline.
   ollie::Store store(w.data + "/bench-store");
@@ -201,6 +216,7 @@ void bench_rounds() {
     const auto ts = w.toolsrvs();
     const pid_t tsrv = ts.empty() ? -1 : ts.front();
     const Cpu c0 = cpu_ms(srv), t0cpu = tsrv > 0 ? cpu_ms(tsrv) : Cpu{};
+    const long s0 = switches(srv), ts0 = tsrv > 0 ? switches(tsrv) : 0;
     const double f0 = w.fake.cpu_ms();
     const auto t0 = Clock::now();
     if (auto st = w.write(a + "/prompt", "go " + std::to_string(rep + 1) + "\n"); !st) {
@@ -215,11 +231,14 @@ void bench_rounds() {
       return;
     }
     const Cpu c1 = cpu_ms(srv), t1cpu = tsrv > 0 ? cpu_ms(tsrv) : Cpu{};
+    const long s1 = switches(srv), ts1 = tsrv > 0 ? switches(tsrv) : 0;
     const double f1 = w.fake.cpu_ms();
     convo::eventually([&] { return w.read_state(a) == "idle"; });
     if (rep < 0) continue;
     got_turns++;
     srv_cpu.push_back((c1.self - c0.self) / rounds);
+    srv_cs.push_back(static_cast<double>(s1 - s0) / rounds);
+    tsrv_cs.push_back(static_cast<double>(ts1 - ts0) / rounds);
     tsrv_cpu.push_back((t1cpu.self - t0cpu.self) / rounds);
     tool_cpu.push_back((t1cpu.children - t0cpu.children) / rounds);
     fake_cpu.push_back((f1 - f0) / (rounds + 1));
@@ -262,6 +281,7 @@ void bench_rounds() {
   std::printf("CPU per round (user+sys, clock ticks): olliesrv %.3f ms, toolsrv %.3f ms, the tool (sh -c true) %.3f ms\n"
               "  (sh -c true alone, spawned by this bench on a quiet machine: %.3f ms)\n",
               median(srv_cpu), median(tsrv_cpu), median(tool_cpu), median(sh_cpu));
+  std::printf("context switches per round (every thread): olliesrv %.1f, toolsrv %.1f\n", median(srv_cs), median(tsrv_cs));
   std::printf("the fake provider's CPU per request (reading it, parsing its JSON body, keeping it, answering): %.3f ms\n",
               median(fake_cpu));
   std::printf("session.json save (temp, fsync, rename) of a mid-turn session: %.3f ms (%zu bytes)\n", median(per_save),
