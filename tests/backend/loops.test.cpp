@@ -31,9 +31,10 @@ struct Threads {
   /// Runs `f` on context i's thread and returns what it returns.
   template <class F>
   auto on(int i, F f) {
-    std::packaged_task<decltype(f())()> task(std::move(f));
-    auto fut = task.get_future();
-    asio::post(io[i], [&task] { task(); });
+    // Shared with the handler: it may still be inside the task when the result is taken.
+    auto task = std::make_shared<std::packaged_task<decltype(f())()>>(std::move(f));
+    auto fut = task->get_future();
+    asio::post(io[i], [task] { (*task)(); });
     return fut.get();
   }
   Threads() {
