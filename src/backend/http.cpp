@@ -172,7 +172,9 @@ struct HttpEngine::Loop {
       if (!starting.erase(t->id) || stopped) return;
     }
     t->started = t->last_activity = Clock::now();
-    curl_multi_add_handle(multi, t->easy);  // calls on_timer: the transfer starts from there
+    // Calls on_timer: the transfer starts from there.
+    if (const CURLMcode rc = curl_multi_add_handle(multi, t->easy); rc != CURLM_OK)
+      return finish(*t, {TransferEnd::Kind::network, std::string("http: ") + curl_multi_strerror(rc)});
     active.emplace(t->id, std::move(t));
     arm_watchdog();
   }
@@ -182,6 +184,7 @@ struct HttpEngine::Loop {
     if (it == active.end()) return;
     curl_multi_remove_handle(multi, it->second->easy);
     active.erase(it);
+    arm_watchdog();
   }
 
   void action(curl_socket_t s, int events) {
@@ -194,6 +197,7 @@ struct HttpEngine::Loop {
   /// Ends the transfers curl has finished.
   void reap() {
     int queued = 0;
+    bool ended = false;
     while (CURLMsg* m = curl_multi_info_read(multi, &queued)) {
       if (m->msg != CURLMSG_DONE) continue;
       Transfer* raw = nullptr;
@@ -219,7 +223,9 @@ struct HttpEngine::Loop {
         end.message = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
       }
       finish(*t, std::move(end));
+      ended = true;
     }
+    if (ended) arm_watchdog();  // the last transfer gone, nothing is left waiting on the context
   }
 
   /// The idle and deadline limits: ends the transfers past theirs, then waits for the next one.
@@ -281,7 +287,27 @@ struct HttpEngine::Loop {
     if ((w->want & CURL_POLL_OUT) && !w->writing) wait(sd::wait_write, &Watch::writing, CURL_CSELECT_OUT);
   }
 
-  static int on_socket(CURL*, curl_socket_t s, int what, void* user, void*) {
+  // libcurl's callbacks: nothing thrown may cross its C frames (a descriptor the reactor cannot
+  // register, an allocation): -1 fails the transfers on that socket instead.
+  static int on_socket(CURL* e, curl_socket_t s, int what, void* user, void* sp) noexcept {
+    try {
+      return watch(e, s, what, user, sp);
+    } catch (const std::exception& ex) {
+      spdlog::error("http: watching a socket: {}", ex.what());
+      return -1;
+    }
+  }
+
+  static int on_timer(CURLM* m, long ms, void* user) noexcept {
+    try {
+      return set_timer(m, ms, user);
+    } catch (const std::exception& ex) {
+      spdlog::error("http: setting curl's timer: {}", ex.what());
+      return -1;
+    }
+  }
+
+  static int watch(CURL*, curl_socket_t s, int what, void* user, void*) {
     auto* l = static_cast<Loop*>(user);
     if (what == CURL_POLL_REMOVE) {
       if (auto it = l->sockets.find(s); it != l->sockets.end()) l->forget(*it->second);
@@ -296,7 +322,7 @@ struct HttpEngine::Loop {
     return 0;
   }
 
-  static int on_timer(CURLM*, long ms, void* user) {
+  static int set_timer(CURLM*, long ms, void* user) {
     auto* l = static_cast<Loop*>(user);
     if (l->stopped || !l->timer) return 0;
     if (ms < 0) {
@@ -320,17 +346,22 @@ struct HttpEngine::Loop {
   /// On the loop's thread, or once no thread runs the context: every transfer dropped without
   /// callbacks, the sockets and timers let go. The multi itself goes with the Loop.
   void close() {
-    {
-      std::lock_guard lk(mu);
-      stopped = true;
-      starting.clear();
-    }
+    if (closed) return;
+    stop_taking();
     for (auto& [id, t] : active) curl_multi_remove_handle(multi, t->easy);
     active.clear();
     for (auto& [s, w] : sockets) forget(*w);
     sockets.clear();
     timer.reset();
     watchdog.reset();
+    closed = true;
+  }
+
+  /// From any thread: no transfer starts or waits for this loop any more.
+  void stop_taking() {
+    std::lock_guard lk(mu);
+    stopped = true;
+    starting.clear();
   }
 
   asio::io_context& io;
@@ -342,6 +373,7 @@ struct HttpEngine::Loop {
   std::mutex mu;
   std::unordered_set<TransferId> starting;  // started, not yet added (a cancel takes it out)
   bool stopped = false;                     // under mu for the writers of other threads
+  std::atomic<bool> closed = false;         // its sockets and timers let go
 };
 
 HttpEngine::HttpEngine() : own_io_(std::make_unique<asio::io_context>(1)) {
@@ -363,8 +395,9 @@ HttpEngine::HttpEngine(const std::vector<asio::io_context*>& contexts) {
 HttpEngine::~HttpEngine() { shutdown(); }
 
 void HttpEngine::shutdown() {
-  if (stopped_.exchange(true)) return;
   if (own_thread_) {
+    if (!own_thread_->joinable()) return;
+    loops_.front()->stop_taking();
     asio::post(*own_io_, [l = loops_.front().get(), io = own_io_.get()] {
       l->close();
       io->stop();
@@ -372,7 +405,14 @@ void HttpEngine::shutdown() {
     own_thread_->join();
     return;
   }
-  for (auto& l : loops_) l->close();  // the contexts' threads have ended
+  for (auto& l : loops_) {
+    if (l->closed) continue;
+    l->stop_taking();
+    // On its own thread while that runs (its sockets and timers are the context's last work),
+    // here once no thread runs the context any more.
+    if (l->io.stopped()) l->close();
+    else asio::post(l->io, [l = l.get()] { l->close(); });
+  }
 }
 
 TransferId HttpEngine::start(HttpRequest req, TransferHandler handler) {
@@ -386,6 +426,11 @@ TransferId HttpEngine::start(HttpRequest req, TransferHandler handler) {
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(r.connect_timeout.count()));
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  // A proxy's `200 Connection established` is not the response's head.
+  curl_easy_setopt(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
+  // Removing a transfer still resolving its host does not wait for the resolver's thread (the
+  // removal runs on an I/O thread).
+  curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
   static const std::string noproxy = no_proxy();
   curl_easy_setopt(e, CURLOPT_NOPROXY, noproxy.c_str());
   if (r.method == "POST") {
@@ -436,13 +481,18 @@ void HttpEngine::cancel(TransferId id) {
     asio::post(l->io, [l, id] { l->remove(id); });
     return;
   }
-  std::promise<void> removed;
-  auto done = removed.get_future();
-  asio::post(l->io, [l, id, &removed] {
+  auto removed = std::make_shared<std::promise<void>>();
+  auto done = removed->get_future();
+  asio::post(l->io, [l, id, removed] {
     l->remove(id);
-    removed.set_value();
+    removed->set_value();
   });
-  done.wait();
+  // Another loop's thread does not wait: two loops cancelling each other's transfers would wait
+  // for ever (a stream stops delivering at its own cancel anyway, StreamControl::cancel).
+  for (auto& o : loops_)
+    if (o->on_thread()) return;
+  while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
+    if (l->closed) return;  // shut down meanwhile: the removal will never run
 }
 HttpResponse HttpEngine::fetch(HttpRequest req) {
   for (auto& l : loops_)  // the transfer would be queued behind the wait itself

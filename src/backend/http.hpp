@@ -82,8 +82,7 @@ class HttpEngine {
  public:
   /// One loop on an io_context and a thread of its own (tests, and programs without I/O threads).
   HttpEngine();
-  /// A loop on each of `contexts`, each run by one thread the caller owns. Call shutdown() once
-  /// those threads have ended and before the contexts are destroyed.
+  /// A loop on each of `contexts`, each run by one thread the caller owns (see shutdown()).
   explicit HttpEngine(const std::vector<asio::io_context*>& contexts);
   ~HttpEngine();
   HttpEngine(const HttpEngine&) = delete;
@@ -94,15 +93,19 @@ class HttpEngine {
   TransferId start(HttpRequest req, TransferHandler handler);
 
   /// Removes a transfer. After it returns no callback of that transfer runs (when called from a
-  /// handler, none runs after the handler returns). From another thread than the transfer's
-  /// loop, it waits for that loop.
+  /// handler, none runs after the handler returns). A thread that runs no loop waits for the
+  /// transfer's loop; another loop's thread does not (two loops would wait for each other), so
+  /// there a callback already on its way may still run.
   void cancel(TransferId id);
 
   /// Runs a request to completion, blocking the caller (never call it on a loop's thread).
   HttpResponse fetch(HttpRequest req);
 
-  /// Drops every transfer without callbacks and the loops' sockets and timers; start() and
-  /// cancel() do nothing afterwards. Idempotent; the destructor calls it.
+  /// Drops every transfer without callbacks and lets go of the loops' sockets and timers; start(),
+  /// cancel() and fetch() return at once afterwards. Call it from a thread that runs no loop: a
+  /// loop whose thread still runs closes there (posted: it is its context's last work, so the
+  /// thread can run out of work), one whose context stopped closes here. Call it again once the
+  /// threads have ended, before their contexts are destroyed. The destructor calls it.
   void shutdown();
 
   struct Transfer;
@@ -114,7 +117,6 @@ class HttpEngine {
   std::unique_ptr<std::thread> own_thread_;
   std::atomic<std::size_t> next_loop_{0};
   std::atomic<TransferId> next_id_{1};
-  std::atomic<bool> stopped_{false};
 };
 
 }  // namespace ollie::backend

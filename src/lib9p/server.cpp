@@ -31,6 +31,8 @@ std::optional<Fcall> FileServer::answer_now(Fid&, const Fcall&) { return std::nu
 asio::awaitable<Status> FileServer::clunk(Fid&) { co_return Status{}; }
 Status FileServer::clone(const Fid&) { return {}; }
 
+Status FileServer::dir_alive(Fid&) { return {}; }
+
 Status FileServer::wstat(Fid&, const Dir& d) {
   if (is_null_wstat(d)) return {};
   return error(err::wstat_not_supported);
@@ -491,6 +493,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       f.dir_offset = 0;
     } else if (t.offset != f.dir_offset) {
       return fail(req, err::bad_offset);
+    } else if (auto st = fs_->dir_alive(f); !st) {
+      return fail(req, st.ename());
     }
     std::vector<std::uint8_t> out;
     while (f.dir_index < f.dir_entries.size()) {  // whole entries only

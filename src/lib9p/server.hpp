@@ -79,6 +79,9 @@ class FileServer {
   virtual Status open(Fid& fid, std::uint8_t mode) = 0;
   /// The directory's entries, taken when a read starts at offset 0.
   virtual Result<std::vector<Dir>> readdir(Fid& fid) = 0;
+  /// Whether a directory read that goes on past offset 0 may still be served from the entries
+  /// taken (a directory whose object was killed meanwhile answers its error). Default: yes.
+  virtual Status dir_alive(Fid& fid);
   /// Answers a Tread, Twrite or Tclunk at once when that needs no waiting (the common case:
   /// no coroutine is started for it); nullopt sends the request down the waiting path below.
   /// An answered Tclunk must have done everything clunk() would.

@@ -164,7 +164,10 @@ void Olliesrv::shutdown() {
   // stop_all waits for the interrupted turns, which run on the I/O threads this may be called
   // from (root ctl `kill`): it runs on the blocking pool, and the I/O threads go after it.
   auto finish = [&m] {
-    if (m.hub) stop_all(*m.hub);  // interrupt every turn, save every session, stop every toolsrv
+    if (m.hub) {
+      stop_all(*m.hub);       // interrupt every turn, save every session, stop every toolsrv
+      m.hub->http.shutdown();  // the HTTP loops' sockets and timers are the I/O threads' work too
+    }
     m.pool.release();
   };
   if (m.hub) asio::post(m.hub->blocking, finish);
@@ -173,7 +176,8 @@ void Olliesrv::shutdown() {
 
 void Olliesrv::wait() {
   impl_->pool.join();
-  // The HTTP loops' sockets and timers belong to the pool's contexts: let go before they go.
+  // The HTTP loops' sockets and timers belong to the pool's contexts: let go of those a forced
+  // stop left before the contexts go.
   if (impl_->hub) impl_->hub->http.shutdown();
 }
 

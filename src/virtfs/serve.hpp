@@ -130,6 +130,8 @@ class Adapter : public p9::FileServer {
     return {};
   }
 
+  p9::Status dir_alive(p9::Fid& fid) override { return access_.gone(handle(fid)->ctx); }
+
   p9::Result<std::vector<p9::Dir>> readdir(p9::Fid& fid) override {
     auto h = handle(fid);
     if (auto st = access_.gone(h->ctx); !st) return st.error();
@@ -387,7 +389,8 @@ class Adapter : public p9::FileServer {
     if (h->node->stream && o.started) return p9::error("filter already set");
     if (o.reply) {  // a new request after a reply: the old reply is gone
       o.reply.reset();
-      o.request.clear();
+      // Bytes written while the handler ran are the new request's start (§1.7), not the old's.
+      if (!o.pending) o.request.clear();
     }
     if (!o.broken.empty()) return p9::error(o.broken);
     if (auto st = o.request.append(data); !st) {

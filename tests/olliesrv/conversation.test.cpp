@@ -453,6 +453,10 @@ TEST(Conversation, AKilledAgentAnswersItsOpenFidsAsTheSpecSays) {
   auto a = w.agent(s, "main");
   auto chat = w.open(a + "/chat");
   auto stats_fid = w.open(a + "/stats");
+  auto dir = w.open(a);  // a listing read in pieces: the first piece before the kill
+  auto first = dir.read(100);
+  ASSERT_TRUE(first) << first.ename();
+  ASSERT_FALSE(first->empty());
   auto r = w.rdwr(a + "/ctl", "kill");
   ASSERT_TRUE(r) << r.ename();
   EXPECT_EQ(*r, "killed\n");
@@ -463,6 +467,9 @@ TEST(Conversation, AKilledAgentAnswersItsOpenFidsAsTheSpecSays) {
   ASSERT_FALSE(again);
   EXPECT_EQ(again.ename(), "agent killed");
   EXPECT_EQ(stats_fid.wstat(p9::Dir::null()).ename(), "agent killed");  // a sync (null wstat) too
+  auto more = dir.read(100);  // the rest of the listing is not served from what was taken
+  ASSERT_FALSE(more);
+  EXPECT_EQ(more.ename(), "agent killed");
   EXPECT_FALSE(w.read(a + "/stats"));
 }
 

@@ -139,6 +139,19 @@ TEST_F(Reads, AReadInFlightContinuesWhereTheRunningReadEnds) {
   EXPECT_EQ(got[3].data, "to go (run 1)\n");
 }
 
+TEST_F(Reads, AWriteWhileTheHandlerRunsStartsTheNextRequest) {  // §1.7
+  open(1, "call", ORDWR);
+  ASSERT_EQ(c.write(1, 0, "A").type, Rwrite);
+  c.send(Raw::tread(1, 0, 100, 2));
+  EXPECT_FALSE(c.recv(200));  // running
+  ASSERT_EQ(c.write(1, 0, "B").type, Rwrite);
+  gate->release();
+  auto got = replies(1);
+  EXPECT_EQ(got[2].data, "reply to A (run 1)\n");
+  ASSERT_EQ(c.write(1, 0, "C").type, Rwrite);  // B was written after A's reply was asked for
+  EXPECT_EQ(c.read(1, 0).data, "reply to BC (run 2)\n");
+}
+
 TEST_F(Reads, FlushingTheRunningReadInterruptsTheOthers) {
   open(1, "call", ORDWR);
   c.write(1, 0, "go");
