@@ -106,7 +106,7 @@ std::optional<virtfs::Instance<Ctx>> peer_lookup(const Ctx& c, const std::string
   if (!p || !linked(*c.agent, p->id)) return std::nullopt;
   Ctx child = c;
   child.peer = p;
-  return virtfs::Instance<Ctx>{std::move(child), p};
+  return virtfs::Instance<Ctx>{std::move(child), p, p->id};
 }
 
 p9::Status write_peer(Ctx& c, std::string text) {

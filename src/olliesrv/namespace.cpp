@@ -50,7 +50,7 @@ std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::str
   if (!s) return std::nullopt;
   Ctx child = c;
   child.session = s;
-  return virtfs::Instance<Ctx>{std::move(child), s};
+  return virtfs::Instance<Ctx>{std::move(child), s, s->id};
 }
 
 namespace {
@@ -127,7 +127,7 @@ std::optional<virtfs::Instance<Ctx>> agent_lookup(const Ctx& c, const std::strin
   if (!a) return std::nullopt;
   Ctx child = c;
   child.agent = a;
-  return virtfs::Instance<Ctx>{std::move(child), a};
+  return virtfs::Instance<Ctx>{std::move(child), a, a->id};
 }
 
 // §8.13: stored as written (never rewritten by the workflow), then submitted to `conductor`.

@@ -56,10 +56,14 @@ template <class Ctx> using NameFn = std::function<std::string(const Ctx&)>;
 /// identity (spec §1.5): one object reached by its name and by its id is one instance with one
 /// qid, a rename keeps the qid, and a killed and recreated name is a new object with a new one.
 /// The adapter holds the object weakly, so its entry goes when the object dies. Never null.
+/// `id`, when the object has one that never changes (a session's or an agent's uuid), makes its
+/// qids the same in every run of the server (spec §1.5: derived from the immutable ids); without
+/// one they are numbered in the order of first walks.
 template <class Ctx>
 struct Instance {
   Ctx ctx;
   std::shared_ptr<const void> object;
+  std::string id;
 };
 template <class Ctx> using LookupFn = std::function<std::optional<Instance<Ctx>>(const Ctx&, const std::string&)>;
 

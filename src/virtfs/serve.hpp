@@ -94,7 +94,7 @@ class Adapter : public p9::FileServer {
     } else if (auto* t = h->node->template_child()) {
       auto inst = t->lookup(h->ctx, name);
       if (!inst) return p9::error(name + ": " + p9::err::file_not_found);
-      auto key = intern(t, h->key, inst->object);
+      auto key = intern(t, h->key, inst->object, inst->id);
       next = std::make_shared<Handle>(Handle{t, std::move(inst->ctx), key, name, h, h->who});
     } else {
       return p9::error(name + ": " + p9::err::file_not_found);
@@ -141,7 +141,7 @@ class Adapter : public p9::FileServer {
         for (auto& name : c.list(h->ctx)) {
           auto inst = c.lookup(h->ctx, name);
           if (!inst) continue;  // gone between List and Lookup
-          auto key = intern(&c, h->key, inst->object);
+          auto key = intern(&c, h->key, inst->object, inst->id);
           out.push_back(dir_of(Handle{&c, std::move(inst->ctx), key, name, h, h->who}));
         }
       } else {
@@ -546,19 +546,35 @@ class Adapter : public p9::FileServer {
     }
   };
 
-  // The number a template instance's qids carry, for as long as its object lives; a new object
-  // gets a new number (never reused). Entries of dead objects are swept when the table has
-  // doubled since the last sweep, so it holds at most about twice the live instances.
-  std::uint64_t intern(const Node<Ctx>* t, std::uint64_t parent_key, const std::shared_ptr<const void>& object) {
+  // The number a template instance's qids carry (40 bits), for as long as its object lives. An
+  // object with an immutable id gets a hash of it and of its parent's number (the top bit
+  // clear), the same in every run; one without, or whose hash a live object already has, the
+  // next number of a counter (the top bit set), never reused. Entries of dead objects are
+  // swept when the table has doubled since the last sweep, so it holds at most about twice the
+  // live instances.
+  std::uint64_t intern(const Node<Ctx>* t, std::uint64_t parent_key, const std::shared_ptr<const void>& object,
+                       const std::string& id) {
     assert(object && "Lookup must bind an object");
+    constexpr std::uint64_t counted = std::uint64_t{1} << 39;
     std::lock_guard lk(instances_mu_);
     InstanceKey k{t->index, parent_key, object};
     if (auto it = instances_.find(k); it != instances_.end()) return it->second;
     if (instances_.size() >= sweep_at_) {
       std::erase_if(instances_, [](const auto& e) { return e.first.object.expired(); });
+      std::erase_if(hashed_, [](const auto& e) { return e.second.expired(); });
       sweep_at_ = std::max(MIN_SWEEP, 2 * instances_.size());
     }
-    auto key = next_instance_++;
+    std::uint64_t key = 0;
+    if (!id.empty()) {
+      const auto h = std::hash<std::string>{}(std::to_string(t->index) + "/" + std::to_string(parent_key) + "/" + id) &
+                     (counted - 1);
+      auto& holder = hashed_[{t->index, h}];
+      if (holder.expired()) {
+        holder = object;
+        key = h;
+      }
+    }
+    if (!key) key = counted | (next_instance_++ & (counted - 1));
     instances_.emplace(std::move(k), key);
     return key;
   }
@@ -571,6 +587,7 @@ class Adapter : public p9::FileServer {
   std::mutex instances_mu_;
   std::map<InstanceKey, std::uint64_t, InstanceOrder> instances_;
   std::uint64_t next_instance_ = 1;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::weak_ptr<const void>> hashed_;  // (template, hash) → its object
   std::size_t sweep_at_ = MIN_SWEEP;
 };
 

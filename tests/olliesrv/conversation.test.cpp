@@ -447,6 +447,35 @@ TEST(Conversation, SessionAndAgentErrorsAreTheSpecsStrings) {
   EXPECT_NE(idx->find("work\t" + sid + "\t" + w.project + "\t-\t-\t-\t1\n"), std::string::npos) << *idx;
 }
 
+// §1.5: Qid.path is derived from the immutable ids and the file name, so a restart (which walks
+// the sessions in whatever order) gives every file the path it had.
+TEST(Conversation, QidPathsSurviveARestart) {
+  World w;
+  auto a = w.agent(w.session("work"), "main");
+  auto b = w.agent(w.session("play"), "main");
+  ASSERT_TRUE(w.rdwr("session/work/ctl", "save"));
+  ASSERT_TRUE(w.rdwr("session/play/ctl", "save"));
+  auto path = [&](const std::string& file) {
+    auto f = w.walk(file);
+    if (!f) return std::uint64_t{0};
+    auto d = f->stat();
+    return d ? d->qid.path : std::uint64_t{0};
+  };
+  const std::vector<std::string> files = {"session/work", "session/work/id", a, a + "/stats", b + "/stats"};
+  std::vector<std::uint64_t> before;
+  for (const auto& f : files) before.push_back(path(f));
+  EXPECT_NE(before[3], before[4]) << "two agents' stats are two files";
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  w.start();
+  EXPECT_NE(path(b + "/stats"), 0u);  // the other session walked first this time
+  for (std::size_t i = 0; i < files.size(); i++) EXPECT_EQ(path(files[i]), before[i]) << files[i];
+  // A new session of an old name is another object: other paths.
+  ASSERT_TRUE(w.rdwr("session/play/ctl", "kill"));
+  auto again = w.agent(w.session("play"), "main");
+  EXPECT_NE(path(again + "/stats"), before[4]);
+}
+
 TEST(Conversation, AKilledAgentAnswersItsOpenFidsAsTheSpecSays) {
   World w;
   auto s = w.session("work");
