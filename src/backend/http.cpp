@@ -179,11 +179,18 @@ struct HttpEngine::Loop {
     arm_watchdog();
   }
 
+  /// Takes a transfer out of the multi and of `active`.
+  std::unique_ptr<Transfer> take(std::unordered_map<TransferId, std::unique_ptr<Transfer>>::iterator it) {
+    std::unique_ptr<Transfer> t = std::move(it->second);
+    active.erase(it);
+    curl_multi_remove_handle(multi, t->easy);
+    return t;
+  }
+
   void remove(TransferId id) {
     auto it = active.find(id);
     if (it == active.end()) return;
-    curl_multi_remove_handle(multi, it->second->easy);
-    active.erase(it);
+    take(it);
     arm_watchdog();
   }
 
@@ -205,9 +212,7 @@ struct HttpEngine::Loop {
       const CURLcode rc = m->data.result;
       auto it = active.find(raw->id);
       if (it == active.end()) continue;
-      std::unique_ptr<Transfer> t = std::move(it->second);
-      active.erase(it);
-      curl_multi_remove_handle(multi, t->easy);
+      std::unique_ptr<Transfer> t = take(it);
       TransferEnd end;
       if (!t->handler_error.empty()) {
         end.kind = TransferEnd::Kind::handler;
@@ -245,10 +250,7 @@ struct HttpEngine::Loop {
     for (auto& [id, end] : expired) {
       auto it = active.find(id);
       if (it == active.end()) continue;  // a handler before it cancelled it
-      std::unique_ptr<Transfer> t = std::move(it->second);
-      active.erase(it);
-      curl_multi_remove_handle(multi, t->easy);
-      finish(*t, std::move(end));
+      finish(*take(it), std::move(end));
     }
     arm_watchdog();
   }
@@ -372,7 +374,7 @@ struct HttpEngine::Loop {
   std::unordered_map<curl_socket_t, std::shared_ptr<Watch>> sockets;
   std::mutex mu;
   std::unordered_set<TransferId> starting;  // started, not yet added (a cancel takes it out)
-  bool stopped = false;                     // under mu for the writers of other threads
+  std::atomic<bool> stopped = false;        // set under mu (with `starting`), read anywhere
   std::atomic<bool> closed = false;         // its sockets and timers let go
 };
 
@@ -393,6 +395,12 @@ HttpEngine::HttpEngine(const std::vector<asio::io_context*>& contexts) {
 }
 
 HttpEngine::~HttpEngine() { shutdown(); }
+
+HttpEngine::Loop* HttpEngine::here() const {
+  for (auto& l : loops_)
+    if (l->on_thread()) return l.get();
+  return nullptr;
+}
 
 void HttpEngine::shutdown() {
   if (own_thread_) {
@@ -450,9 +458,7 @@ TransferId HttpEngine::start(HttpRequest req, TransferHandler handler) {
   curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
   // The loop of this thread, so the handlers run where the caller does; else the next one.
-  Loop* l = nullptr;
-  for (auto& c : loops_)
-    if (c->on_thread()) l = c.get();
+  Loop* l = here();
   if (!l) l = loops_[next_loop_++ % loops_.size()].get();
   const TransferId id = t->id = (next_id_++ << 8) | l->index;
   {
@@ -489,14 +495,13 @@ void HttpEngine::cancel(TransferId id) {
   });
   // Another loop's thread does not wait: two loops cancelling each other's transfers would wait
   // for ever (a stream stops delivering at its own cancel anyway, StreamControl::cancel).
-  for (auto& o : loops_)
-    if (o->on_thread()) return;
+  if (here()) return;
   while (done.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready)
     if (l->closed) return;  // shut down meanwhile: the removal will never run
 }
 HttpResponse HttpEngine::fetch(HttpRequest req) {
-  for (auto& l : loops_)  // the transfer would be queued behind the wait itself
-    if (l->on_thread()) return {{}, {}, {TransferEnd::Kind::network, "http: fetch on an HTTP loop's thread"}};
+  if (here())  // the transfer would be queued behind the wait itself
+    return {{}, {}, {TransferEnd::Kind::network, "http: fetch on an HTTP loop's thread"}};
   auto out = std::make_shared<HttpResponse>();
   auto done = std::make_shared<std::promise<void>>();
   auto fut = done->get_future();

@@ -112,6 +112,9 @@ class HttpEngine {
   struct Loop;
 
  private:
+  /// The loop the calling thread runs, nullptr when it runs none.
+  Loop* here() const;
+
   std::unique_ptr<asio::io_context> own_io_;  // HttpEngine(): the context of its own thread
   std::vector<std::unique_ptr<Loop>> loops_;
   std::unique_ptr<std::thread> own_thread_;

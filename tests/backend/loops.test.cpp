@@ -12,6 +12,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "harness.hpp"
@@ -75,17 +76,42 @@ struct ThreadNotes {
   }
 };
 
-TEST(HttpLoops, EventsArriveOnTheThreadThatStartedTheStream) {
+/// The fake provider, two loop threads and an engine on them; the threads end before the engine
+/// shuts down, as in olliesrv, however the test ends.
+struct HttpLoops : ::testing::Test {
   fakeprovider::Server fake;
   Threads t;
-  {
-    HttpEngine engine(t.contexts());
+  HttpEngine engine{t.contexts()};
+
+  void TearDown() override {
+    t.stop();
+    engine.shutdown();
+  }
+  std::unique_ptr<Backend> backend() {
     auto b = make_backend(test::fake_settings("openai", fake.url()), engine);
-    ASSERT_TRUE(b.ok());
+    if (!b.ok()) throw std::runtime_error(b.error().message);
+    return std::move(*b);
+  }
+  /// A stream of 400 one-byte chunks, `delay` apart, started on context i's thread.
+  Result<Stream> slow_stream(Backend& b, int i, Collector& col, std::chrono::milliseconds delay) {
+    fake.push({{"text", std::string(400, 'x')}, {"chunk", 1}, {"delay_ms", delay.count()}});
+    return t.on(i, [&] { return b.stream(test::simple_request(), col.sink()); });
+  }
+  HttpRequest models() const {
+    HttpRequest req;
+    req.method = "GET";
+    req.url = fake.url() + "/v1/models";
+    return req;
+  }
+};
+
+TEST_F(HttpLoops, EventsArriveOnTheThreadThatStartedTheStream) {
+  {
+    auto b = backend();
     for (int i : {1, 0}) {
       fake.push({{"text", std::string(64, 'a' + i)}, {"chunk", 8}});
       ThreadNotes notes;
-      auto s = t.on(i, [&] { return (*b)->stream(test::simple_request(), notes.sink()); });
+      auto s = t.on(i, [&] { return b->stream(test::simple_request(), notes.sink()); });
       ASSERT_TRUE(s.ok());
       const auto got = notes.col.wait();
       ASSERT_TRUE(got.end && !got.is_error()) << (got.end ? got.error().message : "no end");
@@ -96,27 +122,20 @@ TEST(HttpLoops, EventsArriveOnTheThreadThatStartedTheStream) {
     // From a thread that runs no loop: one of the loops, never the caller's thread.
     fake.push({{"text", "from outside"}});
     ThreadNotes notes;
-    auto s = (*b)->stream(test::simple_request(), notes.sink());
+    auto s = b->stream(test::simple_request(), notes.sink());
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(notes.col.wait().text, "from outside");
     const auto seen = notes.threads();
     ASSERT_EQ(seen.size(), 1u);
     EXPECT_TRUE(*seen.begin() == t.id[0] || *seen.begin() == t.id[1]);
     s->cancel();
-    t.stop();
-    engine.shutdown();
   }
 }
 
-TEST(HttpLoops, CancelOnTheStreamsThreadStopsItsEventsAtOnce) {
-  fakeprovider::Server fake;
-  Threads t;
-  HttpEngine engine(t.contexts());
-  auto b = make_backend(test::fake_settings("openai", fake.url()), engine);
-  ASSERT_TRUE(b.ok());
-  fake.push({{"text", std::string(400, 'x')}, {"chunk", 1}, {"delay_ms", 20}});
+TEST_F(HttpLoops, CancelOnTheStreamsThreadStopsItsEventsAtOnce) {
+  auto b = backend();
   Collector col;
-  auto s = t.on(1, [&] { return (*b)->stream(test::simple_request(), col.sink()); });
+  auto s = slow_stream(*b, 1, col, 20ms);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(col.wait_events(3, 5s));
   // The cancel and the count it leaves, in one handler of the loop: nothing can come in between.
@@ -135,17 +154,10 @@ TEST(HttpLoops, CancelOnTheStreamsThreadStopsItsEventsAtOnce) {
   std::this_thread::sleep_for(100ms);  // five more chunks would have come
   EXPECT_EQ(col.snapshot().events.size(), n) << "no event after the cancel";
   EXPECT_FALSE(col.snapshot().end.has_value());
-  t.stop();
-  engine.shutdown();
 }
 
-TEST(HttpLoops, FetchOnALoopsThreadAnswersInsteadOfWaitingForItself) {
-  fakeprovider::Server fake;
-  Threads t;
-  HttpEngine engine(t.contexts());
-  HttpRequest req;
-  req.method = "GET";
-  req.url = fake.url() + "/v1/models";
+TEST_F(HttpLoops, FetchOnALoopsThreadAnswersInsteadOfWaitingForItself) {
+  const auto req = models();
   const auto r = t.on(0, [&] { return engine.fetch(req); });
   EXPECT_EQ(r.end.kind, TransferEnd::Kind::network);
   EXPECT_NE(r.end.message.find("loop's thread"), std::string::npos) << r.end.message;
@@ -153,29 +165,19 @@ TEST(HttpLoops, FetchOnALoopsThreadAnswersInsteadOfWaitingForItself) {
   const auto ok = engine.fetch(req);
   EXPECT_EQ(ok.end.kind, TransferEnd::Kind::complete) << ok.end.message;
   EXPECT_EQ(ok.head.status, 200);
-  t.stop();
-  engine.shutdown();
 }
 
-TEST(HttpLoops, ShutdownAfterTheThreadsEndedDropsEveryTransferWithoutWaiting) {
-  fakeprovider::Server fake;
-  Threads t;
-  HttpEngine engine(t.contexts());
-  auto b = make_backend(test::fake_settings("openai", fake.url()), engine);
-  ASSERT_TRUE(b.ok());
-  fake.push({{"text", std::string(400, 'x')}, {"chunk", 1}, {"delay_ms", 50}});
+TEST_F(HttpLoops, ShutdownAfterTheThreadsEndedDropsEveryTransferWithoutWaiting) {
+  auto b = backend();
   Collector col;
-  auto s = t.on(0, [&] { return (*b)->stream(test::simple_request(), col.sink()); });
+  auto s = slow_stream(*b, 0, col, 50ms);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE(col.wait_events(1, 5s));
   t.stop();  // mid-stream, as olliesrv's pool at its end
   const auto t0 = std::chrono::steady_clock::now();
   engine.shutdown();
   s->cancel();  // a stream let go after the shutdown: nothing to wait for
-  HttpRequest req;
-  req.method = "GET";
-  req.url = fake.url() + "/v1/models";
-  const auto r = engine.fetch(req);  // never runs: answers empty at once
+  const auto r = engine.fetch(models());  // never runs: answers empty at once
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_EQ(r.head.status, 0);
   EXPECT_FALSE(col.snapshot().end.has_value()) << "no callback after the shutdown";
