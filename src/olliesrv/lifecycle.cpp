@@ -336,7 +336,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     slot = std::move(*got);
   }
 
-  auto a = std::make_shared<Agent>(hub, s, id, hub.next_executor());
+  auto a = std::make_shared<Agent>(hub, s, id, s->ex);
   a->subagent = sub;
   a->parent = parent ? parent->id : caller ? caller->id : std::string();
   a->depth = depth;
@@ -441,7 +441,7 @@ std::size_t restore(Hub& hub) {
     for (const auto& [k, v] : r.env) s->host->set_env(k, v);
     std::vector<std::shared_ptr<Agent>> agents;
     for (auto& ar : r.agents) {
-      auto a = std::make_shared<Agent>(hub, s, ar.id, hub.next_executor());
+      auto a = std::make_shared<Agent>(hub, s, ar.id, s->ex);
       const std::string pname = ar.profile.empty() ? "default" : ar.profile;
       auto known = profiles.find(pname);
       if (known == profiles.end()) known = profiles.emplace(pname, load_profile(hub.config_root, pname)).first;

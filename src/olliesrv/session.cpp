@@ -1,6 +1,7 @@
 #include "session.hpp"
 
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,8 +10,13 @@
 
 namespace ollie {
 
+/// Owned by its wait's handler alone, so a session never holds a timer of an I/O thread.
+struct Session::SaveTimer {
+  asio::steady_timer t;
+};
+
 Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
-    : hub(h), id(std::move(sid)), cwd(std::move(dir)), remote(std::move(where)) {
+    : hub(h), id(std::move(sid)), cwd(std::move(dir)), ex(h.next_executor()), remote(std::move(where)) {
   ToolHost::Config c{id, cwd, hub.toolsrv, hub.config_root, remote, {}, {}};
   c.secret_vars = [&hub = hub] {
     std::vector<std::string> out;
@@ -22,7 +28,7 @@ Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
     c.listen_forward = [&hub = hub, sid = id](const std::string& path) {
       return hub.listen_forward ? hub.listen_forward(sid, path) : p9::Status(p9::error("no forwarded socket here"));
     };
-  host = ToolHost::make(hub.next_executor(), std::move(c));
+  host = ToolHost::make(ex, std::move(c));
 }
 
 std::shared_ptr<Agent> Session::find(const std::string& key) const {
@@ -128,19 +134,33 @@ p9::Status Session::save() const {
   return st;
 }
 
-void Session::save_soon() {
+void Session::save_soon(bool spaced) {
+  std::lock_guard lock(mu);
+  if (killed) return;
+  if (save_pending_) {
+    if (auto w = save_wait_.lock(); w && !spaced) w->t.cancel();  // its handler writes now
+    return;
+  }
+  save_pending_ = true;
+  const auto due = last_write_ + save_spacing;
+  if (spaced && due > std::chrono::steady_clock::now()) {
+    auto w = std::make_shared<SaveTimer>(SaveTimer{asio::steady_timer(ex, due)});
+    save_wait_ = w;
+    w->t.async_wait([self = shared_from_this(), w](std::error_code) {
+      asio::post(self->hub.blocking, [self] { self->write_pending(); });
+    });
+    return;
+  }
+  asio::post(hub.blocking, [self = shared_from_this()] { self->write_pending(); });
+}
+
+void Session::write_pending() {
   {
     std::lock_guard lock(mu);
-    if (save_pending_ || killed) return;
-    save_pending_ = true;
+    save_pending_ = false;
+    last_write_ = std::chrono::steady_clock::now();
   }
-  asio::post(hub.blocking, [self = shared_from_this()] {
-    {
-      std::lock_guard lock(self->mu);
-      self->save_pending_ = false;
-    }
-    (void)self->save();
-  });
+  (void)save();
 }
 
 void Session::kill() {

@@ -2,6 +2,7 @@
 /// A session (spec §2.5, §4.1): a directory of agents sharing a cwd, an environment and one
 /// toolsrv (its ToolHost).
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <memory>
@@ -16,6 +17,11 @@ namespace ollie {
 
 struct Hub;
 
+/// The least time between two writes of session.json after tool rounds (§7.7): a real model's
+/// round takes longer, so every round is written; a kill -9 loses at most this much of history
+/// (blocks.jsonl has every finalized block regardless).
+inline constexpr std::chrono::milliseconds save_spacing{20};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   /// `remote`: the ssh destination of a remote session (§6.11), "" for a local one.
@@ -24,6 +30,9 @@ class Session : public std::enable_shared_from_this<Session> {
   Hub& hub;
   const std::string id;
   std::string cwd;  ///< set before the session joins the hub (new_session), never after
+  /// The I/O thread of the session's toolsrv client and of its agents, so a tool call never
+  /// changes threads (sessions are spread over the threads round robin).
+  const asio::any_io_executor ex;
   std::shared_ptr<ToolHost> host;
 
   // ---- under mu ----
@@ -61,15 +70,22 @@ class Session : public std::enable_shared_from_this<Session> {
   p9::Status save() const;
   /// Writes session.json soon, on the hub's blocking pool (the persistence moments of §7.7 happen
   /// on I/O threads, which never block): requests made while one is pending join it, and each
-  /// write takes the state of its own moment, so the last change is always saved.
-  void save_soon();
+  /// write takes the state of its own moment, so the last change is always saved. `spaced`: the
+  /// moment after a tool round, whose write starts no sooner than save_spacing after the last
+  /// write began, so a turn of rounds faster than that writes once per spacing, not per round;
+  /// any other moment meanwhile writes at once.
+  void save_soon(bool spaced = false);
   /// Kills every agent and the toolsrv, deletes the persisted data (§3.2).
   void kill();
 
  private:
   std::map<std::string, std::shared_ptr<Agent>> agents_;  // by id
   std::set<std::string> hidden_;                           // ids added but not shown yet
+  void write_pending();
+  struct SaveTimer;
   bool save_pending_ = false;                              // under mu
+  std::chrono::steady_clock::time_point last_write_;       // under mu: when the last write began
+  std::weak_ptr<SaveTimer> save_wait_;                     // under mu: a deferred write's wait
   mutable std::mutex save_mu_;  // one write at a time; kill waits for it, so no save revives the directory
 };
 

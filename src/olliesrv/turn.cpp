@@ -296,7 +296,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
         break;
       }
       after_round(all_failed);
-      s_->save_soon();
+      s_->save_soon(true);
       a.set_state("thinking");
     }
   } catch (const TurnFailed& f) {

@@ -113,13 +113,13 @@ std::optional<json> read_top_level(std::string_view t) {
     while (i < t.size() && (t[i] == ' ' || t[i] == '\n' || t[i] == '\r' || t[i] == '\t')) i++;
   };
   const auto string = [&] {  // at its opening quote; false when it does not end
-    for (i++; i < t.size(); i++) {
-      if (t[i] == '\\') {
-        i++;
-      } else if (t[i] == '"') {
-        i++;
-        return true;
-      }
+    for (i++; i < t.size();) {  // the next quote not escaped by an odd run of backslashes
+      const auto* q = static_cast<const char*>(std::memchr(t.data() + i, '"', t.size() - i));
+      if (!q) return false;
+      std::size_t at = static_cast<std::size_t>(q - t.data()), run = 0;
+      while (at - run > i && t[at - run - 1] == '\\') run++;
+      i = at + 1;
+      if (run % 2 == 0) return true;
     }
     return false;
   };
@@ -439,30 +439,38 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
     // A response cut off without its last chunk ends its connection: that is how the client learns it.
     const bool unfinished = reply.hang || (reply.drop_after >= 0 && !reply.truncate);
     keep = keep && !unfinished;
-    bool alive = send_all(fd, head(200, reply.headers, true, 0, unfinished));
+    // What is ready goes out in one send: an instant answer is one write, as from a provider whose
+    // whole answer is ready; a delay sends what came before it first.
+    std::string out = head(200, reply.headers, true, 0, unfinished);
+    const auto flush = [&] { return send_all(fd, std::exchange(out, std::string())); };
+    bool alive = true;
     if (reply.hang) {
+      alive = flush();
       while (alive && !stopping_) alive = wait_peer(fd, 50, stopping_);
       if (!stopping_) record_closed(index);
     } else {
       int n = 0;
       for (const auto& frame : reply.frames) {
         if (reply.drop_after >= 0 && n == reply.drop_after) break;
-        if (reply.delay_ms > 0 && !wait_peer(fd, reply.delay_ms, stopping_)) {
+        if (reply.delay_ms > 0 && !(flush() && wait_peer(fd, reply.delay_ms, stopping_))) {
           alive = false;
           break;
         }
-        std::string out = frame;
+        std::string f = frame;
         if (reply.stamp)
-          for (auto p = out.find("@@STAMP@@"); p != std::string::npos; p = out.find("@@STAMP@@"))
-            out.replace(p, 9, std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-        if (!(alive = send_all(fd, chunk(out)))) break;
+          for (auto p = f.find("@@STAMP@@"); p != std::string::npos; p = f.find("@@STAMP@@"))
+            f.replace(p, 9, std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+        out += chunk(f);
         ++n;
       }
+      const bool last_chunk = reply.drop_after < 0 || reply.truncate;
+      if (alive && reply.endless.empty() && last_chunk) out += "0\r\n\r\n";
+      alive = alive && flush();
       for (std::size_t sent = 0; alive && !stopping_ && !reply.endless.empty() && sent < reply.endless_bytes;
            sent += reply.endless.size())
         alive = send_all(fd, chunk(reply.endless));
       if (!alive && !stopping_) record_closed(index);
-      if (alive && (reply.drop_after < 0 || reply.truncate)) alive = send_all(fd, "0\r\n\r\n");
+      if (alive && !reply.endless.empty() && last_chunk) alive = send_all(fd, "0\r\n\r\n");
       keep = keep && alive;
     }
   }

@@ -2,6 +2,10 @@
 // the shipped tools under Landlock, the fake provider over real HTTP, read through chat,
 // chat.raw, log, log.raw and block.
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include <nlohmann/json.hpp>
 
@@ -573,6 +577,50 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
   auto body = request_body(w, 2);
   EXPECT_NE(body.dump().find("remember me"), std::string::npos);
+}
+
+// §7.7: session.json is written after every tool round, but a round's write starts no sooner
+// than save_spacing (20 ms) after the last one began; the turn's end writes at once. Counted with
+// inotify: the temporary files created during a turn of 60 instant rounds (each has its own
+// name; the renames onto session.json would be merged into one event while unread).
+TEST(Conversation, InstantToolRoundsShareSessionWritesAndTheTurnEndWritesAll) {
+  World w;
+  write_file(w.project + "/notes.txt", "alpha\nbeta\n");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));  // the directory exists
+  const int rounds = 60;
+  for (int i = 0; i < rounds; i++)
+    w.fake.push({{"tool_calls", json::array({{{"id", "c" + std::to_string(i)},
+                                              {"name", "file_read"},
+                                              {"arguments", {{"path", "notes.txt"}, {"limit", i + 1}}}}})}});
+  w.fake.push({{"text", "all done"}});
+  const int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  ASSERT_GE(in, 0);
+  ASSERT_GE(::inotify_add_watch(in, dir.c_str(), IN_CREATE), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The turn's end wrote every round, without a `ctl save`.
+  ASSERT_TRUE(eventually([&] {
+    auto j = json::parse(read_file(dir + "/session.json"), nullptr, false);
+    if (j.is_discarded() || j["agents"][0]["messages"].empty()) return false;
+    const auto& m = j["agents"][0]["messages"];
+    int results = 0;
+    for (const auto& x : m) results += x["role"] == "tool";
+    return results == rounds && m.back()["content"] == "all done";
+  }));
+  int writes = 0;
+  alignas(inotify_event) char buf[4096];
+  for (ssize_t n; (n = ::read(in, buf, sizeof buf)) > 0;)
+    for (char* p = buf; p < buf + n; p += sizeof(inotify_event) + reinterpret_cast<inotify_event*>(p)->len)
+      writes += std::string_view(reinterpret_cast<inotify_event*>(p)->name).starts_with(".session.json.tmp.");
+  ::close(in);
+  EXPECT_GE(writes, 1);
+  // One write per 20 ms of turn, plus the moments that write at once (the turn's start and end).
+  EXPECT_LE(writes, static_cast<int>(ms / 20) + 4) << "a turn of " << ms << " ms";
 }
 
 // §7.7, §6.1: a restored session whose toolsrv cannot start is still restored, and a call its
