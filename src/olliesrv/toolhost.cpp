@@ -999,6 +999,11 @@ asio::awaitable<p9::Result<std::vector<ToolInfo>>> ToolHost::tools(std::string a
   co_return t;
 }
 
+std::uint64_t ToolHost::wishes() const {
+  std::lock_guard lk(s_->mu);
+  return s_->version;
+}
+
 asio::awaitable<p9::Result<std::vector<ToolInfo>>> ToolHost::catalog() {
   auto s = s_;
   auto r = co_await s->need_rdwr("tools", "*");

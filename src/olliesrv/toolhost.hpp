@@ -105,6 +105,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   asio::awaitable<void> forget(std::string agent);
   /// The agent's loaded tools (`tools <agent>`), sorted by name.
   asio::awaitable<p9::Result<std::vector<ToolInfo>>> tools(std::string agent);
+  /// The version of what the session wants of toolsrv (loaded tools, env, cwds): a `tools`
+  /// reply read under one version is the list under it.
+  std::uint64_t wishes() const;
   /// The catalog (`tools *`), invalid tools included.
   asio::awaitable<p9::Result<std::vector<ToolInfo>>> catalog();
   /// `info` (agent "" = session scope): key → value.

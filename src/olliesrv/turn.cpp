@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "agent.hpp"
+#include "lib9p/handoff.hpp"
 #include "backend/cost.hpp"
 #include "backend/wire.hpp"
 #include "bypass_policy.hpp"
@@ -122,6 +123,15 @@ bool same_tools(const std::vector<ToolInfo>& a, const std::vector<ToolInfo>& b) 
   return true;
 }
 
+/// True when running `calls` changes nothing the tool list depends on (§8.3.1's read scope
+/// changes no file; the result cache of §8.3.3 counts on it too): every call that runs is a
+/// foreground read-scope call, not a bypass.
+bool changes_nothing(const std::vector<Call>& calls) {
+  return std::all_of(calls.begin(), calls.end(), [](const Call& c) {
+    return c.preset || c.unknown || (c.scope == "read" && !c.background && !c.bypass);
+  });
+}
+
 }  // namespace
 
 /// The state of one running turn.
@@ -140,6 +150,10 @@ class Turn {
 
  private:
   asio::awaitable<std::vector<ToolInfo>> tool_list();
+  /// Asks for the next request's tool list while the round's last batch runs, its calls sent
+  /// first (toolsrv takes a connection's requests in order). tool_list() takes the answer unless
+  /// the session's toolsrv wishes (loads, unloads) changed meanwhile.
+  void prefetch_tools();
   asio::awaitable<void> render_prompt(const std::vector<ToolInfo>& tools);
   backend::ChatRequest build(const std::vector<ToolInfo>& tools);
   /// The request's messages from the history, and the context estimate (§8.5.1).
@@ -192,6 +206,12 @@ class Turn {
   std::uint64_t cache_epoch_ = 0;          ///< the agent's results_epoch cache_ belongs to
   int rounds_ = 0, streak_ = 0;            ///< tool rounds of the turn; failed rounds in a row
   std::vector<std::string> loaded_;        ///< the names of the tools of this request
+  struct Prefetch {
+    std::shared_ptr<p9::Handoff<p9::Result<std::vector<ToolInfo>>>> list;
+    std::uint64_t wishes = 0;  ///< the ToolHost's wishes() when it was asked
+  };
+  std::optional<Prefetch> prefetch_;  ///< the next request's tool list, asked during a round
+  bool prefetch_due_ = false;         ///< this round's calls can change nothing the list depends on
 };
 
 asio::awaitable<void> Agent::run(Submission sub) {
@@ -289,6 +309,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
         }
         calls.push_back(std::move(c));
       }
+      prefetch_due_ = changes_nothing(calls);
       const bool all_failed = co_await dispatch(std::move(calls), tools);
       if (r.stop == backend::StopReason::filtered) {
         s_->save_soon();
@@ -352,9 +373,28 @@ void Turn::interrupted() {
   a.transcript.append(make_block("info", "interrupted"));
 }
 
+void Turn::prefetch_tools() {
+  auto list = std::make_shared<p9::Handoff<p9::Result<std::vector<ToolInfo>>>>();
+  prefetch_ = Prefetch{list, s_->host->wishes()};
+  auto read = [](std::shared_ptr<ToolHost> host, std::string agent, decltype(list) into) -> asio::awaitable<void> {
+    try {
+      into->set(co_await host->tools(std::move(agent)));
+    } catch (const std::exception& e) {
+      into->set(p9::error(e.what()));
+    }
+  };
+  asio::co_spawn(a_->ex, read(s_->host, a_->id, std::move(list)), asio::detached);
+}
+
 asio::awaitable<std::vector<ToolInfo>> Turn::tool_list() {
   Agent& a = *a_;
-  auto r = co_await s_->host->tools(a.id);
+  std::optional<p9::Result<std::vector<ToolInfo>>> got;
+  if (auto p = std::exchange(prefetch_, std::nullopt)) {
+    auto listed = co_await p->list->get();
+    if (listed && s_->host->wishes() == p->wishes) got = std::move(listed);
+  }
+  if (!got) got = co_await s_->host->tools(a.id);
+  auto& r = *got;
   std::lock_guard lock(a.mu);
   tools_failed_.reset();
   if (!r) {
@@ -865,6 +905,7 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch, bool last) {
           join->signal->notify();
         }));
   }
+  if (last && std::exchange(prefetch_due_, false)) prefetch_tools();
   std::size_t delivered = 0;
   try {
     for (;;) {

@@ -3,6 +3,7 @@
 // its staleness (§8.3.3), the error streak (§8.6) and the plan re-injection (§8.7).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -168,6 +169,36 @@ TEST(ResultCache, ASessionInvalidateMidTurnEmptiesIt) {
 
 // §8.9: `stop` keeps the results already in, even one that came in behind a call still running
 // in the same batch; only the cancelled call leaves the history.
+// §8.1.3 step 1: the tool list of the next request is read after a round that may change it.
+// (During a round of read-scope calls it is read while they run, and read again if a load or
+// unload came meanwhile: Conversation.ToolLoadCallsBackIntoOlliesrvAsTheAgentItself.) Here a
+// `.meta` changes while a write-scope call runs, and the next request carries the new text.
+TEST(ToolList, AMetaChangedDuringAWriteScopeCallReachesTheNextRequest) {
+  ProbeWorld p;
+  json gate = {{"description", "Test gate: waits for .go in the cwd."},
+               {"args", {{"type", "object"}, {"properties", {{"path", {{"type", "string"}}}}}}},
+               {"scope", "write"},
+               {"cmd", "touch .gate-started; while [ ! -e .go ]; do sleep 0.01; done; echo through"}};
+  write_file(p.w.root + "/tools/gate.meta", gate.dump());
+  ASSERT_TRUE(p.w.rdwr(p.a + "/ctl", "tool_load gate"));
+  p.w.fake.push(round(json::array({call("g1", "gate", {{"path", "x.txt"}})})));
+  p.w.fake.push({{"text", "done"}});
+  const auto before = chat_requests(p.w);
+  ASSERT_TRUE(p.w.write(p.a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return ::access((p.w.project + "/.gate-started").c_str(), F_OK) == 0; }));
+  json probe = json::parse(read_file(p.w.root + "/tools/probe.meta"));
+  probe["description"] = "Test probe, described again while the gate ran.";
+  write_file(p.w.root + "/tools/probe.meta", probe.dump());
+  write_file(p.w.project + "/.go", "");
+  ASSERT_TRUE(eventually([&] { return chat_requests(p.w) == before + 2; }));
+  ASSERT_TRUE(p.w.wait_state(p.a, "idle"));
+  const json second = request_body(p.w, before + 1);
+  std::string described;
+  for (const auto& t : second["tools"])
+    if (t["function"]["name"] == "probe") described = t["function"]["description"];
+  EXPECT_EQ(described, "Test probe, described again while the gate ran.");
+}
+
 TEST(Stop, KeepsAResultThatCameInBehindARunningCall) {
   ProbeWorld p;
   write_file(p.w.project + "/a.txt", "alpha\n");
