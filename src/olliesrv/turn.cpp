@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "agent.hpp"
 #include "lib9p/handoff.hpp"
@@ -123,6 +124,9 @@ bool same_tools(const std::vector<ToolInfo>& a, const std::vector<ToolInfo>& b) 
   return true;
 }
 
+/// How old a tool list read during a round may be when the next request takes it.
+constexpr std::chrono::milliseconds prefetch_fresh{50};
+
 /// True when running `calls` changes nothing the tool list depends on (§8.3.1's read scope
 /// changes no file; the result cache of §8.3.3 counts on it too): every call that runs is a
 /// foreground read-scope call, not a bypass.
@@ -152,7 +156,8 @@ class Turn {
   asio::awaitable<std::vector<ToolInfo>> tool_list();
   /// Asks for the next request's tool list while the round's last batch runs, its calls sent
   /// first (toolsrv takes a connection's requests in order). tool_list() takes the answer unless
-  /// the session's toolsrv wishes (loads, unloads) changed meanwhile.
+  /// the session's toolsrv wishes (loads, unloads) changed meanwhile, or it is older than
+  /// prefetch_fresh (a `.meta` edited by hand during a long call is seen at the next request).
   void prefetch_tools();
   asio::awaitable<void> render_prompt(const std::vector<ToolInfo>& tools);
   backend::ChatRequest build(const std::vector<ToolInfo>& tools);
@@ -209,6 +214,7 @@ class Turn {
   struct Prefetch {
     std::shared_ptr<p9::Handoff<p9::Result<std::vector<ToolInfo>>>> list;
     std::uint64_t wishes = 0;  ///< the ToolHost's wishes() when it was asked
+    std::chrono::steady_clock::time_point asked;
   };
   std::optional<Prefetch> prefetch_;  ///< the next request's tool list, asked during a round
   bool prefetch_due_ = false;         ///< this round's calls can change nothing the list depends on
@@ -375,7 +381,7 @@ void Turn::interrupted() {
 
 void Turn::prefetch_tools() {
   auto list = std::make_shared<p9::Handoff<p9::Result<std::vector<ToolInfo>>>>();
-  prefetch_ = Prefetch{list, s_->host->wishes()};
+  prefetch_ = Prefetch{list, s_->host->wishes(), std::chrono::steady_clock::now()};
   auto read = [](std::shared_ptr<ToolHost> host, std::string agent, decltype(list) into) -> asio::awaitable<void> {
     try {
       into->set(co_await host->tools(std::move(agent)));
@@ -391,7 +397,8 @@ asio::awaitable<std::vector<ToolInfo>> Turn::tool_list() {
   std::optional<p9::Result<std::vector<ToolInfo>>> got;
   if (auto p = std::exchange(prefetch_, std::nullopt)) {
     auto listed = co_await p->list->get();
-    if (listed && s_->host->wishes() == p->wishes) got = std::move(listed);
+    if (listed && s_->host->wishes() == p->wishes && std::chrono::steady_clock::now() - p->asked < prefetch_fresh)
+      got = std::move(listed);
   }
   if (!got) got = co_await s_->host->tools(a.id);
   auto& r = *got;

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "olliesrv/world.hpp"
@@ -169,15 +172,15 @@ TEST(ResultCache, ASessionInvalidateMidTurnEmptiesIt) {
 
 // §8.9: `stop` keeps the results already in, even one that came in behind a call still running
 // in the same batch; only the cancelled call leaves the history.
-// §8.1.3 step 1: the tool list of the next request is read after a round that may change it.
-// (During a round of read-scope calls it is read while they run, and read again if a load or
-// unload came meanwhile: Conversation.ToolLoadCallsBackIntoOlliesrvAsTheAgentItself.) Here a
-// `.meta` changes while a write-scope call runs, and the next request carries the new text.
-TEST(ToolList, AMetaChangedDuringAWriteScopeCallReachesTheNextRequest) {
+// §8.1.3 step 1: a `.meta` changed while a call runs reaches the next request. After a round of
+// write scope the list is read when the round is over; after one of read scope it was asked while
+// the calls ran, and is asked again when the round took 50 ms or more, or when a tool was loaded
+// meanwhile (Conversation.ToolLoadCallsBackIntoOlliesrvAsTheAgentItself).
+void meta_changed_during_a_call(const std::string& scope) {
   ProbeWorld p;
   json gate = {{"description", "Test gate: waits for .go in the cwd."},
                {"args", {{"type", "object"}, {"properties", {{"path", {{"type", "string"}}}}}}},
-               {"scope", "write"},
+               {"scope", scope},
                {"cmd", "touch .gate-started; while [ ! -e .go ]; do sleep 0.01; done; echo through"}};
   write_file(p.w.root + "/tools/gate.meta", gate.dump());
   ASSERT_TRUE(p.w.rdwr(p.a + "/ctl", "tool_load gate"));
@@ -189,6 +192,7 @@ TEST(ToolList, AMetaChangedDuringAWriteScopeCallReachesTheNextRequest) {
   json probe = json::parse(read_file(p.w.root + "/tools/probe.meta"));
   probe["description"] = "Test probe, described again while the gate ran.";
   write_file(p.w.root + "/tools/probe.meta", probe.dump());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // the call outlives a list read as it began
   write_file(p.w.project + "/.go", "");
   ASSERT_TRUE(eventually([&] { return chat_requests(p.w) == before + 2; }));
   ASSERT_TRUE(p.w.wait_state(p.a, "idle"));
@@ -196,8 +200,11 @@ TEST(ToolList, AMetaChangedDuringAWriteScopeCallReachesTheNextRequest) {
   std::string described;
   for (const auto& t : second["tools"])
     if (t["function"]["name"] == "probe") described = t["function"]["description"];
-  EXPECT_EQ(described, "Test probe, described again while the gate ran.");
+  EXPECT_EQ(described, "Test probe, described again while the gate ran.") << scope;
 }
+
+TEST(ToolList, AMetaChangedDuringAWriteScopeCallReachesTheNextRequest) { meta_changed_during_a_call("write"); }
+TEST(ToolList, AMetaChangedDuringALongReadScopeCallReachesTheNextRequest) { meta_changed_during_a_call("read"); }
 
 TEST(Stop, KeepsAResultThatCameInBehindARunningCall) {
   ProbeWorld p;
