@@ -161,7 +161,10 @@ struct HttpEngine::Loop {
     curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, on_timer);
     curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
   }
-  ~Loop() { curl_multi_cleanup(multi); }  // after close(): closes the connections it keeps
+  ~Loop() {
+    *self = nullptr;
+    curl_multi_cleanup(multi);
+  }  // after close(): closes the connections it keeps
 
   bool on_thread() const { return io.get_executor().running_in_this_thread(); }
 
@@ -331,6 +334,14 @@ struct HttpEngine::Loop {
       l->timer->cancel();
       return 0;
     }
+    if (ms == 0) {
+      // "At once" (a transfer added, a response read): a post. A timer would cost the reactor two
+      // timerfd_settime and a pass; one still waiting fires later, a spare call curl ignores.
+      asio::post(l->io, [self = l->self] {
+        if (*self) (*self)->action(CURL_SOCKET_TIMEOUT, 0);
+      });
+      return 0;
+    }
     l->timer->expires_after(std::chrono::milliseconds(ms));
     l->timer->async_wait([l](const std::error_code& ec) {
       if (!ec) l->action(CURL_SOCKET_TIMEOUT, 0);
@@ -356,6 +367,7 @@ struct HttpEngine::Loop {
     sockets.clear();
     timer.reset();
     watchdog.reset();
+    *self = nullptr;
     closed = true;
   }
 
@@ -370,6 +382,7 @@ struct HttpEngine::Loop {
   std::size_t index;
   CURLM* multi = nullptr;
   std::optional<asio::steady_timer> timer, watchdog;
+  std::shared_ptr<Loop*> self = std::make_shared<Loop*>(this);  // emptied by close(): posted work finds nobody
   std::unordered_map<TransferId, std::unique_ptr<Transfer>> active;
   std::unordered_map<curl_socket_t, std::shared_ptr<Watch>> sockets;
   std::mutex mu;

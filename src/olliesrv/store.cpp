@@ -17,6 +17,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 namespace ollie {
 
@@ -650,12 +651,35 @@ p9::Status Store::save(const SessionRecord& s) {
   return {};
 }
 
+/// An agent's open blocks.jsonl.
+struct Store::HeldBlocks {
+  std::string session_id, agent_id;
+  Fd fd;
+};
+
+Store::~Store() = default;
+
 p9::Status Store::append_block(const std::string& session_id, const std::string& agent_id, std::string_view line) {
   if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
   if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
   if (line.find('\n') != std::string_view::npos) return p9::error("block line contains a newline");
+  std::string buf;
+  buf.reserve(line.size() + 1);
+  buf.append(line).push_back('\n');
   std::string dir = root_ + "/" + session_id;
   std::string path = dir + "/" + agent_id + ".blocks.jsonl";
+  std::lock_guard lk(held_mu_);
+  auto it = std::find_if(held_.begin(), held_.end(),
+                         [&](const auto& h) { return h->agent_id == agent_id && h->session_id == session_id; });
+  if (it != held_.end()) {
+    struct stat st {};
+    if (::fstat((*it)->fd.fd, &st) == 0 && st.st_nlink > 0) {  // still the file of that name
+      std::rotate(it, it + 1, held_.end());
+      if (!write_all(held_.back()->fd.fd, buf)) return sys_error(path);
+      return {};
+    }
+    held_.erase(it);
+  }
   constexpr int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
   Fd fd(::open(path.c_str(), flags, 0600));
   if (!fd && errno == ENOENT) {  // the session's directory is made by its first save; this is before it
@@ -664,11 +688,15 @@ p9::Status Store::append_block(const std::string& session_id, const std::string&
   }
   if (!fd) return sys_error(path);
   if (::fchmod(fd.fd, 0600) != 0) return sys_error(path);
-  std::string buf;
-  buf.reserve(line.size() + 1);
-  buf.append(line).push_back('\n');
   if (!write_all(fd.fd, buf)) return sys_error(path);
+  if (held_.size() >= held_max) held_.erase(held_.begin());
+  held_.push_back(std::unique_ptr<HeldBlocks>(new HeldBlocks{session_id, agent_id, Fd(std::exchange(fd.fd, -1))}));
   return {};
+}
+
+void Store::drop_held(const std::string& session_id, const std::string* agent_id) {
+  std::lock_guard lk(held_mu_);
+  std::erase_if(held_, [&](const auto& h) { return h->session_id == session_id && (!agent_id || h->agent_id == *agent_id); });
 }
 
 p9::Status Store::append_compaction(const std::string& session_id, const std::string& agent_id,
@@ -694,6 +722,7 @@ p9::Status Store::remove_session(const std::string& session_id) {
     std::lock_guard lk(texts_mu_);
     texts_.erase(session_id);
   }
+  drop_held(session_id, nullptr);
   std::error_code ec;
   std::filesystem::remove_all(root_ + "/" + session_id, ec);
   if (ec) return p9::error(session_id + ": " + ec.message());
@@ -703,6 +732,7 @@ p9::Status Store::remove_session(const std::string& session_id) {
 p9::Status Store::remove_agent(const std::string& session_id, const std::string& agent_id) {
   if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
   if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
+  drop_held(session_id, &agent_id);
   for (const char* suffix : {".blocks.jsonl", ".compaction.jsonl"}) {
     std::string path = root_ + "/" + session_id + "/" + agent_id + suffix;
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error(path);

@@ -82,11 +82,14 @@ class Store {
  public:
   /// root: the `sessions/` directory (created 0700 when needed).
   explicit Store(std::string root);
+  ~Store();
   const std::string& root() const { return root_; }
 
   /// Writes session.json atomically (temp, fsync, rename; the directory created 0700).
   p9::Status save(const SessionRecord& s);
-  /// Appends one line (a block's JSON, without newline) to `<agent>.blocks.jsonl`, 0600.
+  /// Appends one line (a block's JSON, without newline) to `<agent>.blocks.jsonl`, 0600. The
+  /// files of the last `held_max` agents that appended stay open between appends; one removed
+  /// meanwhile (a session's kill, a person's `rm`) is opened, and made, again.
   p9::Status append_block(const std::string& session_id, const std::string& agent_id, std::string_view line);
   /// Appends `{"time":<unix>,"messages":[…]}` to `<agent>.compaction.jsonl` (§7.7).
   p9::Status append_compaction(const std::string& session_id, const std::string& agent_id,
@@ -110,6 +113,12 @@ class Store {
   std::string root_;
   std::mutex texts_mu_;
   std::map<std::string, std::shared_ptr<MessageTexts>> texts_;  // by session id, under texts_mu_
+
+  static constexpr std::size_t held_max = 16;
+  struct HeldBlocks;
+  void drop_held(const std::string& session_id, const std::string* agent_id);
+  std::mutex held_mu_;
+  std::vector<std::unique_ptr<HeldBlocks>> held_;  // open blocks files, the last used last; under held_mu_
 };
 
 }  // namespace ollie

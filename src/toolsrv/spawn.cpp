@@ -57,7 +57,9 @@ const char* step_name(int step) {
 
 // The signals whose disposition is not SIG_DFL, from /proc/self/status (SigIgn and SigCgt,
 // process-wide): the child resets those, a handful, where resetting each of the 64 was most of
-// its system calls. All of them when the file cannot be read.
+// its system calls. All of them when the file cannot be read. Read once, at the first spawn:
+// toolsrv's dispositions are settled before it serves (run(): SIGPIPE, then StopSignals), and
+// reading the file was a fifth of a spawn's time in toolsrv.
 std::uint64_t non_default_signals() {
   constexpr std::uint64_t all = ~std::uint64_t{0};
   const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -181,7 +183,10 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
   Child c{.spec = &spec,
           .unix_filter = spec.unix_filter ? &UnixFilter::get() : nullptr,
           .parent = ::getpid(),
-          .reset = non_default_signals(),
+          .reset = [] {
+            static const std::uint64_t set = non_default_signals();
+            return set;
+          }(),
           .argv = argv.data(),
           .envp = envp.data(),
           .in_r = in_r.get(),

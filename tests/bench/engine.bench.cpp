@@ -164,7 +164,8 @@ void bench_rounds() {
   const int rounds = 200, reps = 5;
   std::printf("\n== 1. engine overhead per tool round ==\n");
   std::printf("a turn of %d rounds, each one call of a meta-only `true` tool (sh -c true under toolsrv),\n"
-              "fake provider answering at once, history cleared between turns; interleaved with %d posix_spawns\n"
+              "fake provider answering at once, history cleared between turns; turns nobody reads (ended by the\n"
+              "provider's last answer) and turns a reader of chat follows, interleaved with %d posix_spawns\n"
               "of /bin/true and of /bin/sh -c true (and fork+execs of /bin/true)\n",
               rounds, rounds);
   convo::World w;
@@ -204,14 +205,21 @@ void bench_rounds() {
     }
     mid_turn.agents.push_back(std::move(ar));
   }
-  std::size_t got_turns = 0;
-  for (int rep = -1; rep < reps; rep++) {  // rep -1: warm-up (starts the toolsrv)
-    const std::string done = "done-" + std::to_string(rep + 1) + "-ok";
+  // Each rep runs two turns, in alternating order: one watched by a reader of chat (it wakes at
+  // every line the agent writes there, as a person's terminal would), one watched by nobody
+  // (its end is the provider's last answer): the engine alone.
+  struct Turn {
+    double ms = 0, srv_cpu = 0, srv_cs = 0, tsrv_cpu = 0, tsrv_cs = 0, tool_cpu = 0, fake_cpu = 0;
+  };
+  int turn_no = 0;
+  auto run_turn = [&](bool watched) -> std::optional<Turn> {
+    const std::string done = "done-" + std::to_string(++turn_no) + "-ok";
     for (int i = 0; i < rounds; i++)
-      w.fake.push({{"tool_calls", json::array({{{"id", "c" + std::to_string(rep + 1) + "_" + std::to_string(i)},
+      w.fake.push({{"tool_calls", json::array({{{"id", "c" + std::to_string(turn_no) + "_" + std::to_string(i)},
                                                 {"name", "true"},
                                                 {"arguments", {{"i", i}}}}})}});
     w.fake.push({{"text", done}});
+    const std::size_t last_answer = w.fake.answered() + rounds + 1;
     const pid_t srv = server_pid(w);
     const auto ts = w.toolsrvs();
     const pid_t tsrv = ts.empty() ? -1 : ts.front();
@@ -219,30 +227,30 @@ void bench_rounds() {
     const long s0 = switches(srv), ts0 = tsrv > 0 ? switches(tsrv) : 0;
     const double f0 = w.fake.cpu_ms();
     const auto t0 = Clock::now();
-    if (auto st = w.write(a + "/prompt", "go " + std::to_string(rep + 1) + "\n"); !st) {
+    if (auto st = w.write(a + "/prompt", "go " + std::to_string(turn_no) + "\n"); !st) {
       std::printf("prompt: %s\n", st.ename().c_str());
-      return;
+      return std::nullopt;
     }
-    auto text = convo::World::read_until(chat, done, "", std::chrono::seconds(120));
-    const double ms = ms_since(t0);
-    if (text.find(done) == std::string::npos) {
-      std::printf("turn %d did not finish within 120 s (state %s); log tail:\n%s\n", rep + 1, w.read_state(a).c_str(),
-                  w.log_text().substr(w.log_text().size() > 2000 ? w.log_text().size() - 2000 : 0).c_str());
-      return;
-    }
+    const bool ended = watched ? convo::World::read_until(chat, done, "", std::chrono::seconds(120)).find(done) != std::string::npos
+                               : w.fake.wait_answered(last_answer, std::chrono::seconds(120));
+    Turn t;
+    t.ms = ms_since(t0);
     const Cpu c1 = cpu_ms(srv), t1cpu = tsrv > 0 ? cpu_ms(tsrv) : Cpu{};
     const long s1 = switches(srv), ts1 = tsrv > 0 ? switches(tsrv) : 0;
     const double f1 = w.fake.cpu_ms();
-    convo::eventually([&] { return w.read_state(a) == "idle"; });
-    if (rep < 0) continue;
-    got_turns++;
-    srv_cpu.push_back((c1.self - c0.self) / rounds);
-    srv_cs.push_back(static_cast<double>(s1 - s0) / rounds);
-    tsrv_cs.push_back(static_cast<double>(ts1 - ts0) / rounds);
-    tsrv_cpu.push_back((t1cpu.self - t0cpu.self) / rounds);
-    tool_cpu.push_back((t1cpu.children - t0cpu.children) / rounds);
-    fake_cpu.push_back((f1 - f0) / (rounds + 1));
-    per_round.push_back(ms / rounds);
+    if (!ended || !convo::eventually([&] { return w.read_state(a) == "idle"; })) {
+      std::printf("turn %d did not finish within 120 s (state %s); log tail:\n%s\n", turn_no, w.read_state(a).c_str(),
+                  log_tail(w).c_str());
+      return std::nullopt;
+    }
+    if (!watched) (void)convo::World::read_until(chat, done, "", std::chrono::seconds(10));  // the reader catches up
+    t.srv_cpu = (c1.self - c0.self) / rounds;
+    t.srv_cs = static_cast<double>(s1 - s0) / rounds;
+    t.tsrv_cs = static_cast<double>(ts1 - ts0) / rounds;
+    t.tsrv_cpu = (t1cpu.self - t0cpu.self) / rounds;
+    t.tool_cpu = (t1cpu.children - t0cpu.children) / rounds;
+    t.fake_cpu = (f1 - f0) / (rounds + 1);
+    t.ms /= rounds;
     // A fresh history for the next turn, so every turn's requests are the same size.
     std::string clear_err;
     if (!convo::eventually([&] {
@@ -251,8 +259,26 @@ void bench_rounds() {
           return static_cast<bool>(st);
         }))
       std::printf("ctl clear: %s\n", clear_err.c_str());
-    else if (!clear_err.empty())
-      std::printf("(agent/idx said idle but ctl clear answered `%s` first)\n", clear_err.c_str());
+    return t;
+  };
+  std::vector<double> per_round_watched;
+  std::size_t got_turns = 0;
+  if (!run_turn(true)) return;  // warm-up: starts the toolsrv
+  for (int rep = 0; rep < reps; rep++) {
+    std::optional<Turn> quiet, seen;
+    for (bool watched : {rep % 2 == 1, rep % 2 == 0}) {
+      (watched ? seen : quiet) = run_turn(watched);
+      if (!(watched ? seen : quiet)) return;
+    }
+    got_turns += 2;
+    per_round.push_back(quiet->ms);
+    per_round_watched.push_back(seen->ms);
+    srv_cpu.push_back(quiet->srv_cpu);
+    srv_cs.push_back(quiet->srv_cs);
+    tsrv_cs.push_back(quiet->tsrv_cs);
+    tsrv_cpu.push_back(quiet->tsrv_cpu);
+    tool_cpu.push_back(quiet->tool_cpu);
+    fake_cpu.push_back(quiet->fake_cpu);
     auto t1 = Clock::now();
     for (int i = 0; i < rounds; i++) spawn_wait({"/bin/true"}, false);
     per_true.push_back(ms_since(t1) / rounds);
@@ -272,13 +298,16 @@ void bench_rounds() {
   std::size_t tool_blocks = 0;
   if (auto raw = w.read(a + "/log.raw"))
     for (std::size_t pos = 0; (pos = raw->find("\"role\":\"tool\"", pos)) != std::string::npos; pos++) tool_blocks++;
-  const double r = median(per_round), t = median(per_true), sh = median(per_sh);
+  const double r = median(per_round), rw = median(per_round_watched), t = median(per_true), sh = median(per_sh);
   std::printf("turns: %zu of %d rounds (tool blocks in log.raw: %zu, expected %d)\n", got_turns, rounds, tool_blocks,
-              (reps + 1) * rounds);
-  std::printf("per round (median of %d turns): %.3f ms = %.0f rounds/s\n", reps, r, 1000 / r);
-  std::printf("spawn+wait /bin/true:          %.3f ms   -> overhead beyond it: %.3f ms per round\n", t, r - t);
-  std::printf("spawn+wait /bin/sh -c true:    %.3f ms   -> overhead beyond it: %.3f ms per round\n", sh, r - sh);
-  std::printf("CPU per round (user+sys, clock ticks): olliesrv %.3f ms, toolsrv %.3f ms, the tool (sh -c true) %.3f ms\n"
+              (2 * reps + 1) * rounds);
+  std::printf("per round (median of %d turns), nobody reading chat: %.3f ms = %.0f rounds/s\n", reps, r, 1000 / r);
+  std::printf("per round (median of %d turns), a reader of chat:    %.3f ms = %.0f rounds/s\n", reps, rw, 1000 / rw);
+  std::printf("spawn+wait /bin/true:          %.3f ms   -> overhead beyond it: %.3f ms per round (%.3f read)\n", t, r - t,
+              rw - t);
+  std::printf("spawn+wait /bin/sh -c true:    %.3f ms   -> overhead beyond it: %.3f ms per round (%.3f read)\n", sh, r - sh,
+              rw - sh);
+  std::printf("CPU per round of the turns nobody read (user+sys, clock ticks): olliesrv %.3f ms, toolsrv %.3f ms, the tool (sh -c true) %.3f ms\n"
               "  (sh -c true alone, spawned by this bench on a quiet machine: %.3f ms)\n",
               median(srv_cpu), median(tsrv_cpu), median(tool_cpu), median(sh_cpu));
   std::printf("context switches per round (every thread): olliesrv %.1f, toolsrv %.1f\n", median(srv_cs), median(tsrv_cs));
@@ -288,8 +317,8 @@ void bench_rounds() {
               ollie::to_json(mid_turn).size());
   std::printf("(fork+exec /bin/true from this bench: %.3f ms; its VmRSS %ld KiB, the fake provider keeps every request)\n",
               median(per_fork), status_kib(::getpid(), "VmRSS"));
-  std::printf("turn-by-turn ms/round:");
-  for (double x : per_round) std::printf(" %.3f", x);
+  std::printf("turn-by-turn ms/round, nobody reading / read:");
+  for (std::size_t i = 0; i < per_round.size(); i++) std::printf(" %.3f/%.3f", per_round[i], per_round_watched[i]);
   std::printf("\n");
 }
 

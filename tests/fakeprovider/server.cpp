@@ -255,6 +255,17 @@ json Server::next_response(const std::string& body) {
   return json{{"fault", "no_script"}};
 }
 
+std::size_t Server::answered() const {
+  std::lock_guard lk(mu_);
+  return answered_;
+}
+
+bool Server::wait_answered(std::size_t n, std::chrono::milliseconds limit) {
+  std::unique_lock lk(mu_);
+  wake_at_ = n;
+  return answered_cv_.wait_for(lk, limit, [&] { return answered_ >= n || stopping_; }) && answered_ >= n;
+}
+
 void Server::record_closed(std::size_t index) {
   std::lock_guard lk(mu_);
   if (index < requests_.size()) requests_[index].client_closed = true;
@@ -271,6 +282,8 @@ void Server::serve(int fd, std::size_t connection) {
     const auto now = thread_ns();
     cpu_ns_ += now - last;
     last = now;
+    std::lock_guard lk(mu_);
+    if (++answered_ == wake_at_) answered_cv_.notify_all();
   }
   {
     std::lock_guard lk(mu_);
@@ -312,7 +325,8 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
   }
   std::size_t length = 0;
   if (auto it = rec.headers.find("content-length"); it != rec.headers.end()) length = std::stoul(it->second);
-  rec.body = buf.substr(hend + 4);
+  rec.body.reserve(std::max(length, buf.size() - hend - 4));  // one allocation for a body read in pieces
+  rec.body.assign(buf, hend + 4);
   while (rec.body.size() < length) {
     const auto n = ::recv(fd, tmp, sizeof tmp, 0);
     if (n <= 0) return false;

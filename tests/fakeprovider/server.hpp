@@ -4,6 +4,7 @@
 /// transcript, with injected faults. doc/fakeprovider.md describes the script format.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <condition_variable>
 #include <deque>
@@ -49,6 +50,11 @@ class Server {
   /// CPU time its connection threads have spent on requests answered so far, in ms (for the
   /// benches: the provider's share of a round).
   double cpu_ms() const { return static_cast<double>(cpu_ns_.load()) / 1e6; }
+  /// Requests answered so far (their responses sent whole).
+  std::size_t answered() const;
+  /// Waits until `n` requests have been answered, at most `limit`; false on the limit. Only
+  /// the answer that reaches `n` wakes the waiter (the benches wait on a turn's last request).
+  bool wait_answered(std::size_t n, std::chrono::milliseconds limit);
 
  private:
   void accept_loop();
@@ -66,6 +72,8 @@ class Server {
   std::atomic<std::int64_t> cpu_ns_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable answered_cv_;
+  std::size_t answered_ = 0, wake_at_ = 0;
   std::deque<nlohmann::json> queue_;
   std::size_t cursor_ = 0;  // loop mode: index into script_["responses"]
   std::vector<Recorded> requests_;

@@ -373,6 +373,37 @@ TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
   EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n");
 }
 
+TEST(Store, ABlocksFileRemovedBetweenAppendsIsMadeAgainAndManyAgentsEachKeepTheirOwn) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  const auto& aid = s.agents[0].id;
+  std::string l1 = R"({"role":"user","id":"0123abcd","content":"q"})";
+  std::string l2 = R"({"role":"assistant","id":"0123abce","content":"a"})";
+  ASSERT_TRUE(st.append_block(s.id, aid, l1));
+  auto file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
+  ASSERT_EQ(slurp(file), l1 + "\n");
+  // The file is held open between appends: removed meanwhile, the next line goes to a new one.
+  std::filesystem::remove(file);
+  ASSERT_TRUE(st.append_block(s.id, aid, l2));
+  EXPECT_EQ(slurp(file), l2 + "\n");
+  EXPECT_EQ(mode_of(file), 0600u);
+  // More agents than files held open: each line still lands in its own agent's file.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 40; i++) ids.push_back("agent-" + std::to_string(i));
+  for (int round = 0; round < 2; round++)
+    for (const auto& id : ids) ASSERT_TRUE(st.append_block(s.id, id, R"({"n":")" + id + "\"}"));
+  for (const auto& id : ids) {
+    const std::string line = R"({"n":")" + id + "\"}\n";
+    EXPECT_EQ(slurp(dir_of(t, s.id) + "/" + id + ".blocks.jsonl"), line + line) << id;
+  }
+  // A removed session takes its open files along: a line after it makes the directory again.
+  ASSERT_TRUE(st.remove_session(s.id));
+  EXPECT_FALSE(std::filesystem::exists(dir_of(t, s.id)));
+  ASSERT_TRUE(st.append_block(s.id, aid, l1));
+  EXPECT_EQ(slurp(file), l1 + "\n");
+}
+
 TEST(Store, ASessionThatFailsIsSkippedAndLeftUntouched) {
   Tmp t;
   Store st(t.path + "/sessions");
