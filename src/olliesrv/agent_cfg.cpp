@@ -211,7 +211,7 @@ asio::awaitable<p9::Status> write_cfg(Hub& hub, std::shared_ptr<Session> s, std:
   }
   if (w->cwd) {
     std::string d;
-    if (!w->cwd->empty()) {
+    if (!w->cwd->empty() && *w->cwd != "-") {  // `-` clears, as `ctl cwd -` (§2.8.3: the verb's behaviour)
       auto p = cwd_argument(hub, *s, *w->cwd);
       if (!p) co_return p.error();
       d = *p;

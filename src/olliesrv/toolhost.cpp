@@ -956,7 +956,9 @@ asio::awaitable<p9::Status> ToolHost::unload(std::string agent, std::vector<std:
     if (valid_word(t)) line += " " + t, ok.push_back(t);
   if (ok.empty()) co_return p9::Status{};
   auto st = co_await s->need_ctl(line);
-  if (st) {
+  // Gone from the wishes whatever toolsrv answered: one that could not start, or was lost, gets
+  // them at its next start (§6.1), so a profile switch meanwhile never brings the old tools back.
+  {
     std::lock_guard lk(s->mu);
     if (auto it = s->agent_tools.find(agent); it != s->agent_tools.end()) {
       for (const auto& t : ok) it->second.erase(t);

@@ -20,6 +20,7 @@
 #include "compaction.hpp"
 #include "dispatch.hpp"
 #include "hub.hpp"
+#include "result.hpp"
 #include "result_cache.hpp"
 #include "safety.hpp"
 #include "session.hpp"
@@ -40,6 +41,12 @@ struct TurnFailed {
 };
 
 bool aborted(const std::system_error& e) { return e.code() == asio::error::operation_aborted; }
+
+/// Why the tool list could not be read, as §8.1.3 and §6.1 word it: a reason that already says
+/// what became of the tool server (`tool server lost: …`) stands as it is.
+std::string unavailable(const std::string& why) {
+  return why.rfind("tool server ", 0) == 0 ? why : "tool server unavailable: " + why;
+}
 
 /// What one LLM response brought (§8.1.3 step 5).
 struct Response {
@@ -306,7 +313,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
         }
         // Without a tool list from toolsrv, no call is known to be unknown (§6.1).
         if (c.unknown && !c.preset)
-          c.preset = tools_failed_ ? "error: tool server unavailable: " + *tools_failed_ : unknown_tool(c.name, *catalog);
+          c.preset = tools_failed_ ? "error: " + unavailable(*tools_failed_) : unknown_tool(c.name, *catalog);
         if (r.stop == backend::StopReason::filtered) {
           c.preset = "error: stopped: " + r.stop_raw;
         } else if (r.stop == backend::StopReason::length && !c.args_ok) {
@@ -408,7 +415,7 @@ asio::awaitable<std::vector<ToolInfo>> Turn::tool_list() {
     tools_failed_ = r.ename();
     if (!unavailable_noted_) {
       unavailable_noted_ = true;
-      a.transcript.append(make_block("error", "tool server unavailable: " + r.ename()));
+      a.transcript.append(make_block("error", unavailable(r.ename())));
     }
     co_return a.last_tools;
   }
@@ -879,7 +886,7 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch, bool last) {
   std::vector<bool> store(n, false);
   for (std::size_t i = 0; i < n; i++) {
     if (batch[i].preset) {
-      (*outcomes)[i] = ToolOutcome{*batch[i].preset, true};
+      (*outcomes)[i] = ToolOutcome{cut_result(*batch[i].preset), true};  // §8.3.4: it may quote the model at length
       continue;
     }
     if (source[i] != i) continue;

@@ -424,6 +424,12 @@ TEST(AgentCtl, CfgWritesArePartialAtomicOrderedAndPersisted) {
   EXPECT_EQ(*w.read(a + "/cfg"), before);
   ASSERT_TRUE(w.write(a + "/cfg", "cwd="));
   EXPECT_EQ(ctl(w, a, "cwd"), w.project + "\n");
+  // `cwd=-` clears too, as `ctl cwd -` does.
+  ASSERT_TRUE(w.write(a + "/cfg", "cwd=" + w.project + "/sub"));
+  EXPECT_EQ(cfg_value(w, a, "cwd"), w.project + "/sub");
+  ASSERT_TRUE(w.write(a + "/cfg", "cwd=-"));
+  EXPECT_EQ(cfg_value(w, a, "cwd"), "");
+  EXPECT_EQ(ctl(w, a, "cwd"), w.project + "\n");
 }
 
 TEST(AgentCtl, PeersLinkBothWaysPersistAndUnlink) {

@@ -221,6 +221,24 @@ TEST(Conversation, AToolNameCannotForgeAnEventLine) {
   EXPECT_EQ(results[0].rfind("error: unknown tool: ", 0), 0u) << results[0];
 }
 
+// §8.3.4: a result decided without running anything quotes the model (an unknown tool's name), and
+// is cut to its first and last 4096 bytes like any other.
+TEST(Conversation, AResultDecidedWithoutRunningIsCutLikeAnyOther) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string name = "t" + std::string(20000, 'x') + "_end";
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", name}, {"arguments", "{}"}}})}});
+  w.fake.push({{"text", "sorry"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto results = contents(w, a, "tool");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].rfind("error: unknown tool: txxx", 0), 0u) << results[0].substr(0, 100);
+  EXPECT_NE(results[0].find(" bytes omitted …]"), std::string::npos);
+  EXPECT_LT(results[0].size(), 8192u + 64u);
+}
+
 // §7.3.3: an unapproved project override is ignored, and the agent gets, once per hash, the
 // `info` block that says how to approve it.
 TEST(Conversation, AnIgnoredProjectOverrideIsNotedOncePerHash) {
@@ -621,6 +639,31 @@ TEST(Conversation, InstantToolRoundsShareSessionWritesAndTheTurnEndWritesAll) {
   EXPECT_GE(writes, 1);
   // One write per 20 ms of turn, plus the moments that write at once (the turn's start and end).
   EXPECT_LE(writes, static_cast<int>(ms / 20) + 4) << "a turn of " << ms << " ms";
+}
+
+// §6.1, §8.1.4: a profile switch while toolsrv cannot start unloads the old profile's tools for
+// good: the next start syncs what the agent has now, not what it had.
+TEST(Conversation, AProfileSwitchWhileToolsrvCannotStartDoesNotBringTheOldToolsBack) {
+  World w;
+  const std::string dir = w.project + "/gone";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(w.rdwr("session/new", "name=work cwd=" + dir));
+  auto a = w.agent("session/work", "main");
+  ASSERT_TRUE(w.rdwr("session/work/ctl", "save"));
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  std::filesystem::remove_all(dir);
+  w.start();
+  ASSERT_TRUE(w.write(a + "/cfg", "agent=observer")) << w.log_text();
+  std::filesystem::create_directories(dir);
+  w.fake.push({{"text", "looking"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "what can you do"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; })) << w.log_text();
+  const auto body = chat_bodies(w).back();
+  std::vector<std::string> names;
+  for (const auto& t : body.value("tools", json::array())) names.push_back(t["function"]["name"]);
+  for (const char* gone : {"shell", "file_write", "file_edit"})
+    EXPECT_EQ(std::find(names.begin(), names.end(), gone), names.end()) << gone << " came back: " << body.value("tools", json::array()).dump();
 }
 
 // §7.7, §6.1: a restored session whose toolsrv cannot start is still restored, and a call its
