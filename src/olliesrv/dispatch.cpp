@@ -73,7 +73,8 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
   c.name = tc.name;
   // Bounded in depth: the arguments are dumped below, and dumping recurses once per level.
   json args = backend::parse_json(tc.arguments.empty() ? std::string_view("{}") : std::string_view(tc.arguments));
-  c.args_ok = !args.is_discarded() && args.is_object();
+  c.args_json = !args.is_discarded();
+  c.args_ok = c.args_json && args.is_object();
   c.block_args = args.is_discarded() ? tc.arguments : args.dump();
   const ToolInfo* t = find_tool(tools, c.name);
   if (!t) {

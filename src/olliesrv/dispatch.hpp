@@ -19,6 +19,7 @@ struct Call {
   std::string args = "{}";     ///< the arguments toolsrv gets: the JSON object without dispatch flags
   std::string block_args;      ///< the `call` block's content: the arguments as compact JSON, flags kept
   bool args_ok = false;        ///< the arguments parse as a JSON object
+  bool args_json = false;      ///< they parse as JSON at all (§8.2: what is cut off at the token limit does not)
   bool unknown = false;        ///< not among the agent's loaded tools
   std::string scope = "read", tier = "hot", format;
   std::optional<int> timeout;  ///< the `timeout` flag

@@ -316,7 +316,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
           c.preset = tools_failed_ ? "error: " + unavailable(*tools_failed_) : unknown_tool(c.name, *catalog);
         if (r.stop == backend::StopReason::filtered) {
           c.preset = "error: stopped: " + r.stop_raw;
-        } else if (r.stop == backend::StopReason::length && !c.args_ok) {
+        } else if (r.stop == backend::StopReason::length && !c.args_json) {
           c.preset = "error: arguments cut off at the output token limit (maxTokens=" +
                      (max_tokens ? std::to_string(*max_tokens) : std::string("unset")) + ")";
         }

@@ -246,6 +246,13 @@ TEST(StopReasons, ArgumentsCutOffAtTheLimitNameTheLimitSent) {
   EXPECT_EQ(cut_off("c1"), "error: arguments cut off at the output token limit (maxTokens=8192)");
   ASSERT_TRUE(w.write(a + "/cfg", "maxTokens=100"));
   EXPECT_EQ(cut_off("c2"), "error: arguments cut off at the output token limit (maxTokens=100)");
+  // Arguments that parse, but not as an object, were not cut off: they are invalid as at any stop.
+  auto b = w.agent("session/work", "other");
+  w.fake.push({{"tool_calls", json::array({call("c3", "file_read", "[1]")})}, {"stop", "length"}});
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(b + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, b, "tool").size() == 1; })) << w.log_text();
+  EXPECT_EQ(contents(w, b, "tool").back(), "error: invalid arguments: not a JSON object");
 }
 
 TEST(Safety, FiveFailedRoundsInARowNudgeAndTenAbortTheTurn) {
