@@ -53,16 +53,22 @@ json function_tools(const std::vector<Tool>& tools) {
 
 std::string WireCache::messages(const std::vector<const Message*>& msgs, const std::function<json(const Message&)>& make) {
   std::lock_guard lock(mu_);
-  std::string out = "[";
+  std::size_t size = 2 + msgs.size();
   for (std::size_t i = 0; i < msgs.size(); i++) {
     const Message& m = *msgs[i];
     if (i >= kept_.size()) kept_.emplace_back(m, dump_json(make(m)));
     else if (!(kept_[i].first == m)) kept_[i] = {m, dump_json(make(m))};
+    size += kept_[i].second.size();
+  }
+  if (kept_.size() > msgs.size()) kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(msgs.size()), kept_.end());
+  std::string out;
+  out.reserve(size);  // one allocation: the history is most of a request
+  out += '[';
+  for (std::size_t i = 0; i < msgs.size(); i++) {
     if (i) out += ',';
     out += kept_[i].second;
   }
-  if (kept_.size() > msgs.size()) kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(msgs.size()), kept_.end());
-  return out + "]";
+  return out += ']';
 }
 
 std::string WireCache::tools(const std::vector<Tool>& tools, const std::function<json(const std::vector<Tool>&)>& make) {

@@ -89,7 +89,7 @@ class Store {
   p9::Status save(const SessionRecord& s);
   /// Appends one line (a block's JSON, without newline) to `<agent>.blocks.jsonl`, 0600. The
   /// files of the last `held_max` agents that appended stay open between appends; one removed
-  /// meanwhile (a session's kill, a person's `rm`) is opened, and made, again.
+  /// meanwhile (by a person's `rm`) is opened, and made, again.
   p9::Status append_block(const std::string& session_id, const std::string& agent_id, std::string_view line);
   /// Appends `{"time":<unix>,"messages":[…]}` to `<agent>.compaction.jsonl` (§7.7).
   p9::Status append_compaction(const std::string& session_id, const std::string& agent_id,

@@ -206,6 +206,7 @@ struct Transcript::State {
     Block b = std::move(*open);
     open.reset();
     open_seq++;
+    if (closed) return std::nullopt;  // its agent is killed: nothing of it is kept or persisted (§3.3)
     if (b.role == "assistant") {
       add_text(trailer(b.content));
       add_text(held);

@@ -504,6 +504,7 @@ void Turn::fill_messages(backend::ChatRequest& req) {
 void Turn::fill_messages_locked(backend::ChatRequest& req) {
   Agent& a = *a_;
   req.messages.clear();
+  req.messages.reserve(a.history.size());
   for (const auto& m : a.history) req.messages.push_back(m.msg);
 }
 

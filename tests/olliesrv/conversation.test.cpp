@@ -498,6 +498,29 @@ TEST(Conversation, QidPathsSurviveARestart) {
   EXPECT_NE(path(again + "/stats"), before[4]);
 }
 
+// §3.2, §3.3: kill deletes what was persisted, and a turn cut short by it writes nothing after:
+// its half-streamed answer is not a block of anybody's (it made the directory again before).
+TEST(Conversation, AKillMidStreamLeavesNoFilesBehind) {
+  World w;
+  for (const bool whole_session : {false, true}) {
+    auto s = w.session(whole_session ? "doomed" : "work");
+    auto a = w.agent(s, "main");
+    const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+    const std::string blocks = dir + "/" + w.read(a + "/id")->substr(0, 36) + ".blocks.jsonl";
+    w.fake.push({{"text", std::string(400, 'x')}, {"delay_ms", 50}, {"chunk", 4}});
+    ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(blocks); }));  // the user block
+    ASSERT_TRUE(eventually([&] {
+      auto text = w.read(a + "/log");  // the answer streams into it
+      return text && text->find("xxxx") != std::string::npos;
+    }));
+    EXPECT_EQ(*w.rdwr((whole_session ? s : a) + "/ctl", "kill"), "killed\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the turn has unwound
+    EXPECT_FALSE(std::filesystem::exists(blocks)) << read_file(blocks);
+    EXPECT_EQ(std::filesystem::exists(dir), !whole_session);
+  }
+}
+
 TEST(Conversation, AKilledAgentAnswersItsOpenFidsAsTheSpecSays) {
   World w;
   auto s = w.session("work");
