@@ -401,7 +401,7 @@ asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, st
 
 void kill_session(Hub& hub, const std::shared_ptr<Session>& s) {
   const std::string name = s->current_name();
-  s->kill();
+  if (!s->kill()) return;  // a kill at the same moment published it
   hub.remove(s->id);
   hub.bus.publish("session." + s->id + ".kill", "session/" + name);
 }

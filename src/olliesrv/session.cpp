@@ -163,11 +163,11 @@ void Session::write_pending() {
   (void)save();
 }
 
-void Session::kill() {
+bool Session::kill() {
   std::vector<std::pair<std::shared_ptr<Agent>, bool>> list;  // and whether it was shown
   {
     std::lock_guard lock(mu);
-    if (killed) return;
+    if (killed) return false;
     killed = true;
     for (const auto& [aid, a] : agents_) list.emplace_back(a, hidden_.count(aid) == 0);
   }
@@ -179,6 +179,7 @@ void Session::kill() {
   if (!remote.empty() && hub.unlisten_forward) hub.unlisten_forward(id);
   std::lock_guard writing(save_mu_);
   if (auto st = hub.store.remove_session(id); !st) spdlog::error("session {}: remove: {}", id, st.ename());
+  return true;
 }
 
 }  // namespace ollie

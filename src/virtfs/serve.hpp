@@ -311,6 +311,7 @@ class Adapter : public p9::FileServer {
     // Why the request being written was cut off: a piece was refused after others were taken.
     // That request never takes effect (spec §1.7): its read or clunk answers this instead.
     std::string broken;
+    std::string refused;                  // Stream: why its cursor refused the request (a bad filter)
   };
 
   static std::shared_ptr<Handle> handle(const p9::Fid& fid) { return std::static_pointer_cast<Handle>(fid.file); }
@@ -350,10 +351,14 @@ class Adapter : public p9::FileServer {
     }
     if ((n.stream || n.block_read) && count == 0) return std::string();
     if (n.stream) {
+      if (!o.refused.empty()) return p9::Result<std::string>(p9::error(o.refused));
       if (!o.started) {
         o.started = true;
         if (!o.request.empty())
-          if (auto st = o.cursor->request(o.request.take()); !st) return p9::Result<std::string>(st.error());
+          if (auto st = o.cursor->request(o.request.take()); !st) {
+            o.refused = st.ename();  // every later read says it too, never the stream unfiltered
+            return p9::Result<std::string>(st.error());
+          }
       }
       Chunk c = o.cursor->read(count);
       if (c.data.empty() && !c.eof) return std::nullopt;

@@ -246,10 +246,14 @@ TEST(EventBus, FiltersSelectTopicsAndOverflowIsAlwaysDelivered) {
 
 TEST(EventBus, BadPatternIsTheErrorOfTheFirstRead) {
   World w;
+  int made = 0;
   for (const std::string bad : {"a*", "agent..state", ".agent", "agent.", "*x.y"}) {
     auto f = w.walk("event");
     ASSERT_TRUE(f && f->open(p9::ORDWR));
     ASSERT_TRUE(f->write("session.* " + bad));
+    EXPECT_EQ(f->read(100).ename(), "bad pattern: " + bad);
+    // Not the stream unfiltered after it: every read of that fid says so.
+    w.session("s" + std::to_string(made++));
     EXPECT_EQ(f->read(100).ename(), "bad pattern: " + bad);
   }
   // ollie-9p rdwr writes the filter, then reads: the error is printed, exit 1.
