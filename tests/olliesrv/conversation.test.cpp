@@ -664,19 +664,31 @@ TEST(Conversation, InstantToolRoundsShareSessionWritesAndTheTurnEndWritesAll) {
   EXPECT_LE(writes, static_cast<int>(ms / 20) + 4) << "a turn of " << ms << " ms";
 }
 
-// §6.1, §8.1.4: a profile switch while toolsrv cannot start unloads the old profile's tools for
-// good: the next start syncs what the agent has now, not what it had.
-TEST(Conversation, AProfileSwitchWhileToolsrvCannotStartDoesNotBringTheOldToolsBack) {
-  World w;
+/// Session `work` (agent `main`) in `<project>/gone`, saved, then olliesrv killed and started
+/// again with that directory removed: its toolsrv cannot start. Returns the directory.
+namespace {
+
+std::string restore_without_cwd(World& w) {
   const std::string dir = w.project + "/gone";
   std::filesystem::create_directories(dir);
-  ASSERT_TRUE(w.rdwr("session/new", "name=work cwd=" + dir));
-  auto a = w.agent("session/work", "main");
-  ASSERT_TRUE(w.rdwr("session/work/ctl", "save"));
+  EXPECT_TRUE(w.rdwr("session/new", "name=work cwd=" + dir));
+  w.agent("session/work", "main");
+  EXPECT_TRUE(w.rdwr("session/work/ctl", "save"));  // the agent's creation may not be saved yet
   w.stop_server(SIGKILL);
   w.kill_toolsrvs();
   std::filesystem::remove_all(dir);
   w.start();
+  return dir;
+}
+
+}  // namespace
+
+// §6.1, §8.1.4: a profile switch while toolsrv cannot start unloads the old profile's tools for
+// good: the next start syncs what the agent has now, not what it had.
+TEST(Conversation, AProfileSwitchWhileToolsrvCannotStartDoesNotBringTheOldToolsBack) {
+  World w;
+  const std::string dir = restore_without_cwd(w);
+  const std::string a = "session/work/agent/main";
   ASSERT_TRUE(w.write(a + "/cfg", "agent=observer")) << w.log_text();
   std::filesystem::create_directories(dir);
   w.fake.push({{"text", "looking"}});
@@ -693,15 +705,8 @@ TEST(Conversation, AProfileSwitchWhileToolsrvCannotStartDoesNotBringTheOldToolsB
 // model makes gets `tool server unavailable`, not `unknown tool` (no tool list came this round).
 TEST(Conversation, ARestoredSessionWhoseToolsrvCannotStartAnswersCallsUnavailable) {
   World w;
-  const std::string dir = w.project + "/gone";
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(w.rdwr("session/new", "name=work cwd=" + dir));
-  auto a = w.agent("session/work", "main");
-  ASSERT_TRUE(w.rdwr("session/work/ctl", "save"));  // the agent's creation may not be saved yet
-  w.stop_server(SIGKILL);
-  w.kill_toolsrvs();
-  std::filesystem::remove_all(dir);
-  w.start();
+  const std::string dir = restore_without_cwd(w);
+  const std::string a = "session/work/agent/main";
   w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", "ls"}}}}})}});
   w.fake.push({{"text", "no tools today"}});
   ASSERT_TRUE(w.write(a + "/prompt", "list the files"));
