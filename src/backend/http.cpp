@@ -161,10 +161,10 @@ struct HttpEngine::Loop {
     curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, on_timer);
     curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
   }
-  ~Loop() {
+  ~Loop() {  // after close(): closes the connections it keeps
     *self = nullptr;
     curl_multi_cleanup(multi);
-  }  // after close(): closes the connections it keeps
+  }
 
   bool on_thread() const { return io.get_executor().running_in_this_thread(); }
 

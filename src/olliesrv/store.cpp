@@ -673,7 +673,7 @@ p9::Status Store::append_block(const std::string& session_id, const std::string&
                          [&](const auto& h) { return h->agent_id == agent_id && h->session_id == session_id; });
   if (it != held_.end()) {
     struct stat st {};
-    if (::fstat((*it)->fd.fd, &st) == 0 && st.st_nlink > 0) {  // still the file of that name
+    if (::fstat((*it)->fd.fd, &st) == 0 && st.st_nlink > 0) {  // not removed since it was opened
       std::rotate(it, it + 1, held_.end());
       if (!write_all(held_.back()->fd.fd, buf)) return sys_error(path);
       return {};

@@ -259,6 +259,8 @@ void bench_rounds() {
           return static_cast<bool>(st);
         }))
       std::printf("ctl clear: %s\n", clear_err.c_str());
+    else if (!clear_err.empty())
+      std::printf("(agent/idx said idle but ctl clear answered `%s` first)\n", clear_err.c_str());
     return t;
   };
   std::vector<double> per_round_watched;

@@ -210,6 +210,7 @@ void Server::stop() {
     for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);
   }
   cv_.notify_all();
+  answered_cv_.notify_all();
   if (acceptor_.joinable()) acceptor_.join();
   ::close(listen_fd_);
   std::vector<std::thread> ts;
@@ -325,8 +326,7 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
   }
   std::size_t length = 0;
   if (auto it = rec.headers.find("content-length"); it != rec.headers.end()) length = std::stoul(it->second);
-  rec.body.reserve(std::max(length, buf.size() - hend - 4));  // one allocation for a body read in pieces
-  rec.body.assign(buf, hend + 4);
+  rec.body = buf.substr(hend + 4);
   while (rec.body.size() < length) {
     const auto n = ::recv(fd, tmp, sizeof tmp, 0);
     if (n <= 0) return false;
