@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <malloc.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -35,7 +36,13 @@ std::size_t count(const char* s) {
 void heap_in_huge_pages(char** argv) {
   const char* now = std::getenv("GLIBC_TUNABLES");
   std::string t = now ? now : "";
-  if (t.find("glibc.malloc.hugetlb") != std::string::npos) return;
+  if (t.find("glibc.malloc.hugetlb") != std::string::npos) {
+    // Run again through /proc/self/exe, the kernel named us "exe": ps, pgrep and pkill look for
+    // the name the user ran.
+    const char* slash = argv[0] ? std::strrchr(argv[0], '/') : nullptr;
+    if (argv[0]) ::prctl(PR_SET_NAME, slash ? slash + 1 : argv[0]);
+    return;
+  }
   t += (t.empty() ? "" : ":") + std::string("glibc.malloc.hugetlb=1");
   if (::setenv("GLIBC_TUNABLES", t.c_str(), 1) != 0) return;
   ::execv("/proc/self/exe", argv);

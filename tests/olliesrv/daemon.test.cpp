@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <fstream>
 #include <thread>
 #include <tuple>
 
@@ -148,6 +149,15 @@ TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
   EXPECT_FALSE(exists(sock));
   ASSERT_TRUE(reader.wait());  // the blocked reader was let go: end of file, exit 0
   EXPECT_EQ(reader.result().status, 0) << reader.result().err;
+}
+
+// olliesrv runs itself again for its heap's huge pages (main.cpp): it still goes by its name, so
+// `pgrep olliesrv` and `pkill olliesrv` (which match /proc/<pid>/comm) find it.
+TEST_F(Daemon, GoesByItsName) {
+  std::ifstream comm("/proc/" + std::to_string(srv->pid()) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  EXPECT_EQ(name, "olliesrv");
 }
 
 TEST(DaemonFlags, TcpNeedsInsecureTcp) {
