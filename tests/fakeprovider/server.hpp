@@ -76,7 +76,7 @@ class Server {
   std::size_t answered_ = 0, wake_at_ = 0;
   std::deque<nlohmann::json> queue_;
   std::size_t cursor_ = 0;  // loop mode: index into script_["responses"]
-  std::vector<Recorded> requests_;
+  std::deque<Recorded> requests_;  // kept where they are: a connection reads its own while others append
   std::vector<int> conns_;
   std::size_t accepted_ = 0;
   std::vector<std::thread> threads_;
