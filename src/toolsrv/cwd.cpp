@@ -37,7 +37,7 @@ p9::Result<HeldCwd> HeldCwd::open(const std::string& dir) {
 }
 
 p9::Result<void> HeldCwd::check() const {
-  if (!names(resolved, dev, ino) || !names(path, dev, ino)) return p9::error("cwd changed since it was set: " + path);
+  if (!names(resolved, dev, ino) || (path != resolved && !names(path, dev, ino))) return p9::error("cwd changed since it was set: " + path);
   return {};
 }
 
