@@ -127,7 +127,7 @@ Error classify_http(const HttpFailure& f) {
   } else if (f.status == 401 || f.status == 403 || (f.status == 400 && invalid_key_body(body))) {
     e.cls = ErrorClass::auth;
     e.message = who + ": authentication failed" + (f.key_var.empty() ? std::string() : " (check " + std::string(f.key_var) + ")");
-  } else if (f.status >= 400 && f.status < 500 && has_overflow_marker(body)) {
+  } else if (f.status == 400 && has_overflow_marker(body)) {  // §8.2: a 400 whose body carries the marker
     e.cls = ErrorClass::context_overflow;
     e.message = who + ": context overflow: " + msg;
   } else if ((f.status == 400 || f.status == 404 || f.status == 422) &&

@@ -25,6 +25,12 @@ TEST(BackendErrors, EveryOverflowMarkerIsContextOverflow) {
                         "maximum context length", "exceeds the maximum number of tokens"})
     EXPECT_EQ(classify(400, std::string("{\"error\":{\"message\":\"x ") + m + "\"}}").cls, ErrorClass::context_overflow) << m;
   EXPECT_EQ(classify(400, R"({"error":{"message":"too long"}})").cls, ErrorClass::client);
+  // Only a 400 is an overflow (§8.2): another client error with a marker is that client error.
+  for (int status : {404, 413, 422}) {
+    const auto e = classify(status, R"({"error":{"message":"prompt is too long"}})");
+    EXPECT_EQ(e.cls, ErrorClass::client) << status;
+    EXPECT_EQ(e.message, "openai: " + std::to_string(status) + " prompt is too long");
+  }
 }
 
 TEST(BackendErrors, EveryToolMarkerIsToolUnsupportedOn400404And422) {
