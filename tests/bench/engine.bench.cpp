@@ -309,6 +309,13 @@ void bench_rounds() {
               rw - t);
   std::printf("spawn+wait /bin/sh -c true:    %.3f ms   -> overhead beyond it: %.3f ms per round (%.3f read)\n", sh, r - sh,
               rw - sh);
+  // The machine's speed drifts between phases of a run: the overhead paired with the spawns
+  // measured right after the same rep's turns is the steadier figure.
+  std::vector<double> paired;
+  for (std::size_t i = 0; i < per_round.size(); i++) paired.push_back(per_round[i] - per_sh[i]);
+  const auto [lo, hi] = std::minmax_element(paired.begin(), paired.end());
+  std::printf("overhead beyond sh -c true, paired within each rep, nobody reading: median %.3f ms (%.3f-%.3f over %zu reps)\n",
+              median(paired), *lo, *hi, paired.size());
   std::printf("CPU per round of the turns nobody read (user+sys, clock ticks): olliesrv %.3f ms, toolsrv %.3f ms, the tool (sh -c true) %.3f ms\n"
               "  (sh -c true alone, spawned by this bench on a quiet machine: %.3f ms)\n",
               median(srv_cpu), median(tsrv_cpu), median(tool_cpu), median(sh_cpu));
