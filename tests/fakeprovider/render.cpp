@@ -177,9 +177,13 @@ std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, 
   std::vector<std::string> f;
   const bool router = req.path.find("/api/v1/") != std::string::npos;
   const bool legacy = resp.value("legacy_function_call", false);
-  auto chunk = [&](json delta, json finish = nullptr) {
-    return sse({{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"created", 1700000000}, {"model", req.model},
-                {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}});
+  // Each chunk is the same envelope around its delta: made once, and each chunk dumps only its
+  // delta (the bytes of dumping the whole object, whose keys nlohmann orders by name).
+  const std::string model = json(req.model).dump();
+  auto chunk = [&](const json& delta, const json& finish = nullptr) {
+    return "data: {\"choices\":[{\"delta\":" + delta.dump() + ",\"finish_reason\":" + finish.dump() +
+           ",\"index\":0}],\"created\":1700000000,\"id\":\"chatcmpl-fake\",\"model\":" + model +
+           ",\"object\":\"chat.completion.chunk\"}\n\n";
   };
   f.push_back(chunk({{"role", "assistant"}, {"content", ""}}));
   const bool both = resp.value("reasoning_both", false);  // as some vLLM versions: the same text twice

@@ -335,6 +335,7 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
   } else {
     rec.body = std::move(buf);
     buf.clear();
+    rec.body.reserve(std::min<std::size_t>(length, 64u << 20));  // one allocation, whatever the header claims
     while (rec.body.size() < length) {
       const std::size_t have = rec.body.size(), want = std::min<std::size_t>(length - have, 256u << 10);
       rec.body.resize(have + want);
