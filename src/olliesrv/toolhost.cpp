@@ -316,13 +316,16 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     // A change made after the last sync, before the instance was installed, was pushed nowhere.
     if (resync) {
-      if (auto st = co_await s->sync_wishes(**r); !st) (*r)->lose("sync failed");
+      if (auto st = co_await s->sync_wishes(**r); !st) {
+        (*r)->lose("sync failed");
+        r = p9::error("sync: " + st.ename());  // never usable: unavailable (§6.1), as a start that failed
+      }
       std::lock_guard lk(s->mu);
       s->starting = false;
       ws.swap(s->waiters);
     }
     if (!r) spdlog::warn("session {}: toolsrv: {}", s->cfg.session_id, r.ename());
-    if (started) started((*r)->number);
+    if (started && r) started((*r)->number);
     for (auto& w : ws) w->set(r);
   }
 
