@@ -2,12 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
-
 #include "toolsrv/cwd.hpp"
 #include "toolsrv/override.hpp"
-#include "toolsrv/paths.hpp"
 #include "toolsrv/policy.hpp"
 #include "toolsrv/sandbox.hpp"
 #include "world.hpp"
@@ -92,43 +88,6 @@ TEST(Sandbox, WritablePathsAreResolved) {
   EXPECT_TRUE(inside_writable(dir + "-link/tools", w));
   EXPECT_FALSE(inside_writable(dir + "x", w));
   std::filesystem::remove(dir + "-link");
-}
-
-// resolve_existing asks the kernel for the whole path at once; it answers as realpath(3) applied
-// to the longest prefix that exists (the old way, the oracle here), symlinks of every kind included.
-TEST(Sandbox, ResolveExistingAnswersAsRealpathDoes) {
-  namespace fs = std::filesystem;
-  const auto dir = temp_dir("resolve");
-  fs::create_directories(dir + "/a/b");
-  { std::ofstream(dir + "/a/file") << "x"; }
-  fs::create_directory_symlink(dir + "/a", dir + "/abs");
-  fs::create_directory_symlink("a/b", dir + "/rel");
-  fs::create_symlink("rel/../file", dir + "/dotdot");
-  fs::create_symlink(dir + "/missing/target", dir + "/dangling");
-  fs::create_symlink("loop2", dir + "/loop1");
-  fs::create_symlink("loop1", dir + "/loop2");
-  const auto oracle = [](const std::string& path) {
-    std::string prefix = path, rest;
-    for (;;) {
-      if (char* real = ::realpath(prefix.c_str(), nullptr)) {
-        std::string out = real;
-        std::free(real);
-        return rest.empty() ? out : clean_path(out + "/" + rest);
-      }
-      if (prefix == "/") return path;
-      const auto slash = prefix.rfind('/');
-      rest = rest.empty() ? prefix.substr(slash + 1) : prefix.substr(slash + 1) + "/" + rest;
-      prefix = slash == 0 ? "/" : prefix.substr(0, slash);
-    }
-  };
-  for (const std::string tail : {"", "/a", "/a/b", "/a/file", "/a/file/x", "/abs", "/abs/b/new/deeper", "/rel", "/rel/c",
-                                 "/dotdot", "/dangling", "/dangling/x", "/loop1", "/loop1/x", "/nothing/here"}) {
-    const auto path = dir + tail;
-    EXPECT_EQ(resolve_existing(path), oracle(path)) << path;
-  }
-  EXPECT_EQ(resolve_existing(dir + "/abs/b/new"), dir + "/a/b/new");
-  EXPECT_EQ(resolve_existing("/"), "/");
-  EXPECT_EQ(resolve_existing("/no-such-dir-here/x"), "/no-such-dir-here/x");
 }
 
 TEST(Override, Sha256) {
