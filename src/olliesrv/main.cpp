@@ -31,23 +31,32 @@ std::size_t count(const char* s) {
 // for every 4 KiB page was a third of the restore (engine-bench restore: 950-1000 ms, 540-690 with
 // huge pages). glibc (2.35 and later) backs its heaps with transparent huge pages when its
 // tunable asks, and reads the tunable only as a program starts: the first start runs itself
-// again with it. The processes olliesrv starts inherit it (sandboxed tools do not: their
-// environment is an allow-list).
+// again with it. The second start puts the user's GLIBC_TUNABLES back (glibc has read it by now),
+// so what olliesrv starts (toolsrv, the programs a bypass call runs, prompt entries) gets the
+// user's environment and not olliesrv's heap tuning; and it takes the user's name for itself,
+// since a program run through /proc/self/exe is named "exe" (ps, pgrep and pkill look for the
+// name the user ran).
+constexpr const char* tunables_before = "OLLIE_GLIBC_TUNABLES";  // "-": unset; "+<value>": set
+
 void heap_in_huge_pages(char** argv) {
-  const char* now = std::getenv("GLIBC_TUNABLES");
-  std::string t = now ? now : "";
-  if (t.find("glibc.malloc.hugetlb") != std::string::npos) {
-    // Run again through /proc/self/exe, the kernel named us "exe": ps, pgrep and pkill look for
-    // the name the user ran.
+  if (const char* before = std::getenv(tunables_before)) {
+    if (before[0] == '+') ::setenv("GLIBC_TUNABLES", before + 1, 1);
+    else ::unsetenv("GLIBC_TUNABLES");
+    ::unsetenv(tunables_before);
     const char* slash = argv[0] ? std::strrchr(argv[0], '/') : nullptr;
     if (argv[0]) ::prctl(PR_SET_NAME, slash ? slash + 1 : argv[0]);
     return;
   }
+  const char* now = std::getenv("GLIBC_TUNABLES");
+  std::string t = now ? now : "";
+  if (t.find("glibc.malloc.hugetlb") != std::string::npos) return;  // the user's choice
+  const std::string was = now ? "+" + t : "-";
   t += (t.empty() ? "" : ":") + std::string("glibc.malloc.hugetlb=1");
-  if (::setenv("GLIBC_TUNABLES", t.c_str(), 1) != 0) return;
+  if (::setenv(tunables_before, was.c_str(), 1) != 0 || ::setenv("GLIBC_TUNABLES", t.c_str(), 1) != 0) return;
   ::execv("/proc/self/exe", argv);
   // No /proc: go on with small pages.
-  if (now) ::setenv("GLIBC_TUNABLES", now, 1);
+  ::unsetenv(tunables_before);
+  if (now) ::setenv("GLIBC_TUNABLES", was.c_str() + 1, 1);
   else ::unsetenv("GLIBC_TUNABLES");
 }
 

@@ -564,6 +564,33 @@ TEST(Conversation, ToolsrvStartsAtTheFirstNeedAndEachSessionHasItsOwn) {
   ASSERT_TRUE(w.wait_state(a2, "idle"));
 }
 
+// olliesrv runs itself again with glibc's huge-page tunable for its own heap (main.cpp); toolsrv,
+// and through it every program a bypass call runs, gets the environment the user gave olliesrv.
+TEST(Conversation, ToolsrvGetsTheUsersEnvironmentNotOlliesrvsHeapTuning) {
+  World w;
+  const auto tunables = [&] {
+    std::vector<std::string> found;
+    const auto pids = w.toolsrvs();
+    if (pids.size() != 1) return std::vector<std::string>{"toolsrvs: " + std::to_string(pids.size())};
+    const std::string env = read_file("/proc/" + std::to_string(pids.front()) + "/environ");
+    for (std::size_t at = 0; at < env.size();) {
+      const auto end = std::min(env.find('\0', at), env.size());
+      const auto kv = env.substr(at, end - at);
+      if (kv.find("TUNABLES") != std::string::npos) found.push_back(kv);
+      at = end + 1;
+    }
+    return found;
+  };
+  (void)w.session("plain");
+  EXPECT_EQ(tunables(), std::vector<std::string>{});
+  w.kill_toolsrvs();
+  w.extra_env = {"GLIBC_TUNABLES=glibc.malloc.arena_max=2"};
+  w.stop_server(SIGTERM);
+  w.start();
+  (void)w.session("tuned");
+  EXPECT_EQ(tunables(), std::vector<std::string>{"GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
+}
+
 TEST(Conversation, ALostToolsrvFailsTheCallInFlightAndTheNextCallStartsANewOne) {
   World w;
   auto s = w.session("work");
