@@ -353,7 +353,7 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
     requests_.push_back(std::move(rec));
     kept = &requests_.back();
   }
-  const std::string& body = kept->body;  // never written again
+  const std::string& req_body = kept->body;  // never written again
   const auto header = [&](const std::string& name) {
     const auto it = kept->headers.find(name);
     return it == kept->headers.end() ? std::string() : it->second;
@@ -362,8 +362,8 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
   RequestInfo info;
   info.path = kept->path;
   info.key = credential(*kept);
-  if (auto top = read_top_level(body)) info.body = std::move(*top);
-  else info.body = json::parse(body, nullptr, false);
+  if (auto top = read_top_level(req_body)) info.body = std::move(*top);
+  else info.body = json::parse(req_body, nullptr, false);
   if (!info.body.is_object()) info.body = json::object();
   info.model = info.body.value("model", "");
 
@@ -450,7 +450,7 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
         const auto m0 = path.find("/models/") + 8;
         info.model = path.substr(m0, path.find(':', m0) - m0);
       }
-      auto resp = next_response(body);
+      auto resp = next_response(req_body);
       if (resp.value("fault", "") == "no_script") {
         have = false;
         reply_json(500, {{"error", "fakeprovider: no scripted response left"}});
