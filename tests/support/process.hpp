@@ -103,6 +103,15 @@ class Child {
       pump(err_, err_text_, 5);
     }
   }
+  /// Reads stderr until it holds `text` (true), or `ms` pass (false).
+  bool wait_for_err(const std::string& text, int ms = 20000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (err_text_.find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      pump(err_, err_text_, 5);
+    }
+    return true;
+  }
   Ran result() const { return {status_, out_text_, err_text_}; }
   const std::string& err_text() const { return err_text_; }
 
