@@ -794,15 +794,17 @@ void UnixGuard::wake() {
   (void)!::write(event_.get(), &one, sizeof one);
 }
 
+// Registered here, on the caller's thread: waking the guard's thread to do it was a context switch
+// of every sandboxed call. That thread takes the watch from incoming_ before it serves an event.
 void UnixGuard::adopt(UniqueFd listener, std::shared_ptr<const UnixAccess> access) {
-  {
-    std::lock_guard lock(mu_);
-    incoming_.emplace_back(std::move(listener), std::move(access));
-  }
-  wake();
+  std::lock_guard lock(mu_);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag(kind_listener, listener.get());
+  // Not served, the listener closes here: the tool's connects and sends then fail (ENOSYS).
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener.get(), &ev) != 0) return;
+  incoming_.emplace_back(std::move(listener), std::move(access));
 }
-
-std::size_t UnixGuard::watching() const { return watching_; }
 
 void UnixGuard::loop() {
   std::map<int, std::unique_ptr<Watch>> watches;
@@ -811,31 +813,24 @@ void UnixGuard::loop() {
   auto drop = [&](int fd) {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
     watches.erase(fd);
-    watching_ = watches.size();
   };
   while (!stopping_) {
     epoll_event events[64];
     const int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+    {
+      std::lock_guard lock(mu_);  // the listeners adopted (and registered) since
+      for (auto& [listener, access] : incoming_) {
+        const int lfd = listener.get();
+        watches[lfd] = std::make_unique<Watch>(Watch{std::move(listener), std::move(access)});
+      }
+      incoming_.clear();
+    }
     for (int i = 0; i < n; ++i) {
       const auto kind = static_cast<Kind>(events[i].data.u64 >> 32);
       const int fd = static_cast<int>(events[i].data.u64 & 0xffffffff);
       if (kind == kind_event) {
         std::uint64_t v;
         (void)!::read(event_.get(), &v, sizeof v);
-        std::vector<std::pair<UniqueFd, std::shared_ptr<const UnixAccess>>> todo;
-        {
-          std::lock_guard lock(mu_);
-          todo.swap(incoming_);
-        }
-        for (auto& [listener, access] : todo) {
-          const int lfd = listener.get();
-          epoll_event ev{};
-          ev.events = EPOLLIN;
-          ev.data.u64 = tag(kind_listener, lfd);
-          if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, lfd, &ev) != 0) continue;
-          watches[lfd] = std::make_unique<Watch>(Watch{std::move(listener), std::move(access)});
-        }
-        watching_ = watches.size();
       } else if (kind == kind_listener) {
         const auto it = watches.find(fd);
         if (it != watches.end() && !server.serve(*it->second, events[i].events)) drop(fd);

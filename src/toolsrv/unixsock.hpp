@@ -85,9 +85,6 @@ class UnixGuard {
   /// Serves `listener` (one call's filter) with `access` until no process is left under it.
   void adopt(UniqueFd listener, std::shared_ptr<const UnixAccess> access);
 
-  /// Filters being served, for tests.
-  std::size_t watching() const;
-
   struct Watch;
   struct Pending;
 
@@ -99,7 +96,6 @@ class UnixGuard {
   mutable std::mutex mu_;
   std::vector<std::pair<UniqueFd, std::shared_ptr<const UnixAccess>>> incoming_;
   std::atomic<bool> stopping_{false};
-  std::atomic<std::size_t> watching_{0};
   std::thread thread_;
 };
 
