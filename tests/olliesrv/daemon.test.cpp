@@ -187,7 +187,9 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
     ASSERT_TRUE(wait_for(dir.path + "/ollie"));
     // The warning comes once the listener is up (after its probe of ollama): a kill sooner would
     // cut the probe short.
-    if (!want.empty()) ASSERT_TRUE(srv.wait_for_err("no model backend")) << srv.err_text();
+    if (!want.empty()) {
+      ASSERT_TRUE(srv.wait_for_err("no model backend")) << srv.err_text();
+    }
     auto r = run({built("bin/ollie-9p"), "-a", addr, "rdwr", "ctl"}, "kill\n");
     EXPECT_EQ(r.out, "ok\n") << r.err;
     ASSERT_TRUE(srv.wait());
