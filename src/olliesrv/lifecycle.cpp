@@ -424,6 +424,24 @@ std::size_t restore(Hub& hub) {
   std::map<std::string, p9::Result<Profile>> profiles;  // each profile file read once
   for (auto& l : loaded) {
     auto& r = l.record;
+    // A name is a path element and an idx field (§2.4): one that session/new or agent/new would
+    // refuse is not served, and its session is left as it is, like any other that fails to load.
+    const auto invalid = [&]() -> std::optional<std::string> {
+      const auto shown = [](std::string n) {
+        n.resize(std::min<std::size_t>(n.size(), 64));
+        for (char& c : n)
+          if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+        return n;
+      };
+      if (!valid_name(r.name)) return "invalid session name: " + shown(r.name);
+      for (const auto& ar : r.agents)
+        if (!valid_name(ar.name)) return "agent " + ar.id + ": invalid agent name: " + shown(ar.name);
+      return std::nullopt;
+    }();
+    if (invalid) {
+      spdlog::error("restore: session skipped: {}: {}", r.id, *invalid);
+      continue;
+    }
     auto s = std::make_shared<Session>(hub, r.id, r.cwd, r.remote);
     {
       std::lock_guard lock(s->mu);

@@ -813,6 +813,24 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   const std::string bad = w.data + "/sessions/0badbad0-0000-4000-8000-000000000000";
   write_file(bad + "/session.json", "{\"id\": 12, broken");
   ::chmod(bad.c_str(), 0700);
+  // Names session/new and agent/new would refuse (§2.4): one with a newline would add a line to
+  // session/idx, `new` would hide the agent's own agent/new.
+  auto named = [&](const std::string& sname, const std::string& aname) {
+    auto sp = w.session(sname);
+    w.agent(sp, aname);
+    const std::string file = w.data + "/sessions/" + w.read(sp + "/id")->substr(0, 36) + "/session.json";
+    return file;
+  };
+  w.start();  // to make two more sessions, then rename them on disk
+  const std::string bad_session = named("badsession", "main"), bad_agent = named("badagent", "main");
+  w.stop_server(SIGTERM);
+  for (const auto& [file, key] : {std::pair{bad_session, "session"}, std::pair{bad_agent, "agent"}}) {
+    auto k = json::parse(read_file(file));
+    if (std::string(key) == "session") k["name"] = "bad\nname";
+    else k["agents"][0]["name"] = "new";
+    write_file(file, k.dump(1));
+  }
+  const std::string bad_session_text = read_file(bad_session), bad_agent_text = read_file(bad_agent);
   w.start();
   auto idx = w.read("session/idx");
   ASSERT_TRUE(idx);
@@ -823,6 +841,12 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   EXPECT_EQ(read_file(twins_file), twins_text);
   EXPECT_TRUE(read_file(twins_blocks).ends_with("{\"role\":\"to")) << read_file(twins_blocks);
   EXPECT_NE(w.log_text().find("agent already exists: one"), std::string::npos) << w.log_text();
+  EXPECT_EQ(idx->find("badagent"), std::string::npos) << *idx;  // neither renamed session is served
+  EXPECT_EQ(idx->find("bad\nname"), std::string::npos) << *idx;
+  EXPECT_NE(w.log_text().find(": invalid session name: bad?name"), std::string::npos) << w.log_text();
+  EXPECT_NE(w.log_text().find(": invalid agent name: new"), std::string::npos) << w.log_text();
+  EXPECT_EQ(read_file(bad_session), bad_session_text);
+  EXPECT_EQ(read_file(bad_agent), bad_agent_text);
 }
 
 TEST(Conversation, ToolLoadCallsBackIntoOlliesrvAsTheAgentItself) {
