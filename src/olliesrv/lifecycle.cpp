@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "bypass_policy.hpp"
 #include "containment.hpp"
 #include "dispatch.hpp"
 #include "hub.hpp"
@@ -416,6 +417,20 @@ asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shar
   co_await s->host->forget(a->id);
 }
 
+namespace {
+
+// A name is a path element and an idx field (§2.4): a session whose name, or one of whose agents'
+// names, session/new or agent/new would refuse is not served, and is left as it is, like any
+// other that fails to load. The name is shown escaped, as bypass/pending shows a command.
+std::optional<std::string> invalid_name(const SessionRecord& r) {
+  if (!valid_name(r.name)) return "invalid session name: " + bypass::escape(r.name.substr(0, 64));
+  for (const auto& ar : r.agents)
+    if (!valid_name(ar.name)) return "agent " + ar.id + ": invalid agent name: " + bypass::escape(ar.name.substr(0, 64));
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::size_t restore(Hub& hub) {
   std::vector<std::string> skipped;
   auto loaded = hub.store.load_all(&skipped);
@@ -424,22 +439,8 @@ std::size_t restore(Hub& hub) {
   std::map<std::string, p9::Result<Profile>> profiles;  // each profile file read once
   for (auto& l : loaded) {
     auto& r = l.record;
-    // A name is a path element and an idx field (§2.4): one that session/new or agent/new would
-    // refuse is not served, and its session is left as it is, like any other that fails to load.
-    const auto invalid = [&]() -> std::optional<std::string> {
-      const auto shown = [](std::string n) {
-        n.resize(std::min<std::size_t>(n.size(), 64));
-        for (char& c : n)
-          if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-        return n;
-      };
-      if (!valid_name(r.name)) return "invalid session name: " + shown(r.name);
-      for (const auto& ar : r.agents)
-        if (!valid_name(ar.name)) return "agent " + ar.id + ": invalid agent name: " + shown(ar.name);
-      return std::nullopt;
-    }();
-    if (invalid) {
-      spdlog::error("restore: session skipped: {}: {}", r.id, *invalid);
+    if (auto why = invalid_name(r)) {
+      spdlog::error("restore: session skipped: {}: {}", r.id, *why);
       continue;
     }
     auto s = std::make_shared<Session>(hub, r.id, r.cwd, r.remote);
