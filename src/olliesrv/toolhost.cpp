@@ -488,8 +488,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         at = agent_tools;
         ok = sandbox_ok_line();
       }
-      if (auto st4 = co_await ctl(i, ok); !st4) spdlog::warn("session {}: sandboxok: {}", cfg.session_id, st4.ename());
-      if (auto st3 = co_await sync(i, e, ac, at); !st3) co_return st3;
+      if (auto st3 = co_await sync(i, e, ok, ac, at); !st3) co_return st3;
       std::lock_guard lk(mu);
       i.synced = v;
       if (version == v || round >= 4) co_return p9::Status{};
@@ -652,8 +651,9 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     co_return co_await f->clunk();
   }
 
-  /// env, agentcwd and every agent's tools; a tool that no longer loads is dropped (logged).
-  asio::awaitable<p9::Status> sync(Instance& i, const std::map<std::string, std::string>& e,
+  /// env, sandboxok, agentcwd and every agent's tools, in the order of §6.1; a tool that no longer
+  /// loads is dropped (logged).
+  asio::awaitable<p9::Status> sync(Instance& i, const std::map<std::string, std::string>& e, const std::string& ok,
                                    const std::map<std::string, std::string>& ac,
                                    const std::map<std::string, std::set<std::string>>& at) {
     for (const auto& [k, v] : e) {
@@ -662,6 +662,10 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         if (starts_with(st.ename(), p9::err::hung_up)) co_return st;
         spdlog::warn("session {}: env {}: {}", cfg.session_id, k, st.ename());
       }
+    }
+    if (auto st = co_await ctl(i, ok); !st) {
+      if (starts_with(st.ename(), p9::err::hung_up)) co_return st;
+      spdlog::warn("session {}: sandboxok: {}", cfg.session_id, st.ename());
     }
     for (const auto& [a, d] : ac) {
       auto st = co_await ctl(i, "agentcwd " + a + " " + quote(d));
