@@ -141,12 +141,24 @@ asio::awaitable<void> Agent::resolve_prompts() {
     self->resolve_prompts_now();
     co_return;
   };
-  co_await asio::co_spawn(hub.blocking, work, asio::use_awaitable);
+  // Entries that run commands (30 s each at most) resolve on the pool kept for them, so that
+  // they hold no other agent's creation, no save and no stop; the others only read files.
+  const auto ctx = prompt_context();
+  bool commands;
+  {
+    std::lock_guard lock(mu);
+    commands = runs_commands(profile.prompt, ctx) || runs_commands(profile.user_prompts, ctx);
+  }
+  co_await asio::co_spawn(commands ? hub.commands : hub.blocking, work, asio::use_awaitable);
+}
+
+PromptContext Agent::prompt_context() const {
+  auto s = session.lock();
+  return {hub.config_root, hub.env, s ? s->id : "", id, effective_cwd(), hub.stop_fd.fd};
 }
 
 void Agent::resolve_prompts_now() {
-  auto s = session.lock();
-  PromptContext ctx{hub.config_root, hub.env, s ? s->id : "", id, effective_cwd()};
+  const auto ctx = prompt_context();
   std::vector<std::string> prompt, user;
   {
     std::lock_guard lock(mu);

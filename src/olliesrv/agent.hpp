@@ -177,6 +177,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   friend class Turn;
   friend class Compaction;
   void resolve_prompts_now();  ///< the work of resolve_prompts (blocking)
+  PromptContext prompt_context() const;  ///< for the prompt entries: ids, cwd, the stop
   void set_state(const std::string& s);
   void start_next();
   asio::awaitable<void> run(Submission s);

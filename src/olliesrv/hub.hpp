@@ -1,13 +1,16 @@
 #pragma once
 /// What sessions and agents share (one per olliesrv): the event bus, the store, the HTTP engine
-/// of the backends, a pool for the few blocking calls (profile `!` entries, model metadata), the
-/// configuration, and the executors the engine runs on.
+/// of the backends, a pool for the few blocking calls (files, model metadata, saves), one for
+/// the profiles' `!` entries, the configuration, and the executors the engine runs on.
 
 #include <asio/any_io_executor.hpp>
 #include <asio/io_context.hpp>
 #include <asio/thread_pool.hpp>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -40,6 +43,21 @@ struct Hub {
   Store store;
   backend::HttpEngine http;  ///< a loop per I/O thread: shut down once they have ended
   asio::thread_pool blocking{2};  ///< blocking calls only, never 9P or the engine
+  /// Readable once olliesrv stops (stop_all): a `!` prompt entry still running ends with it. Kept
+  /// until the pool below has joined.
+  struct StopFd {
+    int fd = ::eventfd(0, EFD_CLOEXEC);
+    ~StopFd() {
+      if (fd >= 0) ::close(fd);
+    }
+    void raise() const {
+      const std::uint64_t one = 1;
+      if (fd >= 0) (void)!::write(fd, &one, sizeof one);
+    }
+  } stop_fd;
+  /// The profiles' `!` entries (§7.5.1), up to 30 s each: apart from `blocking`, where agent/new,
+  /// the saves and the stop run, so that two slow entries hold none of them.
+  asio::thread_pool commands{2};
   Caches caches;                  ///< model lists, profiles, tool catalog: root `ctl invalidate` drops them
   std::string config_root;        ///< $XDG_CONFIG_HOME/ollie
   std::string toolsrv;            ///< the toolsrv executable

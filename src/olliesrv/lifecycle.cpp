@@ -519,6 +519,7 @@ std::size_t restore(Hub& hub) {
 
 void stop_all(Hub& hub) {
   hub.stopping = true;
+  hub.stop_fd.raise();  // prompt entries still running end now
   std::vector<std::shared_ptr<Agent>> stopped;
   for (const auto& s : hub.sessions()) {
     for (const auto& a : s->agents())

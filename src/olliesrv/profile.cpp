@@ -245,7 +245,7 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-/// Runs `/bin/sh -c cmd` in its own process group; kills the group on timeout or overflow.
+/// Runs `/bin/sh -c cmd` in its own process group; kills the group on timeout, overflow or stop.
 CommandResult run_command(const std::string& cmd, const PromptContext& ctx, std::chrono::milliseconds timeout,
                           std::size_t cap) {
   CommandResult r;
@@ -307,10 +307,11 @@ CommandResult run_command(const std::string& cmd, const PromptContext& ctx, std:
       r.failure = fmt::format("timed out after {:g}s", static_cast<double>(timeout.count()) / 1000.0);
       break;
     }
-    pollfd fds[2];
+    pollfd fds[3];
     nfds_t n = 0;
     if (out >= 0) fds[n++] = {out, POLLIN, 0};
     if (!exited && pidfd >= 0) fds[n++] = {pidfd, POLLIN, 0};
+    if (ctx.stop_fd >= 0) fds[n++] = {ctx.stop_fd, POLLIN, 0};
     // Without a pidfd, the exit is seen by polling waitpid every 10 ms once stdout is closed.
     const int wait_ms = (pidfd < 0 && out < 0) ? 10 : static_cast<int>(std::min<long>(left.count(), 60'000));
     const int pr = n ? ::poll(fds, n, wait_ms) : (::usleep(10'000), 0);
@@ -320,7 +321,9 @@ CommandResult run_command(const std::string& cmd, const PromptContext& ctx, std:
     }
     for (nfds_t i = 0; pr > 0 && i < n; i++) {
       if (!fds[i].revents) continue;
-      if (fds[i].fd == out) {
+      if (fds[i].fd == ctx.stop_fd) {
+        r.failure = "olliesrv is stopping";
+      } else if (fds[i].fd == out) {
         char buf[16384];
         const ssize_t got = ::read(out, buf, sizeof buf);
         if (got > 0) {
@@ -398,6 +401,13 @@ ResolvedText resolve_system_prompt(const std::string& system_prompt, const Promp
     return rt;
   rt.text = default_system_prompt();
   return rt;
+}
+
+bool runs_commands(const std::vector<std::string>& entries, const PromptContext& ctx) {
+  return std::any_of(entries.begin(), entries.end(), [&](const std::string& e) {
+    const auto x = expand_vars(e, ctx);
+    return !x.empty() && x[0] == '!';
+  });
 }
 
 namespace detail {

@@ -39,6 +39,7 @@ struct PromptContext {
   p9::Env env;               ///< olliesrv's environment for $VAR
   std::string session_id, agent_id;  ///< also $OLLIE_SESSION_ID, $OLLIE_AGENT_ID
   std::string cwd;           ///< where `!` commands run when it exists locally, else $HOME
+  int stop_fd = -1;          ///< readable: olliesrv stops, a running `!` command is killed
 };
 
 struct ResolvedText {
@@ -55,6 +56,9 @@ ResolvedText resolve_entries(const std::vector<std::string>& entries, const Prom
 /// removed). A missing or unreadable file → a warning as for entries, and the default. Reads a
 /// file: call it off the I/O threads.
 ResolvedText resolve_system_prompt(const std::string& system_prompt, const PromptContext& ctx);
+
+/// True when one of `entries` is a command (`!`, once its variables are expanded).
+bool runs_commands(const std::vector<std::string>& entries, const PromptContext& ctx);
 
 namespace detail {
 /// resolve_entries with the `!` command timeout and stdout cap chosen (the public one uses 30 s

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <future>
 
 #include "olliesrv/world.hpp"
 
@@ -328,6 +329,52 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   const std::string id = again->substr(0, again->size() - 1);
   const auto seen = World::read_until(ev, "agent." + id + ".new");
   EXPECT_EQ(seen.find("agent."), seen.find("agent." + id + ".new")) << seen;
+}
+
+// §7.5.1: a `!` entry may run for its whole 30 s. Two of them at once (two agents made with a
+// slow profile) hold neither another agent's creation, nor the saves of other sessions, nor
+// olliesrv's stop: SIGTERM ends the commands still running and olliesrv exits at once.
+TEST(Creation, SlowPromptEntriesHoldNoOtherWorkAndEndAtTheStop) {
+  World w;
+  w.own_dir("agents");
+  const std::string marker = w.root + "/entry-ran";
+  write_file(w.config + "/agents/slow.json",
+             json{{"prompt", {"!echo started >> " + marker + "; sleep 28; echo late"}}}.dump());
+  auto s = w.session("work");
+  struct Pending {
+    std::optional<p9::CFid> f;
+    std::promise<p9::Result<p9::Fcall>> reply;
+  };
+  std::vector<std::unique_ptr<Pending>> slow;
+  for (const char* name : {"slow1", "slow2"}) {
+    auto p = std::make_unique<Pending>();
+    auto f = w.walk(s + "/agent/new");
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->open(p9::ORDWR));
+    ASSERT_TRUE(f->write(std::string("agent=slow name=") + name));
+    p9::Fcall t;
+    t.type = p9::Tread;
+    t.fid = f->num();
+    t.count = 8192;
+    f->client().start(t, [q = p.get()](p9::Result<p9::Fcall> r) { q->reply.set_value(std::move(r)); });
+    p->f = std::move(*f);
+    slow.push_back(std::move(p));
+  }
+  ASSERT_TRUE(eventually([&] { return read_file(marker) == "started\nstarted\n"; })) << read_file(marker);
+
+  // Meanwhile: a new agent, a turn, and its session saved.
+  auto other = std::async(std::launch::async, [&] { return w.rdwr(s + "/agent/new", "name=main"); });
+  ASSERT_EQ(other.wait_for(10s), std::future_status::ready) << "agent/new waited behind the prompt entries";
+  ASSERT_TRUE(other.get());
+  w.fake.push({{"text", "saved while they sleep"}});
+  ASSERT_TRUE(w.write(s + "/agent/main/prompt", "hello\n"));
+  const std::string file = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36) + "/session.json";
+  EXPECT_TRUE(eventually([&] { return read_file(file).find("saved while they sleep") != std::string::npos; }, 10s)) << "the session was not saved while the prompt entries ran";
+
+  const auto t0 = std::chrono::steady_clock::now();
+  w.stop_server(SIGTERM);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "olliesrv's stop waited for the prompt entries";
+  for (auto& p : slow) p->f.reset();
 }
 
 // A restored agent's prompt entries are resolved at their first use (they may run commands; a
