@@ -400,20 +400,33 @@ asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, st
   co_return p9::Status{};
 }
 
-void kill_session(Hub& hub, const std::shared_ptr<Session>& s) {
+asio::awaitable<void> kill_session(Hub& hub, std::shared_ptr<Session> s) {
   const std::string name = s->current_name();
-  if (!s->kill()) return;  // a kill at the same moment published it
+  if (!s->kill()) co_return;  // a kill at the same moment published it
   hub.remove(s->id);
-  hub.bus.publish("session." + s->id + ".kill", "session/" + name);
+  // The files, then the event, on the blocking pool: a save under way may hold them (an fsync),
+  // and a flushed `ctl kill` still ends with its event.
+  auto remove = [&hub, s, name]() -> asio::awaitable<void> {
+    s->remove_files();
+    hub.bus.publish("session." + s->id + ".kill", "session/" + name);
+    co_return;
+  };
+  co_await asio::co_spawn(hub.blocking, remove, asio::use_awaitable);
 }
 
 asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a) {
   const std::string path = agent_path(*s, *a);
   a->kill();
   const bool shown = s->remove(a->id);  // false: a concurrent kill was first
-  if (auto st = hub.store.remove_agent(s->id, a->id); !st) spdlog::error("agent {}: remove: {}", a->id, st.ename());
-  s->save_soon();
-  if (shown) hub.bus.publish("agent." + a->id + ".kill", path);
+  // Its files on the blocking pool, then the save and the event (there too: a flushed `ctl kill`
+  // still ends with them).
+  auto remove = [&hub, s, aid = a->id, path, shown]() -> asio::awaitable<void> {
+    if (auto st = hub.store.remove_agent(s->id, aid); !st) spdlog::error("agent {}: remove: {}", aid, st.ename());
+    s->save_soon();
+    if (shown) hub.bus.publish("agent." + aid + ".kill", path);
+    co_return;
+  };
+  co_await asio::co_spawn(hub.blocking, remove, asio::use_awaitable);
   co_await s->host->forget(a->id);
 }
 

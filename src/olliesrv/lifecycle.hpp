@@ -23,8 +23,8 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
 /// The goal workflow (§8.13), after `goal` stored `text`: the agent `conductor` (created with the
 /// profile `conductor` when the session has none) gets the goal as a submission.
 asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, std::string text);
-/// Session `ctl kill`.
-void kill_session(Hub& hub, const std::shared_ptr<Session>& s);
+/// Session `ctl kill`: the files go on the blocking pool, before the event.
+asio::awaitable<void> kill_session(Hub& hub, std::shared_ptr<Session> s);
 /// Agent `ctl kill`.
 asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a);
 /// Every persisted session, without starting any toolsrv. Returns the number restored.

@@ -177,9 +177,12 @@ bool Session::kill() {
   }
   host->stop();
   if (!remote.empty() && hub.unlisten_forward) hub.unlisten_forward(id);
-  std::lock_guard writing(save_mu_);
-  if (auto st = hub.store.remove_session(id); !st) spdlog::error("session {}: remove: {}", id, st.ename());
   return true;
+}
+
+void Session::remove_files() {
+  std::lock_guard writing(save_mu_);  // a save under way ends first; later ones see `killed`
+  if (auto st = hub.store.remove_session(id); !st) spdlog::error("session {}: remove: {}", id, st.ename());
 }
 
 }  // namespace ollie

@@ -75,9 +75,12 @@ class Session : public std::enable_shared_from_this<Session> {
   /// write began, so a turn of rounds faster than that writes once per spacing, not per round;
   /// any other moment meanwhile writes at once.
   void save_soon(bool spaced = false);
-  /// Kills every agent and the toolsrv, deletes the persisted data (§3.2). False when it was
-  /// already killed (by a kill at the same moment, whose event is the one published).
+  /// Kills every agent and the toolsrv (§3.2). False when it was already killed (by a kill at
+  /// the same moment, whose event is the one published).
   bool kill();
+  /// Deletes the persisted data of a killed session, after a save under way. Blocking: call it
+  /// on the blocking pool.
+  void remove_files();
 
  private:
   std::map<std::string, std::shared_ptr<Agent>> agents_;  // by id

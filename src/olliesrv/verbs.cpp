@@ -35,12 +35,16 @@ struct SessionCall {
 };
 
 Reply session_kill(SessionCall& c, const virtfs::Command&) {
-  kill_session(c.hub, c.s);
+  co_await kill_session(c.hub, c.s);
   co_return std::string("killed\n");
 }
 
+// The write (temp, fsync, rename) and the wait for a save already under way happen on the
+// blocking pool, never on the I/O thread.
 Reply session_save(SessionCall& c, const virtfs::Command&) {
-  if (auto st = c.s->save(); !st) co_return p9::error("save: " + st.ename());
+  auto save = [s = c.s]() -> asio::awaitable<p9::Status> { co_return s->save(); };
+  if (auto st = co_await asio::co_spawn(c.hub.blocking, save, asio::use_awaitable); !st)
+    co_return p9::error("save: " + st.ename());
   co_return std::string("saved\n");
 }
 
