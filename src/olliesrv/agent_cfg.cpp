@@ -1,12 +1,11 @@
 #include "agent_cfg.hpp"
 
-#include <asio/co_spawn.hpp>
-#include <asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
 #include "agent.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
+#include "off_io.hpp"
 #include "session.hpp"
 
 namespace ollie {
@@ -14,15 +13,6 @@ namespace ollie {
 namespace {
 
 using json = nlohmann::json;
-
-/// `f()` on the hub's blocking pool (file reads, `!` prompt entries, backend resolution).
-template <class T, class F>
-asio::awaitable<T> off_io(Hub& hub, F f) {
-  // optional: co_spawn needs a default-constructible result. Named: see lifecycle.cpp.
-  auto run = [f = std::move(f)]() -> asio::awaitable<std::optional<T>> { co_return f(); };
-  auto r = co_await asio::co_spawn(hub.blocking, run, asio::use_awaitable);
-  co_return std::move(*r);
-}
 
 /// The system prompt renders again before the next request and for `ctl systemprompt` (§7.6).
 void render_again(Agent& a) {

@@ -16,6 +16,7 @@
 #include "dispatch.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
+#include "off_io.hpp"
 #include "remote.hpp"
 #include "request.hpp"
 #include "session.hpp"
@@ -406,12 +407,12 @@ asio::awaitable<void> kill_session(Hub& hub, std::shared_ptr<Session> s) {
   hub.remove(s->id);
   // The files, then the event, on the blocking pool: a save under way may hold them (an fsync),
   // and a flushed `ctl kill` still ends with its event.
-  auto remove = [&hub, s, name]() -> asio::awaitable<void> {
+  // Named, not a temporary of the co_await expression (GCC 12, see off_io).
+  auto remove = [&hub, s, name] {
     s->remove_files();
     hub.bus.publish("session." + s->id + ".kill", "session/" + name);
-    co_return;
   };
-  co_await asio::co_spawn(hub.blocking, remove, asio::use_awaitable);
+  co_await off_io<void>(hub, remove);
 }
 
 asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a) {
@@ -420,13 +421,12 @@ asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shar
   const bool shown = s->remove(a->id);  // false: a concurrent kill was first
   // Its files on the blocking pool, then the save and the event (there too: a flushed `ctl kill`
   // still ends with them).
-  auto remove = [&hub, s, aid = a->id, path, shown]() -> asio::awaitable<void> {
+  auto remove = [&hub, s, aid = a->id, path, shown] {
     if (auto st = hub.store.remove_agent(s->id, aid); !st) spdlog::error("agent {}: remove: {}", aid, st.ename());
     s->save_soon();
     if (shown) hub.bus.publish("agent." + aid + ".kill", path);
-    co_return;
   };
-  co_await asio::co_spawn(hub.blocking, remove, asio::use_awaitable);
+  co_await off_io<void>(hub, remove);
   co_await s->host->forget(a->id);
 }
 

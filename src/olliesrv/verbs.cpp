@@ -16,6 +16,7 @@
 #include "hub.hpp"
 #include "ids.hpp"
 #include "lifecycle.hpp"
+#include "off_io.hpp"
 #include "result.hpp"
 #include "session.hpp"
 #include "settings.hpp"
@@ -42,9 +43,8 @@ Reply session_kill(SessionCall& c, const virtfs::Command&) {
 // The write (temp, fsync, rename) and the wait for a save already under way happen on the
 // blocking pool, never on the I/O thread.
 Reply session_save(SessionCall& c, const virtfs::Command&) {
-  auto save = [s = c.s]() -> asio::awaitable<p9::Status> { co_return s->save(); };
-  if (auto st = co_await asio::co_spawn(c.hub.blocking, save, asio::use_awaitable); !st)
-    co_return p9::error("save: " + st.ename());
+  auto save = [s = c.s] { return s->save(); };  // named: see off_io
+  if (auto st = co_await off_io<p9::Status>(c.hub, save); !st) co_return p9::error("save: " + st.ename());
   co_return std::string("saved\n");
 }
 
