@@ -2,7 +2,10 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
@@ -10,6 +13,7 @@
 #include <ctime>
 
 #include "compaction.hpp"
+#include "eventfd.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "session.hpp"
@@ -134,31 +138,41 @@ p9::Status Agent::make_backend() {
   return {};
 }
 
-asio::awaitable<void> Agent::resolve_prompts() {
-  // A named lambda, not a temporary: GCC 12 destroys a temporary closure of a co_await
-  // expression twice (its captured shared_ptr then frees the agent early).
-  auto work = [self = shared_from_this()]() -> asio::awaitable<void> {
-    self->resolve_prompts_now();
-    co_return;
-  };
-  // Entries that run commands (30 s each at most) resolve on the pool kept for them, so that
-  // they hold no other agent's creation, no save and no stop; the others only read files.
+asio::awaitable<bool> Agent::resolve_prompts() {
+  auto cs = co_await asio::this_coro::cancellation_state;
+  if (cs.cancelled() != asio::cancellation_type::none) co_return false;  // runs nothing for the gone
   const auto ctx = prompt_context();
   bool commands;
   {
     std::lock_guard lock(mu);
     commands = runs_commands(profile.prompt, ctx) || runs_commands(profile.user_prompts, ctx);
   }
-  co_await asio::co_spawn(commands ? hub.commands : hub.blocking, work, asio::use_awaitable);
+  // Entries that run commands (30 s each at most) resolve on the pool kept for them, so that
+  // they hold no other agent's creation, no save and no stop; the others only read files. The
+  // wait is a timer the work ends, so that a flush of the request (agent/new, cfg, invalidate) or
+  // a stop of the turn ends it at once and kills the command still running: its Rflush would
+  // otherwise wait for the command.
+  auto cancel = std::make_shared<EventFd>();
+  auto done = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor,
+                                                   asio::steady_timer::time_point::max());
+  asio::post(commands ? hub.commands : hub.blocking, [self = shared_from_this(), cancel, done] {
+    self->resolve_prompts_now(cancel->fd);
+    asio::post(done->get_executor(), [done] { done->cancel(); });
+  });
+  (void)co_await done->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  if (cs.cancelled() == asio::cancellation_type::none) co_return true;
+  cancel->raise();
+  co_return false;
 }
 
 PromptContext Agent::prompt_context() const {
   auto s = session.lock();
-  return {hub.config_root, hub.env, s ? s->id : "", id, effective_cwd(), hub.stop_fd.fd};
+  return {hub.config_root, hub.env, s ? s->id : "", id, effective_cwd(), hub.stop_fd.fd, -1};
 }
 
-void Agent::resolve_prompts_now() {
-  const auto ctx = prompt_context();
+void Agent::resolve_prompts_now(int cancel_fd) {
+  auto ctx = prompt_context();
+  ctx.cancel_fd = cancel_fd;
   std::vector<std::string> prompt, user;
   {
     std::lock_guard lock(mu);
@@ -174,6 +188,11 @@ void Agent::resolve_prompts_now() {
   auto u = resolve_entries(user, ctx);
   // systemPrompt is a path, never a command; an empty file is an empty System section (§7.5).
   const ResolvedText sys = resolve_system_prompt(system_file, ctx);
+  if (a.ended || u.ended) {  // the stop or a cancel: the entries stay due, the last text stays
+    std::lock_guard lock(mu);
+    prompts_ready = false;
+    return;
+  }
   {
     std::lock_guard lock(mu);
     system_text = sys.text;

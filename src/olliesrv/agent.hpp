@@ -134,8 +134,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Builds the backend for backend_name/model; the error is the backend's (missing key...).
   p9::Status make_backend();
   /// Resolves the profile's prompt entries on the blocking pool (`!` entries run commands) and
-  /// marks the system prompt due.
-  asio::awaitable<void> resolve_prompts();
+  /// marks the system prompt due. False when cancelled (a flush, a stop): it has killed the
+  /// command running, the entries stay due for their next use, and the caller's next wait throws.
+  asio::awaitable<bool> resolve_prompts();
   /// Submits a prompt: starts a turn when idle, else queues it. Fails with `prompt queue full`,
   /// or `agent killed` (§1.5) when a kill came first.
   p9::Status submit(Submission s);
@@ -176,7 +177,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
  private:
   friend class Turn;
   friend class Compaction;
-  void resolve_prompts_now();  ///< the work of resolve_prompts (blocking)
+  void resolve_prompts_now(int cancel_fd);  ///< the work of resolve_prompts (blocking)
   PromptContext prompt_context() const;  ///< for the prompt entries: ids, cwd, the stop
   void set_state(const std::string& s);
   void start_next();

@@ -6,8 +6,6 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/io_context.hpp>
 #include <asio/thread_pool.hpp>
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +20,7 @@
 #include "backend/http.hpp"
 #include "bypass.hpp"
 #include "caches.hpp"
+#include "eventfd.hpp"
 #include "event.hpp"
 #include "lib9p/dirs.hpp"
 #include "store.hpp"
@@ -45,16 +44,7 @@ struct Hub {
   asio::thread_pool blocking{2};  ///< blocking calls only, never 9P or the engine
   /// Readable once olliesrv stops (stop_all): a `!` prompt entry still running ends with it. Kept
   /// until the pool below has joined.
-  struct StopFd {
-    int fd = ::eventfd(0, EFD_CLOEXEC);
-    ~StopFd() {
-      if (fd >= 0) ::close(fd);
-    }
-    void raise() const {
-      const std::uint64_t one = 1;
-      if (fd >= 0) (void)!::write(fd, &one, sizeof one);
-    }
-  } stop_fd;
+  EventFd stop_fd;
   /// The profiles' `!` entries (§7.5.1), up to 30 s each: apart from `blocking`, where agent/new,
   /// the saves and the stop run, so that two slow entries hold none of them.
   asio::thread_pool commands{2};

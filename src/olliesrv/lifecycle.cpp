@@ -373,7 +373,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     a->tools = loaded;
   }
   for (const auto& w : profile->warnings) a->note("info", w);
-  co_await a->resolve_prompts();
+  if (!co_await a->resolve_prompts()) co_return p9::error("interrupted");  // flushed: undone
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
   if (!s->show(id)) co_return p9::error("session killed");  // §8.1.1: the directory last
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));

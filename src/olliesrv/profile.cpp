@@ -238,6 +238,7 @@ bool is_dir(const std::string& p) {
 struct CommandResult {
   std::string out;
   std::string failure;  ///< "" = success
+  bool ended = false;   ///< killed by olliesrv's stop or the asker's cancel: no further entry runs
 };
 
 void close_fd(int& fd) {
@@ -245,7 +246,8 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-/// Runs `/bin/sh -c cmd` in its own process group; kills the group on timeout, overflow or stop.
+/// Runs `/bin/sh -c cmd` in its own process group; kills the group on timeout, overflow, stop or
+/// cancel.
 CommandResult run_command(const std::string& cmd, const PromptContext& ctx, std::chrono::milliseconds timeout,
                           std::size_t cap) {
   CommandResult r;
@@ -307,11 +309,12 @@ CommandResult run_command(const std::string& cmd, const PromptContext& ctx, std:
       r.failure = fmt::format("timed out after {:g}s", static_cast<double>(timeout.count()) / 1000.0);
       break;
     }
-    pollfd fds[3];
+    pollfd fds[4];
     nfds_t n = 0;
     if (out >= 0) fds[n++] = {out, POLLIN, 0};
     if (!exited && pidfd >= 0) fds[n++] = {pidfd, POLLIN, 0};
     if (ctx.stop_fd >= 0) fds[n++] = {ctx.stop_fd, POLLIN, 0};
+    if (ctx.cancel_fd >= 0) fds[n++] = {ctx.cancel_fd, POLLIN, 0};
     // Without a pidfd, the exit is seen by polling waitpid every 10 ms once stdout is closed.
     const int wait_ms = (pidfd < 0 && out < 0) ? 10 : static_cast<int>(std::min<long>(left.count(), 60'000));
     const int pr = n ? ::poll(fds, n, wait_ms) : (::usleep(10'000), 0);
@@ -321,8 +324,9 @@ CommandResult run_command(const std::string& cmd, const PromptContext& ctx, std:
     }
     for (nfds_t i = 0; pr > 0 && i < n; i++) {
       if (!fds[i].revents) continue;
-      if (fds[i].fd == ctx.stop_fd) {
-        r.failure = "olliesrv is stopping";
+      if (fds[i].fd == ctx.stop_fd || fds[i].fd == ctx.cancel_fd) {
+        r.failure = fds[i].fd == ctx.stop_fd ? "olliesrv is stopping" : "interrupted";
+        r.ended = true;
       } else if (fds[i].fd == out) {
         char buf[16384];
         const ssize_t got = ::read(out, buf, sizeof buf);
@@ -429,6 +433,10 @@ ResolvedText resolve_entries(const std::vector<std::string>& entries, const Prom
     const std::string e = expand_vars(entry, ctx);
     if (!e.empty() && e[0] == '!') {
       auto r = run_command(e.substr(1), ctx, command_timeout, output_cap);
+      if (r.ended) {
+        rt.ended = true;
+        break;
+      }
       if (!r.failure.empty()) {
         rt.warnings.push_back("prompt entry failed: " + entry + ": " + r.failure);
         continue;

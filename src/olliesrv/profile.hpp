@@ -40,11 +40,13 @@ struct PromptContext {
   std::string session_id, agent_id;  ///< also $OLLIE_SESSION_ID, $OLLIE_AGENT_ID
   std::string cwd;           ///< where `!` commands run when it exists locally, else $HOME
   int stop_fd = -1;          ///< readable: olliesrv stops, a running `!` command is killed
+  int cancel_fd = -1;        ///< readable: whoever asked went away (a flush, a stop): the same
 };
 
 struct ResolvedText {
   std::string text;                   ///< the texts joined with one blank line
   std::vector<std::string> warnings;  ///< e.g. `prompt entry not found: <entry>`
+  bool ended = false;                 ///< cut short by the stop or cancel fd: not a resolution
 };
 
 /// Resolves entries as §7.5.1 says. Blocks (a `!` entry runs up to 30 s, in its own process

@@ -242,8 +242,16 @@ asio::awaitable<void> Turn::run(Submission sub) {
     std::lock_guard lock(a.mu);
     ready = a.prompts_ready;
   }
+  std::string failure;
+  bool interrupt = false;
   if (!ready) {  // a restored agent resolves its prompt entries at its first turn (they may run commands)
-    co_await a.resolve_prompts();
+    // A stop kills a `!` entry still running (or comes first); the prompt is kept, unanswered.
+    try {
+      interrupt = !co_await a.resolve_prompts();
+    } catch (const std::system_error& e) {
+      if (!aborted(e)) throw;
+      interrupt = true;
+    }
   }
   {
     std::unique_lock lock(a.mu);
@@ -264,10 +272,8 @@ asio::awaitable<void> Turn::run(Submission sub) {
   }
   if (!sub.shown) a.transcript.append(make_block("user", sub.text, sub.origin));
 
-  std::string failure;
-  bool interrupt = false;
   try {
-    for (;;) {
+    if (!interrupt) for (;;) {
       auto tools = co_await tool_list();
       loaded_.clear();
       for (const auto& t : tools) loaded_.push_back(t.name);

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <cerrno>
+#include <csignal>
 #include <future>
 
 #include "olliesrv/world.hpp"
@@ -301,10 +303,12 @@ TEST(AgentNew, SubagentKilledWhileRunningIsInterrupted) {
 // §8.1.1: an agent's directory appears last, when its setup (autoLoad, prompt entries, the system
 // prompt) is done; its name is taken from the start. §1.5: a flushed agent/new is undone: nothing
 // of the half-made agent is left (never listed, no event, not saved), and the name is free again.
+// The flush reaches the `!` entry still running: it is killed, and the Rflush does not wait for it.
 TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   World w;
   w.own_dir("agents");
-  write_file(w.config + "/agents/slow.json", json{{"prompt", {"!sleep 2; echo slow"}}}.dump());
+  const std::string pidfile = w.root + "/entry.pid";
+  write_file(w.config + "/agents/slow.json", json{{"prompt", {"!echo $$ > " + pidfile + "; sleep 28; echo slow"}}}.dump());
   auto s = w.session("work");
   auto f = w.walk(s + "/agent/new");
   ASSERT_TRUE(f);
@@ -317,12 +321,16 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   std::promise<p9::Result<p9::Fcall>> reply;
   const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
   auto ev = w.open("event");
-  // While its prompt entry runs (2 s): the name is taken, the directory is not there yet.
+  // While its prompt entry runs: the name is taken, the directory is not there yet.
   ASSERT_TRUE(eventually([&] { return w.rdwr(s + "/agent/new", "name=half").ename() == "agent already exists: half"; }));
   EXPECT_EQ(*w.read(s + "/agent/idx"), "");
   EXPECT_EQ(w.walk(s + "/agent/half").ename(), "half: file not found");
-  f->client().flush(tag);
+  ASSERT_TRUE(eventually([&] { return read_file(pidfile).find('\n') != std::string::npos; }));
+  const pid_t entry = std::stoi(read_file(pidfile));
+  const auto flushed = std::async(std::launch::async, [&] { f->client().flush(tag); });
+  ASSERT_EQ(flushed.wait_for(10s), std::future_status::ready) << "the Rflush waited for the 28 s entry";
   EXPECT_FALSE(reply.get_future().get());
+  EXPECT_TRUE(eventually([&] { return ::kill(entry, 0) != 0 && errno == ESRCH; })) << "the entry's shell still runs";
   // The name is free again; the only agent events are those of the new one.
   auto again = w.rdwr(s + "/agent/new", "name=half");
   ASSERT_TRUE(again) << again.ename();
@@ -390,6 +398,43 @@ TEST(Creation, SystempromptRightAfterARestartHasTheProfilesPrompts) {
   w.stop_server(SIGTERM);
   w.start();
   EXPECT_EQ(*w.rdwr(a + "/ctl", "systemprompt"), before);
+}
+
+// §8.9: a `stop` reaches a restored agent's first turn while its `!` entry still runs (restored
+// agents resolve their entries at their first use): the entry is killed, the agent is idle at
+// once, and the entries are resolved again at the next turn, whose request carries their text.
+TEST(Creation, AStopKillsTheEntryAFirstTurnAfterARestartRuns) {
+  World w;
+  w.own_dir("agents");
+  const std::string flag = w.root + "/quick", pidfile = w.root + "/entry.pid";
+  write_file(flag, "");
+  write_file(w.config + "/agents/slow.json",
+             json{{"prompt", {"!if [ -e " + flag + " ]; then echo QUICK-ENTRY; else echo $$ > " + pidfile +
+                                  "; sleep 28; fi"}}}
+                 .dump());
+  auto s = w.session("work");
+  auto a = w.agent(s, "main", "agent=slow");
+  const auto chats = [&] {
+    std::size_t n = 0;
+    for (auto& r : w.fake.requests()) n += r.path.find("/chat/completions") != std::string::npos;
+    return n;
+  };
+  w.stop_server(SIGTERM);
+  std::filesystem::remove(flag);
+  w.start();
+  ASSERT_TRUE(w.write(a + "/prompt", "hello"));
+  ASSERT_TRUE(eventually([&] { return read_file(pidfile).find('\n') != std::string::npos; }));
+  const pid_t entry = std::stoi(read_file(pidfile));
+  ASSERT_TRUE(w.rdwr(a + "/ctl", "stop"));
+  EXPECT_TRUE(w.wait_state(a, "idle", 10s)) << "the stop waited for the 28 s entry";
+  EXPECT_TRUE(eventually([&] { return ::kill(entry, 0) != 0 && errno == ESRCH; })) << "the entry's shell still runs";
+  EXPECT_EQ(chats(), 0u) << "a request was sent after the stop";
+  write_file(flag, "");
+  w.fake.push({{"text", "hi"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "again"));
+  ASSERT_TRUE(eventually([&] { return chats() == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_NE(last_chat_body(w).dump().find("QUICK-ENTRY"), std::string::npos) << last_chat_body(w).dump();
 }
 
 // §7.5.1: prompt entries are resolved again at a session `invalidate` (§3.2), and the system
