@@ -2,9 +2,7 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
-#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
@@ -16,6 +14,7 @@
 #include "eventfd.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
+#include "off_io.hpp"
 #include "session.hpp"
 #include "settings.hpp"
 #include "sysprompt.hpp"
@@ -148,21 +147,19 @@ asio::awaitable<bool> Agent::resolve_prompts() {
     commands = runs_commands(profile.prompt, ctx) || runs_commands(profile.user_prompts, ctx);
   }
   // Entries that run commands (30 s each at most) resolve on the pool kept for them, so that
-  // they hold no other agent's creation, no save and no stop; the others only read files. The
-  // wait is a timer the work ends, so that a flush of the request (agent/new, cfg, invalidate) or
-  // a stop of the turn ends it at once and kills the command still running: its Rflush would
-  // otherwise wait for the command.
+  // they hold no other agent's creation, no save and no stop; the others only read files. A
+  // flush of the request (agent/new, cfg, invalidate) or a stop of the turn kills the command
+  // still running: the Rflush and the stop would otherwise wait for it.
   auto cancel = std::make_shared<EventFd>();
-  auto done = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor,
-                                                   asio::steady_timer::time_point::max());
-  asio::post(commands ? hub.commands : hub.blocking, [self = shared_from_this(), cancel, done] {
-    self->resolve_prompts_now(cancel->fd);
-    asio::post(done->get_executor(), [done] { done->cancel(); });
-  });
-  (void)co_await done->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-  if (cs.cancelled() == asio::cancellation_type::none) co_return true;
-  cancel->raise();
-  co_return false;
+  auto work = [self = shared_from_this(), cancel] { self->resolve_prompts_now(cancel->fd); };
+  std::function<void()> hurry = [cancel] { cancel->raise(); };  // named: see off_io
+  try {
+    co_await off_io_cancellable<void>(commands ? hub.commands : hub.blocking, work, hurry);
+  } catch (const std::system_error& e) {
+    if (e.code() != asio::error::operation_aborted) throw;
+    co_return false;
+  }
+  co_return true;
 }
 
 PromptContext Agent::prompt_context() const {

@@ -9,6 +9,7 @@
 
 #include "agent.hpp"
 #include "hub.hpp"
+#include "off_io.hpp"
 #include "session.hpp"
 #include "settings.hpp"
 
@@ -58,12 +59,13 @@ asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
     model = a.model;
   }
   if (!be) co_return 128000;
-  // The provider's value (cached per model); asking may block: not on an I/O thread.
-  auto ask = [be, model]() -> asio::awaitable<int> {  // named: see lifecycle.cpp
+  // The provider's value (cached per model); asking may block: not on an I/O thread, and a
+  // stop or a flush does not wait for a provider that does not answer.
+  auto ask = [be, model] {  // named: see off_io
     auto r = be->context_length(model);
-    co_return r && *r > 0 ? *r : 128000;
+    return r && *r > 0 ? *r : 128000;
   };
-  const int len = co_await asio::co_spawn(a.hub.blocking, ask, asio::use_awaitable);
+  const int len = co_await off_io_cancellable<int>(a.hub.blocking, ask);
   std::lock_guard lock(a.mu);
   a.stats.context_length = len;
   co_return len;

@@ -14,12 +14,14 @@
 #include "bypass_policy.hpp"
 #include "containment.hpp"
 #include "dispatch.hpp"
+#include "compaction.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "off_io.hpp"
 #include "remote.hpp"
 #include "request.hpp"
 #include "session.hpp"
+#include "session_files.hpp"
 #include "settings.hpp"
 #include "verbs.hpp"
 
@@ -77,6 +79,7 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   if (!valid_name(name)) co_return p9::error("invalid name: " + name);
   if (!remote.empty() && !remote::valid_destination(remote)) co_return p9::error("remote: invalid destination: " + remote);
   if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
+  if (auto st = check_model(kv->get("model")); !st) co_return st.error();
   if (hub.find(name)) co_return p9::error("session already exists: " + name);
 
   auto s = std::make_shared<Session>(hub, id, *cwd, remote);
@@ -316,6 +319,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   auto profile = *co_await asio::co_spawn(hub.blocking, read_profile, asio::use_awaitable);
   if (!profile) co_return profile.error();
   if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
+  if (auto st = check_model(kv->get("model")); !st) co_return st.error();
   in.backend = kv->get("backend");
   in.model = kv->get("model");
   in.profile = &*profile;
@@ -375,6 +379,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   for (const auto& w : profile->warnings) a->note("info", w);
   if (!co_await a->resolve_prompts()) co_return p9::error("interrupted");  // flushed: undone
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
+  (void)co_await Compaction::context_length(a);  // `stats` shows the model's window from the start
   if (!s->show(id)) co_return p9::error("session killed");  // §8.1.1: the directory last
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
@@ -463,14 +468,17 @@ std::size_t restore(Hub& hub) {
       s->remote = r.remote;
       s->backend = r.backend;
       s->model = r.model;
-      s->env = r.env;
+      for (const auto& [k, v] : r.env) {
+        if (auto why = env_entry_error(k, v)) spdlog::warn("restore: session {}: env entry dropped: {}", r.id, *why);
+        else s->env[k] = v;
+      }
       s->goal = r.goal;
       s->bypass = r.bypass;
       s->bypass_counter = r.bypass_counter;
     }
     s->host->set_env("OLLIE_SESSION_ID", r.id);
     if (!hub.addr.empty()) s->host->set_env("OLLIE_ADDR", hub.addr);
-    for (const auto& [k, v] : r.env) s->host->set_env(k, v);
+    for (const auto& [k, v] : s->env) s->host->set_env(k, v);
     std::vector<std::shared_ptr<Agent>> agents;
     for (auto& ar : r.agents) {
       auto a = std::make_shared<Agent>(hub, s, ar.id, s->ex);

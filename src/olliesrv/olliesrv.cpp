@@ -179,6 +179,9 @@ void Olliesrv::wait() {
   // The HTTP loops' sockets and timers belong to the pool's contexts: let go of those a forced
   // stop left before the contexts go.
   if (impl_->hub) impl_->hub->http.shutdown();
+  // So do the toolsrv clients of the sessions the hub keeps after the contexts.
+  if (impl_->hub)
+    for (const auto& s : impl_->hub->sessions()) s->host->release();
 }
 
 int run(Options opt) {

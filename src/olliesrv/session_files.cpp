@@ -27,6 +27,15 @@ bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 }  // namespace
 
+std::optional<std::string> env_entry_error(const std::string& key, const std::string& value) {
+  if (!valid_env_name(key)) return "invalid env name: " + key;
+  if (std::find(reserved_vars.begin(), reserved_vars.end(), key) != reserved_vars.end()) return "reserved: " + key;
+  // toolsrv takes the value as the rest of one ctl line, and execve as a C string.
+  if (value.size() > MAX_ENV_VALUE || value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos)
+    return "invalid env value: " + key;
+  return std::nullopt;
+}
+
 std::string read_env(const Session& s) {
   std::map<std::string, std::string> all;
   {
@@ -48,13 +57,8 @@ p9::Status write_env(Session& s, const std::string& request) {
     const auto eq = tok.find('=');
     if (eq == std::string::npos) return p9::error("bad token: " + tok);
     std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
-    if (!valid_env_name(key)) return p9::error("invalid env name: " + key);
-    if (std::find(reserved_vars.begin(), reserved_vars.end(), key) != reserved_vars.end())
-      return p9::error("reserved: " + key);
+    if (auto why = env_entry_error(key, value)) return p9::error(*why);
     if (changes.count(key)) return p9::error("duplicate key: " + key);
-    // toolsrv takes the value as the rest of one ctl line, and execve as a C string.
-    if (value.size() > MAX_ENV_VALUE || value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos)
-      return p9::error("invalid env value: " + key);
     changes.emplace(std::move(key), std::move(value));
   }
   {

@@ -2,6 +2,7 @@
 /// The session's `env` and `goal` files (spec §2.5).
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "lib9p/result.hpp"
@@ -17,6 +18,9 @@ inline constexpr std::size_t MAX_ENV_VALUE = 65536;
 /// Longest goal (it is saved in session.json at every persistence moment).
 inline constexpr std::size_t MAX_GOAL = 1 << 20;
 
+/// Why `key=value` cannot be a session variable (the errors of an `env` write, below), if so;
+/// a restored session.json drops such entries.
+std::optional<std::string> env_entry_error(const std::string& key, const std::string& value);
 /// `env` read: `KEY=VALUE` lines sorted by key, OLLIE_SESSION_ID and OLLIE_ADDR included.
 std::string read_env(const Session& s);
 /// `env` write: `KEY=VALUE` tokens (§1.3), all or nothing; an empty value unsets. Each change

@@ -1,5 +1,6 @@
 #include "olliesrv/settings.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -85,6 +86,13 @@ bool is_backend(const std::string& b) {
 p9::Status check_backend(const std::string& name) {
   if (name.empty() || is_backend(name)) return {};
   return unknown_backend(name);
+}
+
+p9::Status check_model(const std::string& name) {
+  // A model name is one field of idx tables and one value of cfg: no TAB, newline or control.
+  const bool ok = std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (ok) return {};
+  return p9::error("invalid model: " + name);
 }
 
 p9::Error unknown_backend(const std::string& name) { return p9::error("unknown backend: " + name + " (" + known_backends() + ")"); }
@@ -257,7 +265,10 @@ p9::Result<CfgWrite> parse_cfg_write(const std::string& request) {
     w.backend = kv->get("backend");
     if (auto st = check_backend(*w.backend); !st) return st.error();
   }
-  if (kv->has("model")) w.model = kv->get("model");
+  if (kv->has("model")) {
+    w.model = kv->get("model");
+    if (auto st = check_model(*w.model); !st) return st.error();
+  }
   if (kv->has("cwd")) w.cwd = kv->get("cwd");
   for (const auto& k : param_keys()) {
     if (!kv->has(k)) continue;

@@ -466,15 +466,34 @@ p9::Status make_dirs(const std::string& path) {
   return {};
 }
 
+/// A file of a session directory, opened to read: a regular file, or -1 with errno set (EINVAL
+/// for anything else: a FIFO someone planted would wait for a writer forever, holding the whole
+/// restore).
+int open_regular(int dirfd, const std::string& name) {
+  const int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;
+    return -1;
+  }
+  return fd;
+}
+
+std::string open_error(const std::string& name) {
+  return name + ": " + (errno == EINVAL ? std::string("not a regular file") : std::strerror(errno));
+}
+
 /// The blocks of one agent: whole lines, without an incomplete last line; `cut` is set to the
 /// length the file must be cut to (done by the caller once the whole session loaded).
 p9::Status load_blocks(int dirfd, const std::string& agent_id, std::vector<std::string>& lines,
                        std::optional<off_t>& cut) {
   std::string name = agent_id + ".blocks.jsonl";
-  Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  Fd fd(open_regular(dirfd, name));
   if (!fd) {
     if (errno == ENOENT) return {};
-    return sys_error(name);
+    return p9::error(open_error(name));
   }
   std::string data;
   if (!read_all(fd.fd, data)) return sys_error(name);
@@ -775,9 +794,9 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
       continue;
     }
     {
-      Fd f(::openat(dir.fd, "session.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      Fd f(open_regular(dir.fd, "session.json"));
       if (!f) {
-        skip(name, std::string("session.json: ") + std::strerror(errno));
+        skip(name, open_error("session.json"));
         continue;
       }
       if (!read_all(f.fd, text)) {

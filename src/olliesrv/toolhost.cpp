@@ -215,6 +215,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   std::mutex mu;
   std::map<std::string, std::string> env;                   // session variables
   std::map<std::string, std::string> agent_cwd;             // agent → dir
+  std::map<std::string, std::string> cwd_refused;           // agent → why its agentcwd failed at a sync
   std::map<std::string, std::set<std::string>> agent_tools;  // agent → wanted tools
   std::map<std::string, int> tool_timeout;                  // from the last listing
   std::map<std::string, std::pair<std::string, std::vector<ToolInfo>>> listed;  // agent → last tools reply, parsed
@@ -669,10 +670,13 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     for (const auto& [a, d] : ac) {
       auto st = co_await ctl(i, "agentcwd " + a + " " + quote(d));
-      if (!st) {
-        if (starts_with(st.ename(), p9::err::hung_up)) co_return st;
-        spdlog::warn("session {}: agent {}: agentcwd {}: {}", cfg.session_id, a, d, st.ename());
-      }
+      if (!st && starts_with(st.ename(), p9::err::hung_up)) co_return st;
+      if (!st) spdlog::warn("session {}: agent {}: agentcwd {}: {}", cfg.session_id, a, d, st.ename());
+      // Refused (its directory gone), the agent would run in the session's cwd, wider than its
+      // own: its calls are refused until the agentcwd is taken (cwd_taken).
+      std::lock_guard lk(mu);
+      if (st) cwd_refused.erase(a);
+      else cwd_refused[a] = st.ename();
     }
     for (const auto& [a, ts] : at) {
       std::set<std::string> left = ts;
@@ -750,6 +754,31 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       std::string why;
       if (lost(*i, st.ename(), why)) co_return p9::error("tool server lost: " + why);
     }
+    co_return st;
+  }
+
+  /// Before a call of an agent whose agentcwd a sync could not set: sent again, so the call runs
+  /// in the agent's cwd or not at all (its error, e.g. `cwd: <dir>: not a directory`).
+  asio::awaitable<p9::Status> cwd_taken(const std::shared_ptr<Instance>& i, const std::string& agent) {
+    std::string dir;
+    {
+      std::lock_guard lk(mu);
+      if (!cwd_refused.contains(agent)) co_return p9::Status{};
+      auto it = agent_cwd.find(agent);
+      if (it == agent_cwd.end()) {
+        cwd_refused.erase(agent);
+        co_return p9::Status{};
+      }
+      dir = it->second;
+    }
+    auto st = co_await ctl(*i, "agentcwd " + agent + " " + quote(dir));
+    if (!st) {
+      std::string why;
+      if (lost(i, st.ename(), why)) co_return p9::error("tool server lost: " + why);
+      co_return st;
+    }
+    std::lock_guard lk(mu);
+    cwd_refused.erase(agent);
     co_return st;
   }
 
@@ -863,6 +892,7 @@ void ToolHost::set_agent_cwd(const std::string& agent, const std::string& dir) {
     std::lock_guard lk(s_->mu);
     if (dir.empty()) s_->agent_cwd.erase(agent);
     else s_->agent_cwd[agent] = dir;
+    s_->cwd_refused.erase(agent);
     s_->changed();
   }
   s_->push("agentcwd " + agent + " " + (dir.empty() ? std::string("-") : quote(dir)));
@@ -931,6 +961,7 @@ asio::awaitable<p9::Status> ToolHost::check_agent_cwd(std::string agent, std::st
   if (st) {
     std::lock_guard lk(s->mu);
     s->agent_cwd[agent] = dir;
+    s->cwd_refused.erase(agent);
     s->changed();
   }
   co_return st;
@@ -983,6 +1014,7 @@ asio::awaitable<void> ToolHost::forget(std::string agent) {
     std::lock_guard lk(s->mu);
     s->agent_tools.erase(agent);
     s->agent_cwd.erase(agent);
+    s->cwd_refused.erase(agent);
     s->listed.erase(agent);
     s->changed();
   }
@@ -1086,6 +1118,7 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
 
   auto i = co_await s->need();
   if (!i) co_return ToolOutcome{"error: tool server unavailable: " + i.ename(), true};
+  if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return ToolOutcome{"error: " + valid_utf8(st.ename()), true};
 
   int timeout = 30;
   if (req.timeout) {
@@ -1125,6 +1158,7 @@ asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(Too
   if (!req.auth.empty() && !valid_secret(req.auth)) co_return p9::error("invalid auth");
   auto i = co_await s->need();
   if (!i) co_return p9::error("tool server unavailable: " + i.ename());
+  if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return p9::error(valid_utf8(st.ename()));
   // No timeout header: background processes have none (§6.5.1).
   std::string request = "tool=" + req.tool + "\nagent=" + req.agent + "\n";
   if (req.bypass) request += "bypass=true\n";
@@ -1192,6 +1226,12 @@ void ToolHost::stop() {
       if (!ec) t->cancel();
     });
   }
+}
+
+void ToolHost::release() {
+  std::shared_ptr<Instance> i;
+  std::lock_guard lk(s_->mu);
+  i = std::exchange(s_->inst, nullptr);
 }
 
 }  // namespace ollie

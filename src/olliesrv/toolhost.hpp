@@ -145,6 +145,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   bool running() const;
   /// Kills toolsrv (session kill, shutdown); a later need would start a new one.
   void stop();
+  /// Lets go of the last instance (its client posts to the I/O contexts as it closes): at the
+  /// end of olliesrv, once the I/O threads have joined and while their contexts still exist.
+  void release();
 
   struct State;
 

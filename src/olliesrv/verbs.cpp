@@ -147,6 +147,7 @@ Reply verb_agent(AgentCall& c, const virtfs::Command& cmd) {
 
 Reply verb_model(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
+    if (auto st = check_model(cmd.args[0]); !st) co_return st.error();
     Hold held(*c.a);
     if (!held.ok) co_return running(cmd);
     SettingsChange change;

@@ -118,6 +118,8 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
   EXPECT_EQ(ctl(w, a, "inject    "), "error: usage: inject <text>");
   EXPECT_EQ(ctl(w, a, "stop now"), "error: usage: stop");
   EXPECT_EQ(ctl(w, a, "model 'x"), "error: unterminated quote");
+  // A model is one field of agent/idx and one value of cfg: no TAB or newline gets in (§1.2).
+  EXPECT_EQ(ctl(w, a, "model 'm1\tEVIL'"), "error: invalid model: m1\tEVIL");
   EXPECT_EQ(ctl(w, a, "agent nosuch"), "error: unknown agent profile: nosuch");
   EXPECT_EQ(ctl(w, a, "backend nosuch"),
             "error: unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
@@ -389,6 +391,7 @@ TEST(AgentCtl, CfgWritesArePartialAtomicOrderedAndPersisted) {
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=rel").ename(), "cwd must be absolute: rel");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=/nonexistent-dir").ename(), "cwd: /nonexistent-dir: not a directory");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 agent=nosuch").ename(), "unknown agent profile: nosuch");
+  EXPECT_EQ(w.write(a + "/cfg", "model='m2\nbackend=evil'").ename(), "invalid model: m2\nbackend=evil");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 backend=nosuch").ename(),
             "unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 backend=anthropic").ename().rfind("anthropic: missing key: set ", 0), 0u);

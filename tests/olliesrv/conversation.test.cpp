@@ -99,8 +99,8 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
   EXPECT_TRUE(has_read) << body["tools"].dump();
 }
 
-// §2.8.2: contextLength is the current model's window as soon as it is known without asking the
-// provider (anthropic: 200000), before any request; unknown windows show 128000 until asked.
+// §2.8.2, §8.5.1: contextLength is the current model's window before any request: known without
+// asking (anthropic: 200000), or asked of the provider at creation (openai-style: /v1/models).
 TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   World w;
   w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"};
@@ -109,7 +109,8 @@ TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   auto s = w.session("work");
   auto open = w.agent(s, "main");
   auto claude = w.agent(s, "claude", "backend=anthropic model=fake-model");
-  EXPECT_NE(w.read(open + "/stats")->find("contextLength=128000\ncontextPercent="), std::string::npos);
+  EXPECT_NE(w.read(open + "/stats")->find("contextLength=65536\ncontextPercent="), std::string::npos)
+      << *w.read(open + "/stats");
   EXPECT_NE(w.read(claude + "/stats")->find("contextLength=200000\ncontextPercent="), std::string::npos)
       << *w.read(claude + "/stats");
   ASSERT_TRUE(w.write(open + "/cfg", "backend=anthropic model=fake-model")) << w.log_text();
@@ -614,6 +615,70 @@ TEST(Conversation, ALostToolsrvFailsTheCallInFlightAndTheNextCallStartsANewOne) 
   auto after = w.toolsrvs();
   ASSERT_EQ(after.size(), 1u);
   EXPECT_NE(after[0], before[0]);
+}
+
+// §6.1, §6.3: a toolsrv start syncs every agent's agentcwd. When an agent's directory is gone,
+// toolsrv refuses it; the agent's calls must then fail, not run in the session's wider cwd, and
+// run in its own cwd again once the directory is back.
+TEST(Conversation, AnAgentWhoseCwdIsGoneAtAToolsrvStartRunsNothingInTheSessionsCwd) {
+  World w;
+  auto s = w.session("work");
+  const std::string box = w.project + "/box";
+  std::filesystem::create_directories(box);
+  auto a = w.agent(s, "boxed", "cwd=" + box);
+  std::filesystem::remove(box);
+  w.kill_toolsrvs();
+  w.fake.push(shell_round("c1", "touch escaped; pwd"));
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_FALSE(std::filesystem::exists(w.project + "/escaped")) << "the call ran in the session's cwd";
+  std::vector<std::string> results;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "tool") results.push_back(b["content"]);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].rfind("error: ", 0), 0u) << results[0];
+  EXPECT_NE(results[0].find(box), std::string::npos) << results[0];
+  std::filesystem::create_directories(box);
+  w.fake.push(shell_round("c2", "pwd"));
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "again"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 4; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  results.clear();
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "tool") results.push_back(b["content"]);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[1].find(box + "\n"), std::string::npos) << results[1];
+}
+
+// §2.5, §6.6: OLLIE_ADDR and the other variables olliesrv sets for every tool are its own. A
+// session.json that carries them (or a name toolsrv refuses) is restored without those entries:
+// a tool still dials the real olliesrv, and the session's own variables come back.
+TEST(Conversation, ARestoredSessionDropsReservedEnvEntries) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(s + "/env", "FOO=bar"));
+  const std::string id = w.read(s + "/id")->substr(0, 36);
+  w.stop_server(SIGTERM);
+  const std::string file = w.data + "/sessions/" + id + "/session.json";
+  auto j = json::parse(read_file(file));
+  j["env"]["OLLIE_ADDR"] = "unix!/tmp/not-olliesrv";
+  j["env"]["BAD NAME"] = "x";
+  write_file(file, j.dump());
+  w.start();
+  EXPECT_EQ(*w.read(s + "/env"), "FOO=bar\nOLLIE_ADDR=unix!" + w.sock + "\nOLLIE_SESSION_ID=" + id + "\n");
+  w.fake.push(shell_round("c1", "echo \"addr=$OLLIE_ADDR foo=$FOO\""));
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::string result;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "tool") result = b["content"];
+  EXPECT_NE(result.find("addr=unix!" + w.sock + " foo=bar"), std::string::npos) << result;
 }
 
 TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {

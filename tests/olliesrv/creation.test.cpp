@@ -106,6 +106,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd=relative remote=me@host", "cwd must be absolute: relative"},
       {"cwd=" + w.project + " backend=nope",
        "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
+      {"cwd=" + w.project + " model='a\tb\nfake\tline'", "invalid model: a\tb\nfake\tline"},
       {"cwd=" + w.project + " justaword", "bad token: justaword"},
       {"cwd=" + w.project + " colour=blue", "unknown key: colour"},
       {"cwd=" + w.project + " name=a name=b", "duplicate key: name"},
@@ -136,6 +137,7 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
       {"cwd=" + w.project + "/file", "cwd: " + w.project + "/file: not a directory"},
       {"agent=nope", "unknown agent profile: nope"},
       {"backend=nope", "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
+      {"model='x\ty'", "invalid model: x\ty"},
       {"parent=ghost", "no such agent: ghost"},
       {"timeout=30", "timeout requires prompt"},
       {"timeout=abc prompt=x", "invalid timeout: abc"},
@@ -414,11 +416,6 @@ TEST(Creation, AStopKillsTheEntryAFirstTurnAfterARestartRuns) {
                  .dump());
   auto s = w.session("work");
   auto a = w.agent(s, "main", "agent=slow");
-  const auto chats = [&] {
-    std::size_t n = 0;
-    for (auto& r : w.fake.requests()) n += r.path.find("/chat/completions") != std::string::npos;
-    return n;
-  };
   w.stop_server(SIGTERM);
   std::filesystem::remove(flag);
   w.start();
@@ -428,11 +425,11 @@ TEST(Creation, AStopKillsTheEntryAFirstTurnAfterARestartRuns) {
   ASSERT_TRUE(w.rdwr(a + "/ctl", "stop"));
   EXPECT_TRUE(w.wait_state(a, "idle", 10s)) << "the stop waited for the 28 s entry";
   EXPECT_TRUE(eventually([&] { return ::kill(entry, 0) != 0 && errno == ESRCH; })) << "the entry's shell still runs";
-  EXPECT_EQ(chats(), 0u) << "a request was sent after the stop";
+  EXPECT_EQ(chat_requests(w), 0u) << "a request was sent after the stop";
   write_file(flag, "");
   w.fake.push({{"text", "hi"}});
   ASSERT_TRUE(w.write(a + "/prompt", "again"));
-  ASSERT_TRUE(eventually([&] { return chats() == 1; }));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
   EXPECT_NE(last_chat_body(w).dump().find("QUICK-ENTRY"), std::string::npos) << last_chat_body(w).dump();
 }

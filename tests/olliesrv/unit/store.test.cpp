@@ -3,6 +3,7 @@
 #include "olliesrv/store.hpp"
 
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -431,6 +432,31 @@ TEST(Store, ASessionThatFailsIsSkippedAndLeftUntouched) {
   EXPECT_EQ(skipped[2], "other: session.json: id differs from the directory name");
   EXPECT_EQ(slurp(bad + "/session.json"), "{\"id\":\"bad-session\",");
   EXPECT_EQ(slurp(bad + "/a.blocks.jsonl"), "{\"torn");
+}
+
+// A FIFO planted as a session's session.json or an agent's blocks file would wait for a writer
+// forever: each is skipped as not a regular file, and every other session still loads.
+TEST(Store, AFifoInASessionDirectoryIsSkippedNotWaitedOn) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto good = full_session();
+  ASSERT_TRUE(st.save(good));
+  auto piped = dir_of(t, "piped");
+  std::filesystem::create_directories(piped);
+  ASSERT_EQ(::mkfifo((piped + "/session.json").c_str(), 0600), 0);
+  auto blocks = full_session();
+  blocks.id = "b0000000-0000-4000-8000-000000000000";
+  for (auto& a : blocks.agents) a.id[0] = 'c';
+  ASSERT_TRUE(st.save(blocks));
+  ASSERT_EQ(::mkfifo((dir_of(t, blocks.id) + "/" + blocks.agents[0].id + ".blocks.jsonl").c_str(), 0600), 0);
+  std::vector<std::string> skipped;
+  auto all = st.load_all(&skipped);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].record.id, good.id);
+  ASSERT_EQ(skipped.size(), 2u);
+  std::sort(skipped.begin(), skipped.end());
+  EXPECT_EQ(skipped[0], blocks.id + ": " + blocks.agents[0].id + ".blocks.jsonl: not a regular file");
+  EXPECT_EQ(skipped[1], "piped: session.json: not a regular file");
 }
 
 TEST(Store, AFailingAgentLeavesTheOtherAgentsFilesUntouched) {
