@@ -87,7 +87,11 @@ class AnthropicDecoder : public Decoder {
       if (et == "overloaded_error" || et == "api_error") cls = ErrorClass::transient;
       else if (et == "rate_limit_error") cls = ErrorClass::rate_limit;
       else if (has_overflow_marker(msg)) cls = ErrorClass::context_overflow;
-      fail(Error{cls, "anthropic: " + et + ": " + msg, 0, {}});
+      // A transient one reads as its HTTP form does (529 overloaded, 500 api_error).
+      if (cls == ErrorClass::transient)
+        fail(Error{cls, "anthropic: server error: " + std::string(et == "overloaded_error" ? "529 " : "500 ") + msg, 0, {}});
+      else
+        fail(Error{cls, "anthropic: " + et + ": " + msg, 0, {}});
     }
     malformed(f);
   }

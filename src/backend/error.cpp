@@ -89,8 +89,16 @@ ErrorClass classify_in_stream(int code, std::string_view text) {
   return ErrorClass::transient;
 }
 
+Error in_stream_error(std::string_view backend, int code, std::string_view message, std::string_view whole) {
+  const ErrorClass cls = classify_in_stream(code, whole);
+  std::string text(backend);
+  if (cls == ErrorClass::transient) text += ": server error: " + (code ? std::to_string(code) + " " : std::string());
+  else text += ": error in stream: ";
+  return Error{cls, text + std::string(message), code, {}};
+}
+
 std::string redact(std::string text, std::string_view secret) {
-  if (secret.empty()) return text;
+  if (secret.size() < min_secret) return text;
   for (auto pos = text.find(secret); pos != std::string::npos; pos = text.find(secret, pos + 3))
     text.replace(pos, secret.size(), "***");
   return text;

@@ -51,13 +51,21 @@ Error classify_http(const HttpFailure& f);
 /// and its text: 429 a rate limit, the overflow marker an overflow, any other 4xx a client error
 /// (not retried), else transient (§8.2).
 ErrorClass classify_in_stream(int code, std::string_view text);
+/// An error event inside a 200 stream: classified as classify_in_stream says; a transient one
+/// reads as a server error does (`<backend>: server error: [<code> ]<message>`), others
+/// `<backend>: error in stream: <message>`.
+Error in_stream_error(std::string_view backend, int code, std::string_view message, std::string_view whole);
 
 /// True when `text` carries one of the context-overflow markers of spec §8.16.
 bool has_overflow_marker(std::string_view text);
 /// True when `text` carries one of the tool-unsupported markers of spec §8.16.
 bool has_tool_unsupported_marker(std::string_view text);
 
-/// `text` with every occurrence of `secret` replaced by "***" (no-op for an empty secret).
+/// The shortest key redact() hides: a shorter one is a stand-in (the README's `x` for a local
+/// server), no secret, and hiding it would garble every provider message holding that text.
+inline constexpr std::size_t min_secret = 8;
+/// `text` with every occurrence of `secret` replaced by "***" (no-op for a key shorter than
+/// min_secret).
 std::string redact(std::string text, std::string_view secret);
 
 /// Parses a Retry-After value: delta-seconds or an HTTP-date. nullopt when unparsable.

@@ -27,7 +27,7 @@ class GeminiDecoder : public Decoder {
       const auto msg = str_field(*e, "message");
       const auto code = int_field(*e, "code").value_or(0);
       const int status = code > 0 && code < 1000 ? static_cast<int>(code) : 0;
-      fail(Error{classify_in_stream(status, msg), "gemini: error in stream: " + msg, status, {}});
+      fail(in_stream_error("gemini", status, msg, msg));
       return;
     }
     if (auto u = obj_field(j, "usageMetadata")) {

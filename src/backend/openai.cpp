@@ -114,7 +114,7 @@ class OpenAiDecoder : public Decoder {
     const std::string msg = e.is_object() ? str_field(e, "message") : whole;
     const auto code = int_field(e, "code").value_or(0);
     const int status = code > 0 && code < 1000 ? static_cast<int>(code) : 0;
-    fail(Error{classify_in_stream(status, whole), backend_ + ": error in stream: " + msg, status, {}});
+    fail(in_stream_error(backend_, status, msg, whole));
   }
 
   void flush_calls() {

@@ -34,10 +34,9 @@ asio::awaitable<void> switch_tools_and_prompts(const std::shared_ptr<Session>& s
   if (!old.empty()) (void)co_await s->host->unload(a->id, old);
   std::vector<std::string> loaded;
   for (const auto& t : p.auto_load) {
-    if (auto st = co_await s->host->load(a->id, std::vector<std::string>(1, t)); !st)
-      a->note("info", "autoLoad " + t + ": " + st.ename());
-    else
-      loaded.push_back(t);
+    auto st = co_await s->host->load(a->id, std::vector<std::string>(1, t));
+    if (!st) a->note("info", "autoLoad " + t + ": " + st.ename());
+    if (st || s->host->wants(a->id, t)) loaded.push_back(t);  // wanted: loaded at toolsrv's next start
   }
   {
     std::lock_guard lock(a->mu);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "bypass_policy.hpp"
@@ -365,12 +366,13 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (auto st = s->add(a, false); !st) co_return st.error();  // the name is taken, the directory not yet there
   AgentGuard destroy(hub, s, a);  // from now on a flushed creation, and every sub-agent, is undone
   if (!cwd_override.empty()) s->host->set_agent_cwd(id, cwd_override);
-  // autoLoad: one toolsrv load per name; a name that cannot be loaded is an info warning.
+  // autoLoad: one toolsrv load per name; a name that cannot be loaded is an info warning (one
+  // that toolsrv could not take for want of a toolsrv is still loaded at its next start).
   std::vector<std::string> loaded;
   for (const auto& t : profile->auto_load) {
-    if (auto st = co_await s->host->load(id, std::vector<std::string>(1, t)); !st)
-      a->note("info", "autoLoad " + t + ": " + st.ename());
-    else loaded.push_back(t);
+    auto st = co_await s->host->load(id, std::vector<std::string>(1, t));
+    if (!st) a->note("info", "autoLoad " + t + ": " + st.ename());
+    if (st || s->host->wants(id, t)) loaded.push_back(t);  // wanted: loaded at toolsrv's next start
   }
   {
     std::lock_guard lock(a->mu);
@@ -437,13 +439,25 @@ asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shar
 
 namespace {
 
-// A name is a path element and an idx field (§2.4): a session whose name, or one of whose agents'
-// names, session/new or agent/new would refuse is not served, and is left as it is, like any
-// other that fails to load. The name is shown escaped, as bypass/pending shows a command.
-std::optional<std::string> invalid_name(const SessionRecord& r) {
-  if (!valid_name(r.name)) return "invalid session name: " + bypass::escape(r.name.substr(0, 64));
-  for (const auto& ar : r.agents)
-    if (!valid_name(ar.name)) return "agent " + ar.id + ": invalid agent name: " + bypass::escape(ar.name.substr(0, 64));
+// Names, ids, cwds and models are path elements and idx or cfg fields (§1.2, §2.4): a session
+// with one that session/new or agent/new would refuse (or never makes: an id not a UUID, an agent
+// id another session's agent has, whose uname would own that agent's files) is not served, and
+// is left as it is, like any other that fails to load. Values are shown escaped, as
+// bypass/pending shows a command.
+std::optional<std::string> refused(const SessionRecord& r, const std::set<std::string>& ids_in_use) {
+  const auto shown = [](const std::string& v) { return bypass::escape(v.substr(0, 64)); };
+  const auto bad_cwd = [](const std::string& d) { return d.find_first_of("\t\n") != std::string::npos; };
+  if (!looks_like_uuid(r.id)) return "invalid session id: " + shown(r.id);
+  if (!valid_name(r.name)) return "invalid session name: " + shown(r.name);
+  if (bad_cwd(r.cwd)) return "cwd: invalid character: " + shown(r.cwd);
+  if (!check_model(r.model)) return "invalid model: " + shown(r.model);
+  for (const auto& ar : r.agents) {
+    if (!looks_like_uuid(ar.id)) return "invalid agent id: " + shown(ar.id);
+    if (ids_in_use.contains(ar.id)) return "agent " + ar.id + ": id taken by another session";
+    if (!valid_name(ar.name)) return "agent " + ar.id + ": invalid agent name: " + shown(ar.name);
+    if (bad_cwd(ar.cwd)) return "agent " + ar.id + ": cwd: invalid character: " + shown(ar.cwd);
+    if (!check_model(ar.model)) return "agent " + ar.id + ": invalid model: " + shown(ar.model);
+  }
   return std::nullopt;
 }
 
@@ -455,9 +469,10 @@ std::size_t restore(Hub& hub) {
   for (const auto& why : skipped) spdlog::error("restore: session skipped: {}", why);
   std::size_t n = 0;
   std::map<std::string, p9::Result<Profile>> profiles;  // each profile file read once
+  std::set<std::string> ids_in_use;                       // the agent ids of the sessions served
   for (auto& l : loaded) {
     auto& r = l.record;
-    if (auto why = invalid_name(r)) {
+    if (auto why = refused(r, ids_in_use)) {
       spdlog::error("restore: session skipped: {}: {}", r.id, *why);
       continue;
     }
@@ -531,6 +546,7 @@ std::size_t restore(Hub& hub) {
       continue;
     }
     hub.store.cut_torn(l);  // restored: now its torn last lines may go (§7.7)
+    for (const auto& a : agents) ids_in_use.insert(a->id);
     n++;
     hub.bus.publish("session." + r.id + ".new", "session/" + r.name);
     for (const auto& a : agents) hub.bus.publish("agent." + a->id + ".new", agent_path(*s, *a));

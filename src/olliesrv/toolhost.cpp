@@ -976,13 +976,33 @@ asio::awaitable<p9::Status> ToolHost::load(std::string agent, std::vector<std::s
     if (!valid_word(t)) co_return p9::error("unknown tool: " + t.substr(0, 64));
     line += " " + t;
   }
-  auto st = co_await s->need_ctl(line);
-  if (st) {
+  // Wished whatever toolsrv answers but a refusal: one that could not start, or was lost, loads
+  // them at its next start (§6.1), as it does a restored agent's.
+  auto wish = [&] {
     std::lock_guard lk(s->mu);
     s->agent_tools[agent].insert(tools.begin(), tools.end());
     s->changed();
+  };
+  auto i = co_await s->need();
+  if (!i) {
+    wish();
+    co_return p9::error("tool server unavailable: " + i.ename());
   }
+  auto st = co_await State::ctl(**i, line);
+  if (!st) {
+    std::string why;
+    if (!s->lost(*i, st.ename(), why)) co_return st;
+    wish();
+    co_return p9::error("tool server lost: " + why);
+  }
+  wish();
   co_return st;
+}
+
+bool ToolHost::wants(const std::string& agent, const std::string& tool) const {
+  std::lock_guard lk(s_->mu);
+  auto it = s_->agent_tools.find(agent);
+  return it != s_->agent_tools.end() && it->second.contains(tool);
 }
 
 asio::awaitable<p9::Status> ToolHost::unload(std::string agent, std::vector<std::string> tools) {

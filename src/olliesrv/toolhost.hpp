@@ -108,6 +108,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// The version of what the session wants of toolsrv (loaded tools, env, cwds): a `tools`
   /// reply read under one version is the list under it.
   std::uint64_t wishes() const;
+  /// Whether `tool` is among the tools the session wants loaded for `agent` (loaded, or to be
+  /// loaded at toolsrv's next start).
+  bool wants(const std::string& agent, const std::string& tool) const;
   /// The catalog (`tools *`), invalid tools included.
   asio::awaitable<p9::Result<std::vector<ToolInfo>>> catalog();
   /// `info` (agent "" = session scope): key → value.

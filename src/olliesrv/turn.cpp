@@ -79,11 +79,11 @@ struct Retry {
 };
 
 // `server error: 503 <the provider's message>`, the backend's name left out, as the retry block
-// says it (§8.2); other transient failures (connection, timeouts) as classified.
+// says it (§8.2), for an HTTP status and an error event in the stream alike; other transient
+// failures (connection, timeouts) as classified.
 std::string server_error(const backend::Error& e) {
-  if (e.http_status < 500) return e.message;
-  const auto at = e.message.find("server error: ");
-  return at == std::string::npos ? "server error: " + e.message : e.message.substr(at);
+  if (const auto at = e.message.find("server error: "); at != std::string::npos) return e.message.substr(at);
+  return e.http_status < 500 ? e.message : "server error: " + e.message;
 }
 
 std::optional<Retry> retry_for(const backend::Error& e, int attempt, std::string& why) {

@@ -211,7 +211,10 @@ Reply verb_tools(AgentCall& c, const virtfs::Command&) {
 }
 
 Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
-  if (auto st = co_await c.s->host->load(c.a->id, cmd.args); !st) co_return st.error();
+  // Refused, nothing changes; wanted for want of a toolsrv (its error), they are the agent's
+  // from toolsrv's next start on, and saved as such.
+  const auto st = co_await c.s->host->load(c.a->id, cmd.args);
+  if (!st && !c.s->host->wants(c.a->id, cmd.args[0])) co_return st.error();
   std::string out;
   {
     std::lock_guard lock(c.a->mu);
@@ -221,6 +224,7 @@ Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
     }
   }
   c.a->save();
+  if (!st) co_return st.error();
   co_return out;
 }
 

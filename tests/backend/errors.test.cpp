@@ -53,6 +53,16 @@ TEST(BackendErrors, AuthNamesTheVariableNeverTheKey) {
   EXPECT_NE(c.message.find("***"), std::string::npos);
 }
 
+// A key is hidden wherever a provider echoes it; a stand-in shorter than a secret (the README's
+// `x`) is not, or every provider message holding that letter would come out garbled.
+TEST(BackendErrors, RedactHidesKeysNotStandIns) {
+  EXPECT_EQ(redact("bad key sk-test-1234 (sk-test-1234)", "sk-test-1234"), "bad key *** (***)");
+  EXPECT_EQ(redact("\"index\" is a string, not an integer", "x"), "\"index\" is a string, not an integer");
+  EXPECT_EQ(redact("abcdefg", "abcdefg"), "abcdefg");
+  EXPECT_EQ(redact("abcdefgh", "abcdefgh"), "***");
+  EXPECT_EQ(redact("text", ""), "text");
+}
+
 TEST(BackendErrors, RetryAfterSecondsAndHttpDate) {
   EXPECT_EQ(classify(429, "{}", "17").retry_after_s, 17);
   EXPECT_FALSE(classify(429, "{}").retry_after_s.has_value());

@@ -823,6 +823,32 @@ TEST(Conversation, ARestoredSessionWhoseToolsrvCannotStartAnswersCallsUnavailabl
   EXPECT_NE(later.find("- Platform: linux/"), std::string::npos) << later;
 }
 
+// §6.1, §7.5: an agent created while toolsrv cannot start gets its profile's autoLoad tools at
+// toolsrv's next start, as a restored agent does, and keeps them across a restart.
+TEST(Conversation, AnAgentMadeWhileToolsrvCannotStartGetsItsToolsAtTheNextStart) {
+  World w;
+  const std::string dir = restore_without_cwd(w);
+  auto a = w.agent("session/work", "late");
+  const auto notes = contents(w, a, "info");
+  ASSERT_FALSE(notes.empty());
+  EXPECT_EQ(notes[0].rfind("autoLoad ", 0), 0u) << notes[0];
+  EXPECT_NE(notes[0].find(": tool server unavailable: "), std::string::npos) << notes[0];
+  std::filesystem::create_directories(dir);
+  w.fake.push(shell_round("c1", "echo from-late"));
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto results = contents(w, a, "tool", "shell");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_NE(results[0].find("from-late"), std::string::npos) << results[0];
+  w.stop_server(SIGTERM);
+  w.start();
+  const auto tools = w.rdwr(a + "/ctl", "tools");
+  ASSERT_TRUE(tools) << tools.ename();
+  EXPECT_NE(tools->find("shell"), std::string::npos) << *tools;
+}
+
 // §1.4, §8.9: SIGTERM interrupts every turn before the saves: after a restart the history holds
 // the interrupted answer's text, and the stats its request.
 TEST(Conversation, SigtermSavesWhatTheInterruptKept) {
@@ -887,13 +913,23 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   };
   w.start();  // to make two more sessions, then rename them on disk
   const std::string bad_session = named("badsession", "main"), bad_agent = named("badagent", "main");
+  // A cwd with a newline would split its session/idx record; an agent id another session's agent
+  // has (a session directory copied to fork it) would own that agent's files as its uname.
+  const std::string bad_cwd = named("badcwd", "main"), copied = named("original", "main");
   w.stop_server(SIGTERM);
-  for (const auto& [file, key] : {std::pair{bad_session, "session"}, std::pair{bad_agent, "agent"}}) {
+  for (const auto& [file, key] : {std::pair{bad_session, "session"}, std::pair{bad_agent, "agent"}, std::pair{bad_cwd, "cwd"}}) {
     auto k = json::parse(read_file(file));
     if (std::string(key) == "session") k["name"] = "bad\nname";
+    else if (std::string(key) == "cwd") k["cwd"] = w.project + "\nX\tY";
     else k["agents"][0]["name"] = "new";
     write_file(file, k.dump(1));
   }
+  auto copy = json::parse(read_file(copied));
+  copy["id"] = "ffffffff-0000-4000-8000-000000000000";  // sorts after the original: restored last
+  copy["name"] = "copy";
+  const std::string copy_dir = w.data + "/sessions/ffffffff-0000-4000-8000-000000000000";
+  write_file(copy_dir + "/session.json", copy.dump(1));
+  ::chmod(copy_dir.c_str(), 0700);
   const std::string bad_session_text = read_file(bad_session), bad_agent_text = read_file(bad_agent);
   w.start();
   auto idx = w.read("session/idx");
@@ -911,6 +947,14 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   EXPECT_NE(w.log_text().find(": invalid agent name: new"), std::string::npos) << w.log_text();
   EXPECT_EQ(read_file(bad_session), bad_session_text);
   EXPECT_EQ(read_file(bad_agent), bad_agent_text);
+  EXPECT_EQ(idx->find("badcwd"), std::string::npos) << *idx;
+  EXPECT_NE(w.log_text().find(": cwd: invalid character: "), std::string::npos) << w.log_text();
+  EXPECT_NE(idx->find("original\t"), std::string::npos) << *idx;
+  EXPECT_EQ(idx->find("copy\t"), std::string::npos) << *idx;
+  EXPECT_NE(w.log_text().find("ffffffff-0000-4000-8000-000000000000: agent " + copy["agents"][0]["id"].get<std::string>() +
+                              ": id taken by another session"),
+            std::string::npos)
+      << w.log_text();
 }
 
 TEST(Conversation, ToolLoadCallsBackIntoOlliesrvAsTheAgentItself) {
