@@ -545,7 +545,7 @@ std::size_t restore(Hub& hub) {
       spdlog::error("restore: session {}: {}", r.id, st.ename());
       continue;
     }
-    hub.store.cut_torn(l);  // restored: now its torn last lines may go (§7.7)
+    hub.store.settle(l);  // restored: now its torn last lines and stale temp files may go (§7.7)
     for (const auto& a : agents) ids_in_use.insert(a->id);
     n++;
     hub.bus.publish("session." + r.id + ".new", "session/" + r.name);

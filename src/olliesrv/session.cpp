@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "agent.hpp"
 #include "hub.hpp"
 
 namespace ollie {
@@ -28,6 +29,17 @@ Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
     c.listen_forward = [&hub = hub, sid = id](const std::string& path) {
       return hub.listen_forward ? hub.listen_forward(sid, path) : p9::Status(p9::error("no forwarded socket here"));
     };
+  c.dropped = [&hub = hub, sid = id](const std::string& agent, const std::string& tool, const std::string& why) {
+    auto s = hub.find(sid);
+    auto a = s ? s->find(agent) : nullptr;
+    if (!a) return;
+    {
+      std::lock_guard lock(a->mu);
+      std::erase(a->tools, tool);
+    }
+    a->note("info", "tool " + tool + " not loaded again: " + why);
+    a->save();
+  };
   host = ToolHost::make(ex, std::move(c));
 }
 

@@ -775,8 +775,8 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
     }
     while (auto* e = ::readdir(d)) {
       if (e->d_name[0] == '.') continue;
-      if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
-      names.emplace_back(e->d_name);
+      if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) continue;
+      names.emplace_back(e->d_name);  // a symbolic link is named and skipped below, not followed
     }
     ::closedir(d);
   }
@@ -790,7 +790,12 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
   for (const auto& name : names) {
     Fd dir(::openat(root.fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
     if (!dir) {
-      if (errno != ENOTDIR) skip(name, std::strerror(errno));
+      const int e = errno;
+      struct stat st {};
+      if (::fstatat(root.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+        skip(name, "a symbolic link, not followed");
+      else if (e != ENOTDIR)
+        skip(name, std::strerror(e));
       continue;
     }
     {
@@ -837,13 +842,24 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
   return out;
 }
 
-void Store::cut_torn(const LoadedSession& ls) const {
-  if (ls.torn.empty()) return;
+void Store::settle(const LoadedSession& ls) const {
   const std::string& name = ls.record.id;
   Fd dir(::open((root_ + "/" + name).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!dir) return;
+  if (::fchmod(dir.fd, 0700) != 0) spdlog::error("session {}: chmod: {}", name, std::strerror(errno));
+  if (DIR* d = ::fdopendir(::dup(dir.fd))) {
+    std::vector<std::string> stale;
+    while (auto* e = ::readdir(d))
+      if (std::string_view(e->d_name).starts_with(".session.json.tmp.")) stale.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const auto& t : stale) {
+      spdlog::warn("session {}: removing {}, left by a save cut short", name, t);
+      (void)::unlinkat(dir.fd, t.c_str(), 0);
+    }
+  }
   for (const auto& [file, len] : ls.torn) {
     spdlog::warn("session {}: {}: cutting off an incomplete last line", name, file);
-    Fd w(dir ? ::openat(dir.fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW) : -1);
+    Fd w(::openat(dir.fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!w || ::ftruncate(w.fd, len) != 0)
       spdlog::error("session {}: {}: cannot cut: {}", name, file, std::strerror(errno));
   }

@@ -71,7 +71,7 @@ struct LoadedSession {
   /// Per agent id: the lines of its blocks.jsonl (an incomplete last line left out), oldest first.
   std::map<std::string, std::vector<std::string>> blocks;
   /// The blocks.jsonl files with an incomplete last line, and the length to cut them to: by
-  /// Store::cut_torn once the session is restored (one that is skipped keeps its files as they are).
+  /// Store::settle once the session is restored (one that is skipped keeps its files as they are).
   std::vector<std::pair<std::string, off_t>> torn;
 };
 
@@ -103,8 +103,9 @@ class Store {
   /// of assistant messages left with neither text nor calls). A session that fails to load is
   /// skipped, logged, its files left untouched, and named in `skipped` ("<dir>: <reason>").
   std::vector<LoadedSession> load_all(std::vector<std::string>* skipped = nullptr) const;
-  /// Cuts the incomplete last lines load_all found in a session it loaded (§7.7).
-  void cut_torn(const LoadedSession& ls) const;
+  /// Once a session load_all found is restored: cuts the incomplete last lines it found (§7.7),
+  /// removes the temp files of saves a crash cut short, and makes the directory 0700 again.
+  void settle(const LoadedSession& ls) const;
 
   /// Per agent id: each message of the last save with its text in session.json.
   struct MessageTexts;

@@ -701,8 +701,11 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
         if (bad.empty()) bad = *left.begin();
         spdlog::warn("session {}: agent {}: tool {} dropped: {}", cfg.session_id, a, bad, st.ename());
         left.erase(bad);
-        std::lock_guard lk(mu);
-        if (auto it = agent_tools.find(a); it != agent_tools.end()) it->second.erase(bad);
+        {
+          std::lock_guard lk(mu);
+          if (auto it = agent_tools.find(a); it != agent_tools.end()) it->second.erase(bad);
+        }
+        if (cfg.dropped) cfg.dropped(a, bad, st.ename());
       }
     }
     co_return p9::Status{};

@@ -71,6 +71,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
     /// The `key_env` variables of backends.conf as olliesrv loaded it: kept from toolsrv's
     /// environment even when the file cannot be read again at a start (§6.1).
     std::function<std::vector<std::string>()> secret_vars;
+    /// A tool of an agent's that a start's sync could not load again (`unknown tool: t`...): it is
+    /// no longer wanted; the agent is told (§7.5: an `info` warning, not a failure).
+    std::function<void(const std::string& agent, const std::string& tool, const std::string& why)> dropped;
   };
   /// `ex`: where the client and its waits run (a strand of olliesrv's pool).
   static std::shared_ptr<ToolHost> make(asio::any_io_executor ex, Config cfg);

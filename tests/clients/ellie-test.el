@@ -68,7 +68,7 @@ In BODY, `root' is the world's directory and `project' the session's working dir
                                                         "OLLIE_OPENAI_KEY=sk-test" "OLLIE_MODEL=fake-model")
                                                   process-environment)))
                  (push (make-process :name "olliesrv" :buffer (generate-new-buffer " *olliesrv*") :noquery t
-                                     :command (list (expand-file-name "bin/olliesrv" ellie-test-build)))
+                                     :command (list (expand-file-name "bin/olliesrv" ellie-test-build) "-l" "info"))
                        procs))))
            (should (ellie-test-until (lambda () (ignore-errors (ellie-read "session/idx") t)) 10))
            (let ((default-directory (file-name-as-directory project)))
@@ -134,7 +134,11 @@ In BODY, `root' is the world's directory and `project' the session's working dir
     (ellie "work" "main")
     (let ((chat (get-buffer "*ellie work/main*")))
       (ellie-test-type chat "escape please")
-      (should (ellie-test-until (lambda () (ellie-test-contains chat "[bypass "))))
+      (should (or (ellie-test-until (lambda () (ellie-test-contains chat "[bypass ")))
+                  (progn (message "chat:\n%s\nolliesrv:\n%s"
+                                  (with-current-buffer chat (buffer-string))
+                                  (with-current-buffer (process-buffer (car procs)) (buffer-string)))
+                         nil)))
       (should (ellie-test-contains chat "echo outside > escaped.txt"))
       (cl-letf (((symbol-function 'read-char-choice)
                  (lambda (prompt _chars)

@@ -681,6 +681,33 @@ TEST(Conversation, ARestoredSessionDropsReservedEnvEntries) {
   EXPECT_NE(result.find("addr=unix!" + w.sock + " foo=bar"), std::string::npos) << result;
 }
 
+// §7.5: a stored tool that can no longer be loaded when toolsrv starts (its file gone) is an
+// `info` warning to the agent, not a failure, and the agent no longer lists or saves it.
+TEST(Conversation, AStoredToolThatNoLongerLoadsIsAnInfoWarningAndForgotten) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string id = w.read(s + "/id")->substr(0, 36);
+  w.stop_server(SIGTERM);
+  w.kill_toolsrvs();
+  const std::string file = w.data + "/sessions/" + id + "/session.json";
+  auto j = json::parse(read_file(file));
+  j["agents"][0]["tools"].push_back("ghost_tool");
+  write_file(file, j.dump());
+  w.start();
+  w.fake.push({{"text", "hi"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto notes = contents(w, a, "info");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "tool ghost_tool not loaded again: unknown tool: ghost_tool");
+  ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
+  const auto saved = json::parse(read_file(file));
+  EXPECT_EQ(saved["agents"][0]["tools"].dump().find("ghost_tool"), std::string::npos) << saved["agents"][0]["tools"];
+  EXPECT_NE(saved["agents"][0]["tools"].dump().find("shell"), std::string::npos) << saved["agents"][0]["tools"];
+}
+
 TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   World w;
   auto s = w.session("work");

@@ -360,7 +360,7 @@ TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
   EXPECT_EQ(all[0].blocks[aid], (std::vector<std::string>{l1, l2}));
   // The file is cut once the session is restored (one restore skips keeps its files as they are).
   EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + R"({"role":"tool","id":"01)");
-  st.cut_torn(all[0]);
+  st.settle(all[0]);
   EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n");
   // A last line that ended but is not JSON (a torn page) goes too; appends continue after it.
   {
@@ -369,7 +369,7 @@ TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
   }
   all = st.load_all();
   EXPECT_EQ(all[0].blocks[aid].size(), 2u);
-  st.cut_torn(all[0]);
+  st.settle(all[0]);
   ASSERT_TRUE(st.append_block(s.id, aid, l1));
   EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n");
 }
@@ -457,6 +457,30 @@ TEST(Store, AFifoInASessionDirectoryIsSkippedNotWaitedOn) {
   std::sort(skipped.begin(), skipped.end());
   EXPECT_EQ(skipped[0], blocks.id + ": " + blocks.agents[0].id + ".blocks.jsonl: not a regular file");
   EXPECT_EQ(skipped[1], "piped: session.json: not a regular file");
+}
+
+// A restored session's directory is made 0700 again and loses the temp files of saves a kill -9
+// cut short; a session directory that is a symbolic link is named as skipped, never followed.
+TEST(Store, SettlingRemovesStaleTempFilesAndASymlinkedSessionIsNamed) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  const std::string dir = dir_of(t, s.id);
+  spit(dir + "/.session.json.tmp.4242.0", "half a save");
+  ::chmod(dir.c_str(), 0755);
+  std::filesystem::create_directories(t.path + "/elsewhere");
+  std::filesystem::create_directory_symlink(t.path + "/elsewhere", t.path + "/sessions/linked");
+  std::vector<std::string> skipped;
+  auto all = st.load_all(&skipped);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(skipped, std::vector<std::string>{"linked: a symbolic link, not followed"});
+  st.settle(all[0]);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/.session.json.tmp.4242.0"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/session.json"));
+  struct stat sb {};
+  ASSERT_EQ(::stat(dir.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0700u);
 }
 
 TEST(Store, AFailingAgentLeavesTheOtherAgentsFilesUntouched) {
