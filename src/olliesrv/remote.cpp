@@ -539,7 +539,8 @@ asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, s
     if (failure.empty() && *timed_out) failure = "bootstrap timed out";
     if (failure.empty()) {
       std::string why = co_await last_words(talk);
-      failure = why.empty() ? "ssh exited" : "ssh: " + why;
+      // ssh names itself in some of its messages (`ssh: Could not resolve hostname …`).
+      failure = why.empty() ? "ssh exited" : starts_with(why, "ssh: ") ? why : "ssh: " + why;
     }
     if (starts_with(failure, "cwd: ")) co_return p9::error(failure);  // §4.1's own error
     co_return p9::error("remote: " + failure);

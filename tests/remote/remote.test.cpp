@@ -149,6 +149,11 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   auto pw = fails("ollie-password");
   EXPECT_EQ(pw.rfind("remote: ssh: ", 0), 0u) << pw;
   EXPECT_NE(pw.find("Permission denied"), std::string::npos) << pw;
+  // ssh's own `ssh: ` is not said twice.
+  auto unknown = w.rdwr("session/new", "name=x cwd=" + sshd.work + " remote=nosuchhost.invalid");
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.ename().rfind("remote: ssh: ", 0), 0u) << unknown.ename();
+  EXPECT_EQ(unknown.ename().find("ssh: ssh: "), std::string::npos) << unknown.ename();
   EXPECT_EQ(fails("ollie-arch"), "remote: the remote host is Linux sparc64, not Linux x86_64");
   EXPECT_EQ(fails("ollie-notar"), "remote: tar not found on the remote host");
   auto fwd = fails("ollie-nofwd");
