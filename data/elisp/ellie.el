@@ -205,7 +205,8 @@ Its chat streams above; the prompt is typed below.
         (process-put ellie--stream 'ellie-buffer buffer)
         (add-hook 'kill-buffer-hook (lambda () (when (process-live-p ellie--stream) (delete-process ellie--stream)))
                   nil t)
-        (ellie--watch-bypass)))
+        (ellie--watch-bypass)
+        (ellie--show-pending session)))
     buffer))
 
 ;;;###autoload
@@ -216,6 +217,7 @@ A new session works in `default-directory'."
    (let* ((session (completing-read "Session: " (ellie--sessions) nil nil nil nil (ellie--default-session)))
           (agent (completing-read "Agent: " (ellie--agents session) nil nil nil nil "main")))
      (list session agent)))
+  (ellie--watch-bypass)  ; first: it subscribes while the session and agent are made
   (ellie--ensure session agent)
   (pop-to-buffer (ellie--chat-buffer session agent)))
 
@@ -254,15 +256,25 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
     (dolist (line (butlast lines))
       ;; bypass.<sid>.request <reqid> session/<s>/agent/<a> <tool>
       (when (string-match "\\`bypass\\.[^.]+\\.request \\([0-9]+\\) session/\\([^/]+\\)/agent/\\([^ ]+\\) \\(.*\\)\\'" line)
-        (let* ((reqid (match-string 1 line)) (session (match-string 2 line))
-               (agent (match-string 3 line)) (tool (match-string 4 line))
-               (summary (or (ellie--pending-summary session reqid) tool))
-               (note (format "[bypass %s] %s wants to run %s outside the sandbox: %s  (C-c C-b to decide)\n"
-                             reqid agent tool summary)))
-          (dolist (buffer (buffer-list))
-            (when (equal (buffer-local-value 'ellie--session buffer) session)
-              (ellie--insert-output buffer note 'ellie-notice)))
-          (message "ellie: %s" (string-trim note)))))))
+        (let ((reqid (match-string 1 line)) (session (match-string 2 line))
+              (agent (match-string 3 line)) (tool (match-string 4 line)))
+          (ellie--note-bypass session reqid agent tool
+                              (or (ellie--pending-summary session reqid) tool)))))))
+
+(defun ellie--note-bypass (session reqid agent tool summary)
+  "Show bypass request REQID of SESSION in its chat buffers."
+  (let ((note (format "[bypass %s] %s wants to run %s outside the sandbox: %s  (C-c C-b to decide)\n"
+                      reqid agent tool summary)))
+    (dolist (buffer (buffer-list))
+      (when (equal (buffer-local-value 'ellie--session buffer) session)
+        (ellie--insert-output buffer note 'ellie-notice)))
+    (message "ellie: %s" (string-trim note))))
+
+(defun ellie--show-pending (session)
+  "Show SESSION's requests already pending when its chat opens.
+Their events came before the watch began."
+  (pcase-dolist (`(,reqid ,agent ,tool ,summary) (ignore-errors (ellie--pending session)))
+    (ellie--note-bypass session reqid agent tool summary)))
 
 (defun ellie--watch-bypass ()
   "Follow bypass requests of every session (once per Emacs)."

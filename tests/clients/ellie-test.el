@@ -148,6 +148,19 @@ In BODY, `root' is the world's directory and `project' the session's working dir
       (should (ellie-test-until (lambda () (ellie-test-contains chat "It ran."))))
       (should (file-exists-p (expand-file-name "escaped.txt" project))))))
 
+(ert-deftest ellie-a-request-pending-before-the-chat-opens-is-shown ()
+  (ellie-test-with-world
+      (list '(:tool_calls [(:id "c1" :name "shell" :arguments (:cmd "echo outside > early.txt" :bypass t))])
+            '(:text "Done."))
+    (ellie-rdwr "session/new" (format "name=work cwd=%s\n" (ellie--quote project)))
+    (ellie-rdwr "session/work/agent/new" "name=main\n")
+    (ellie-write "session/work/agent/main/prompt" "escape before anyone watches\n")
+    (should (ellie-test-until (lambda () (ellie--pending "work"))))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (should (ellie-test-contains chat "[bypass "))
+      (should (ellie-test-contains chat "echo outside > early.txt")))))
+
 (ert-deftest ellie-complete-shows-ghost-text-that-tab-accepts ()
   (ellie-test-with-world (list '(:text "a + b;") '(:text "a - b;"))
     (with-temp-buffer
