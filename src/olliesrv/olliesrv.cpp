@@ -178,10 +178,14 @@ void Olliesrv::wait() {
   impl_->pool.join();
   // The HTTP loops' sockets and timers belong to the pool's contexts: let go of those a forced
   // stop left before the contexts go.
-  if (impl_->hub) impl_->hub->http.shutdown();
+  if (!impl_->hub) return;
+  impl_->hub->http.shutdown();
+  // The hub's pools end their work now (a fetch the shutdown failed, a `!` entry the stop
+  // killed): each posts its end to a context, which must still exist.
+  impl_->hub->blocking.join();
+  impl_->hub->commands.join();
   // So do the toolsrv clients of the sessions the hub keeps after the contexts.
-  if (impl_->hub)
-    for (const auto& s : impl_->hub->sessions()) s->host->release();
+  for (const auto& s : impl_->hub->sessions()) s->host->release();
 }
 
 int run(Options opt) {
