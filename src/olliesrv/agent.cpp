@@ -3,7 +3,6 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
-#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
@@ -138,8 +137,6 @@ p9::Status Agent::make_backend() {
 }
 
 asio::awaitable<bool> Agent::resolve_prompts() {
-  auto cs = co_await asio::this_coro::cancellation_state;
-  if (cs.cancelled() != asio::cancellation_type::none) co_return false;  // runs nothing for the gone
   const auto ctx = prompt_context();
   bool commands;
   {

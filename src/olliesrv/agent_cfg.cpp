@@ -32,22 +32,26 @@ asio::awaitable<void> switch_tools_and_prompts(const std::shared_ptr<Session>& s
     old = a->tools;
   }
   if (!old.empty()) (void)co_await s->host->unload(a->id, old);
+  co_await load_profile_tools(s, a, p);
+  co_await a->resolve_prompts();
+  a->clear();
+}
+
+}  // namespace
+
+asio::awaitable<void> load_profile_tools(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, const Profile& p) {
   std::vector<std::string> loaded;
   for (const auto& t : p.auto_load) {
     auto st = co_await s->host->load(a->id, std::vector<std::string>(1, t));
     if (!st) a->note("info", "autoLoad " + t + ": " + st.ename());
-    if (st || s->host->wants(a->id, t)) loaded.push_back(t);  // wanted: loaded at toolsrv's next start
+    if (st || s->host->wants(a->id, t)) loaded.push_back(t);
   }
   {
     std::lock_guard lock(a->mu);
     a->tools = loaded;
   }
   for (const auto& w : p.warnings) a->note("info", w);
-  co_await a->resolve_prompts();
-  a->clear();
 }
-
-}  // namespace
 
 Hold::Hold(Agent& a) : ok(a.hold()), a_(a) {}
 

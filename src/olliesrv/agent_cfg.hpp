@@ -35,6 +35,12 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
 /// `agent profile <p>: <parse error>`.
 asio::awaitable<p9::Result<Profile>> read_profile(Hub& hub, std::string name);
 
+/// The tools of profile `p` for an agent that has none (creation, switch; §7.5): its autoLoad
+/// loaded one toolsrv `load` each (a name that cannot be loaded is an `info` warning; one that
+/// could not be loaded for want of a toolsrv is still wanted and loaded at its next start), then
+/// the profile's warnings as `info` blocks.
+asio::awaitable<void> load_profile_tools(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, const Profile& p);
+
 /// A profile switch to `p` (§8.1.4): the profile's backend/model when it names them, the cfg
 /// parameter overrides dropped.
 SettingsChange profile_switch(const Agent& a, Profile p);

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "agent_cfg.hpp"
 #include "bypass_policy.hpp"
 #include "containment.hpp"
 #include "dispatch.hpp"
@@ -366,19 +367,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (auto st = s->add(a, false); !st) co_return st.error();  // the name is taken, the directory not yet there
   AgentGuard destroy(hub, s, a);  // from now on a flushed creation, and every sub-agent, is undone
   if (!cwd_override.empty()) s->host->set_agent_cwd(id, cwd_override);
-  // autoLoad: one toolsrv load per name; a name that cannot be loaded is an info warning (one
-  // that toolsrv could not take for want of a toolsrv is still loaded at its next start).
-  std::vector<std::string> loaded;
-  for (const auto& t : profile->auto_load) {
-    auto st = co_await s->host->load(id, std::vector<std::string>(1, t));
-    if (!st) a->note("info", "autoLoad " + t + ": " + st.ename());
-    if (st || s->host->wants(id, t)) loaded.push_back(t);  // wanted: loaded at toolsrv's next start
-  }
-  {
-    std::lock_guard lock(a->mu);
-    a->tools = loaded;
-  }
-  for (const auto& w : profile->warnings) a->note("info", w);
+  co_await load_profile_tools(s, a, *profile);
   if (!co_await a->resolve_prompts()) co_return p9::error("interrupted");  // flushed: undone
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
   (void)co_await Compaction::context_length(a);  // `stats` shows the model's window from the start

@@ -51,6 +51,9 @@ asio::awaitable<T> off_io_cancellable(asio::thread_pool& pool, F f, std::functio
     std::conditional_t<std::is_void_v<T>, bool, std::optional<T>> value{};
     std::exception_ptr error;
   };
+  // Nothing starts for a waiter already gone.
+  auto cs = co_await asio::this_coro::cancellation_state;
+  if (cs.cancelled() != asio::cancellation_type::none) throw std::system_error(asio::error::operation_aborted);
   // No temporary in a co_await expression (GCC 12 destroys those twice): the executor first.
   const asio::any_io_executor ex = co_await asio::this_coro::executor;
   auto sh = std::make_shared<Shared>(ex);
@@ -64,7 +67,6 @@ asio::awaitable<T> off_io_cancellable(asio::thread_pool& pool, F f, std::functio
     asio::post(sh->done.get_executor(), [sh] { sh->done.cancel(); });
   });
   (void)co_await sh->done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-  auto cs = co_await asio::this_coro::cancellation_state;
   if (cs.cancelled() != asio::cancellation_type::none) {
     if (hurry) hurry();
     throw std::system_error(asio::error::operation_aborted);

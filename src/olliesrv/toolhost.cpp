@@ -65,6 +65,8 @@ constexpr auto term_grace = 5s;
 constexpr std::size_t max_listing = 16u << 20;
 /// Longest line of toolsrv's stderr kept (logged, and the reason of a failed start).
 constexpr std::size_t max_err_line = 1024;
+/// What a request to an instance that hung up answers, before the reason (§6.1).
+constexpr const char* lost_prefix = "tool server lost: ";
 
 /// §6.1 and §7.4: the backend secrets toolsrv never gets.
 const char* const secret_vars[] = {
@@ -215,7 +217,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   std::mutex mu;
   std::map<std::string, std::string> env;                   // session variables
   std::map<std::string, std::string> agent_cwd;             // agent → dir
-  std::map<std::string, std::string> cwd_refused;           // agent → why its agentcwd failed at a sync
+  std::set<std::string> cwd_refused;                        // agents whose agentcwd a sync could not set
   std::map<std::string, std::set<std::string>> agent_tools;  // agent → wanted tools
   std::map<std::string, int> tool_timeout;                  // from the last listing
   std::map<std::string, std::pair<std::string, std::vector<ToolInfo>>> listed;  // agent → last tools reply, parsed
@@ -676,7 +678,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       // own: its calls are refused until the agentcwd is taken (cwd_taken).
       std::lock_guard lk(mu);
       if (st) cwd_refused.erase(a);
-      else cwd_refused[a] = st.ename();
+      else cwd_refused.insert(a);
     }
     for (const auto& [a, ts] : at) {
       std::set<std::string> left = ts;
@@ -752,11 +754,14 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   asio::awaitable<p9::Status> need_ctl(std::string line) {
     auto i = co_await need();
     if (!i) co_return i.error();
-    auto st = co_await ctl(**i, std::move(line));
-    if (!st) {
-      std::string why;
-      if (lost(*i, st.ename(), why)) co_return p9::error("tool server lost: " + why);
-    }
+    co_return co_await ctl_on(*i, std::move(line));
+  }
+
+  /// One ctl command to `i`; a hang-up is `tool server lost: <reason>` (and `i` is lost).
+  asio::awaitable<p9::Status> ctl_on(const std::shared_ptr<Instance>& i, std::string line) {
+    auto st = co_await ctl(*i, std::move(line));
+    std::string why;
+    if (!st && lost(i, st.ename(), why)) co_return p9::error(lost_prefix + why);
     co_return st;
   }
 
@@ -774,12 +779,8 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       }
       dir = it->second;
     }
-    auto st = co_await ctl(*i, "agentcwd " + agent + " " + quote(dir));
-    if (!st) {
-      std::string why;
-      if (lost(i, st.ename(), why)) co_return p9::error("tool server lost: " + why);
-      co_return st;
-    }
+    auto st = co_await ctl_on(i, "agentcwd " + agent + " " + quote(dir));
+    if (!st) co_return st;
     std::lock_guard lk(mu);
     cwd_refused.erase(agent);
     co_return st;
@@ -792,7 +793,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     auto r = co_await (*i)->root->call(std::move(path), std::move(request));
     if (!r) {
       std::string why;
-      if (lost(*i, r.ename(), why)) co_return p9::error("tool server lost: " + why);
+      if (lost(*i, r.ename(), why)) co_return p9::error(lost_prefix + why);
       co_return r.error();
     }
     if (r->size() > max_listing) co_return p9::error("reply too large");
@@ -991,14 +992,8 @@ asio::awaitable<p9::Status> ToolHost::load(std::string agent, std::vector<std::s
     wish();
     co_return p9::error("tool server unavailable: " + i.ename());
   }
-  auto st = co_await State::ctl(**i, line);
-  if (!st) {
-    std::string why;
-    if (!s->lost(*i, st.ename(), why)) co_return st;
-    wish();
-    co_return p9::error("tool server lost: " + why);
-  }
-  wish();
+  auto st = co_await s->ctl_on(*i, line);
+  if (st || starts_with(st.ename(), lost_prefix)) wish();
   co_return st;
 }
 
@@ -1190,7 +1185,7 @@ asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(Too
   auto r = co_await (*i)->root->call("proc/new.bg", std::move(request));
   if (!r) {
     std::string why;
-    if (s->lost(*i, r.ename(), why)) co_return p9::error("tool server lost: " + why);
+    if (s->lost(*i, r.ename(), why)) co_return p9::error(lost_prefix + why);
     co_return p9::error(valid_utf8(r.ename()));
   }
   // The reply is `pid=<n>\n`.
@@ -1209,10 +1204,10 @@ asio::awaitable<p9::Result<p9::AsyncFid>> ToolHost::open(std::uint64_t instance,
   if (!i || i->number != instance) co_return p9::error("tool server lost");
   auto f = co_await i->root->walk(path);
   std::string why;
-  if (!f) co_return s->lost(i, f.ename(), why) ? p9::error("tool server lost: " + why) : f.error();
+  if (!f) co_return s->lost(i, f.ename(), why) ? p9::error(lost_prefix + why) : f.error();
   if (mode >= 0)
     if (auto st = co_await f->open(static_cast<std::uint8_t>(mode)); !st)
-      co_return s->lost(i, st.ename(), why) ? p9::error("tool server lost: " + why) : st.error();
+      co_return s->lost(i, st.ename(), why) ? p9::error(lost_prefix + why) : st.error();
   co_return std::move(*f);
 }
 

@@ -634,9 +634,7 @@ TEST(Conversation, AnAgentWhoseCwdIsGoneAtAToolsrvStartRunsNothingInTheSessionsC
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
   EXPECT_FALSE(std::filesystem::exists(w.project + "/escaped")) << "the call ran in the session's cwd";
-  std::vector<std::string> results;
-  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
-    if (b["role"] == "tool") results.push_back(b["content"]);
+  auto results = contents(w, a, "tool");
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].rfind("error: ", 0), 0u) << results[0];
   EXPECT_NE(results[0].find(box), std::string::npos) << results[0];
@@ -646,9 +644,7 @@ TEST(Conversation, AnAgentWhoseCwdIsGoneAtAToolsrvStartRunsNothingInTheSessionsC
   ASSERT_TRUE(w.write(a + "/prompt", "again"));
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 4; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
-  results.clear();
-  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
-    if (b["role"] == "tool") results.push_back(b["content"]);
+  results = contents(w, a, "tool");
   ASSERT_EQ(results.size(), 2u);
   EXPECT_NE(results[1].find(box + "\n"), std::string::npos) << results[1];
 }
@@ -675,10 +671,9 @@ TEST(Conversation, ARestoredSessionDropsReservedEnvEntries) {
   ASSERT_TRUE(w.write(a + "/prompt", "go"));
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
-  std::string result;
-  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
-    if (b["role"] == "tool") result = b["content"];
-  EXPECT_NE(result.find("addr=unix!" + w.sock + " foo=bar"), std::string::npos) << result;
+  const auto results = contents(w, a, "tool");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_NE(results[0].find("addr=unix!" + w.sock + " foo=bar"), std::string::npos) << results[0];
 }
 
 // §7.5: a stored tool that can no longer be loaded when toolsrv starts (its file gone) is an
