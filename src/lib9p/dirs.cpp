@@ -90,6 +90,9 @@ Status check_private_dir(const std::string& dir) {
   if (::lstat(dir.c_str(), &st) != 0) return error(dir + ": " + std::strerror(errno));
   if (S_ISLNK(st.st_mode)) return error(dir + ": a symbolic link, not a private directory: remove it");
   if (!S_ISDIR(st.st_mode)) return error(dir + ": not a directory: remove it");
+  // A sticky directory (/tmp) is everyone's: the fix is a directory of one's own, never a chmod.
+  if (st.st_mode & S_ISVTX)
+    return error(dir + ": mode " + octal(st.st_mode) + ", a shared directory: use a directory of your own (mode 0700)");
   if (st.st_uid != ::getuid())
     return error(dir + ": owned by uid " + std::to_string(st.st_uid) + ", not " + uid_text() +
                  ": another user made it; have it removed, or use a directory of your own");

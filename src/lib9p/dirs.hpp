@@ -54,7 +54,8 @@ std::string socket_dir(const std::string& socket_path);
 
 /// Checks `dir` as plan9port checks its namespace directory: lstat'ed, a directory and not a
 /// symlink, owned by this uid, mode 0700. The error names the directory, what is wrong and the
-/// fix, e.g. `/tmp/ns.me.:0: mode 0777, not 0700: chmod 700 /tmp/ns.me.:0`.
+/// fix, e.g. `/tmp/ns.me.:0: mode 0777, not 0700: chmod 700 /tmp/ns.me.:0`; a sticky directory
+/// such as /tmp is refused as shared, with no chmod offered.
 Status check_private_dir(const std::string& dir);
 /// Creates `dir` 0700 when missing (its missing parents with the umask's mode), then checks it.
 Status ensure_private_dir(const std::string& dir);

@@ -44,8 +44,9 @@ const char* common_help =
     "your login name) and authenticates with $OLLIE_AUTH when the server asks.\n"
     "Exit status: 0 done; 1 an error, printed as `ollie-9p: <what>: <reason>`; 2 a usage error.\n";
 
-[[noreturn]] void usage() {
-  std::fputs(usage_text, stderr);
+/// A usage error: what was wrong, then the usage.
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "ollie-9p: %s\n%s", why.c_str(), usage_text);
   std::exit(2);
 }
 
@@ -78,7 +79,7 @@ constexpr Help helps[] = {
       std::fputs(common_help, stdout);
       std::exit(0);
     }
-  if (!verb.empty()) usage();
+  if (!verb.empty()) usage("unknown verb: " + verb);
   std::fputs(usage_text, stdout);
   std::fputs(common_help, stdout);
   std::exit(0);
@@ -94,19 +95,27 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
+// No socket, or nobody listening on it: most often olliesrv is not running (or runs under
+// another $NAMESPACE).
+std::string nobody_there(const std::string& why) {
+  for (const char* e : {": No such file or directory", ": Connection refused"})
+    if (why.ends_with(e)) return why + ": is olliesrv running?";
+  return why;
+}
+
 // A Unix socket is dialed only through a private directory (plan9port checks its namespace
 // directory the same way): in a shared /tmp another user could have made the directory first,
 // put a socket of its own there and so receive $OLLIE_AUTH.
 void check_socket_dir(const std::string& address) {
   auto a = p9::parse_address(address);
   if (!a || a->kind != p9::Address::Unix) return;  // dial reports a bad address
-  if (auto st = p9::check_private_dir(p9::socket_dir(a->path)); !st) fail(address, st.ename());
+  if (auto st = p9::check_private_dir(p9::socket_dir(a->path)); !st) fail(address, nobody_there(st.ename()));
 }
 
 p9::CFid mount(const std::string& address) {
   check_socket_dir(address);
   auto c = p9::Client::dial(address);
-  if (!c) fail(address, c.ename());
+  if (!c) fail(address, nobody_there(c.ename()));
   std::string uname = env("OLLIE_UNAME");
   if (uname.empty()) uname = p9::login_name();
   auto afid = (*c)->auth(uname);
@@ -184,13 +193,7 @@ void print_entries(const std::vector<p9::Dir>& entries, bool longform) {
   }
 }
 
-int cmd_ls(const p9::CFid& root, std::vector<std::string> args) {
-  bool longform = false;
-  if (!args.empty() && args[0] == "-l") {
-    longform = true;
-    args.erase(args.begin());
-  }
-  if (args.size() > 1) usage();
+int cmd_ls(const p9::CFid& root, const std::vector<std::string>& args, bool longform) {
   std::string path = args.empty() ? "/" : args[0];
   auto f = root.walk(path);
   if (!f) fail(path, f.ename());
@@ -208,8 +211,7 @@ int cmd_ls(const p9::CFid& root, std::vector<std::string> args) {
   return 0;
 }
 
-int cmd_stat(const p9::CFid& root, const std::vector<std::string>& args) {
-  if (args.size() != 1) usage();
+int cmd_stat(const p9::CFid& root, const std::vector<std::string>& args, bool) {
   auto f = root.walk(args[0]);
   if (!f) fail(args[0], f.ename());
   auto d = f->stat();
@@ -230,13 +232,7 @@ using Clock = std::chrono::steady_clock;
 
 // Each pass reads the file from its start to its end of file, printing every reply as it arrives.
 
-int cmd_read(const p9::CFid& root, std::vector<std::string> args) {
-  bool follow = false;
-  if (!args.empty() && args[0] == "-l") {
-    follow = true;
-    args.erase(args.begin());
-  }
-  if (args.size() != 1) usage();
+int cmd_read(const p9::CFid& root, const std::vector<std::string>& args, bool follow) {
   auto f = open_path(root, args[0], p9::OREAD);
   std::string first_of_last;  // -l: the first reply of the previous pass
   for (bool again = false;; again = true) {
@@ -257,16 +253,14 @@ int cmd_read(const p9::CFid& root, std::vector<std::string> args) {
   }
 }
 
-int cmd_write(const p9::CFid& root, const std::vector<std::string>& args) {
-  if (args.size() != 1) usage();
+int cmd_write(const p9::CFid& root, const std::vector<std::string>& args, bool) {
   auto f = open_path(root, args[0], p9::OWRITE | p9::OTRUNC);
   if (auto w = f.write(read_stdin()); !w) fail(args[0], w.ename());
   if (auto st = f.clunk(); !st) fail(args[0], st.ename());  // a Write file's handler runs here
   return 0;
 }
 
-int cmd_rdwr(const p9::CFid& root, const std::vector<std::string>& args) {
-  if (args.size() != 1) usage();
+int cmd_rdwr(const p9::CFid& root, const std::vector<std::string>& args, bool) {
   auto f = open_path(root, args[0], p9::ORDWR);
   if (auto w = f.write(read_stdin()); !w) fail(args[0], w.ename());
   bool replied = false;
@@ -284,6 +278,20 @@ int cmd_rdwr(const p9::CFid& root, const std::vector<std::string>& args) {
   return 0;
 }
 
+struct Verb {
+  const char* name;
+  bool dash_l;        // takes -l first
+  bool path_needed;   // else the path is optional (ls: the root)
+  bool from_stdin;    // the request or content is stdin, never an argument
+  int (*run)(const p9::CFid&, const std::vector<std::string>&, bool);
+};
+
+constexpr Verb verbs[] = {
+    {"ls", true, false, false, cmd_ls},       {"stat", false, true, false, cmd_stat},
+    {"read", true, true, false, cmd_read},    {"write", false, true, true, cmd_write},
+    {"rdwr", false, true, true, cmd_rdwr},
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -294,17 +302,19 @@ int main(int argc, char** argv) {
     address = args[1];
     args.erase(args.begin(), args.begin() + 2);
   }
-  if (args.empty()) usage();
+  if (args.empty()) usage("a verb is needed");
   if (args[0] == "-h" || args[0] == "--help") help("");
-  std::string verb = args[0];
+  std::string name = args[0];
   args.erase(args.begin());
-  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) help(verb);
-  if (verb != "ls" && verb != "stat" && verb != "read" && verb != "write" && verb != "rdwr") usage();
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) help(name);
+  const auto v = std::find_if(std::begin(verbs), std::end(verbs), [&](const Verb& x) { return name == x.name; });
+  if (v == std::end(verbs)) usage("unknown verb: " + name);
+  const bool dash_l = v->dash_l && !args.empty() && args[0] == "-l";
+  if (dash_l) args.erase(args.begin());
+  if (args.empty() && v->path_needed) usage(name + ": a path is needed");
+  if (args.size() > 1)
+    usage(name + ": unexpected argument: " + args[1] + (v->from_stdin ? " (what is sent comes from stdin)" : ""));
   if (address.find('!') == std::string::npos && address.find('/') != std::string::npos) address = "unix!" + address;
   p9::CFid root = mount(address);
-  if (verb == "ls") return cmd_ls(root, args);
-  if (verb == "stat") return cmd_stat(root, args);
-  if (verb == "read") return cmd_read(root, args);
-  if (verb == "write") return cmd_write(root, args);
-  return cmd_rdwr(root, args);
+  return v->run(root, args, dash_l);
 }

@@ -1,10 +1,16 @@
 #include "olliesrv.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <asio/post.hpp>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <spdlog/spdlog.h>
@@ -32,6 +38,33 @@ std::string executable_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
+/// One olliesrv per data directory: two would restore the same sessions and overwrite, or
+/// delete, each other's files. An exclusive flock on `<root>/olliesrv.lock`, which holds the
+/// owner's pid; the kernel lets go of it when the process ends, however it ends.
+p9::Result<int> claim_data_root(const std::string& root) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(root).parent_path(), ec);
+  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST) return p9::error(root + ": " + std::strerror(errno));
+  const std::string path = root + "/olliesrv.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return p9::error(path + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) return p9::error(path + ": " + std::strerror(err));
+    std::string owner = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "";
+    while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+    return p9::error(root + ": in use by another olliesrv" + (owner.empty() ? "" : " (pid " + owner + ")") +
+                     ": stop it, or give this one another XDG_DATA_HOME");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+    spdlog::warn("{}: cannot record the pid: {}", path, std::strerror(errno));
+  return fd;
+}
+
 }  // namespace
 
 struct Olliesrv::Impl {
@@ -46,6 +79,10 @@ struct Olliesrv::Impl {
   Identity identity{p9::login_name(), !prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)};
   std::string help;
   std::unique_ptr<p9::Server> server;
+  int data_lock = -1;  // claim_data_root's, held until olliesrv is gone
+  ~Impl() {
+    if (data_lock >= 0) ::close(data_lock);
+  }
 
   // Remote sessions' forwarded sockets (§6.11), each a listener of `server` with its own tag.
   std::mutex fwd_mu;
@@ -103,6 +140,19 @@ const std::string& Olliesrv::help() const { return impl_->help; }
 p9::Status Olliesrv::start() {
   auto& m = *impl_;
   const auto env = p9::process_env();
+  std::vector<p9::Address> addresses;
+  for (auto& text : m.opt.addresses) {
+    auto a = p9::parse_address(text);
+    if (!a) return a.error();
+    if (a->kind == p9::Address::Tcp && !m.opt.insecure_tcp) return p9::error(text + ": tcp needs -insecure-tcp");
+    if (a->kind == p9::Address::Unix)  // the namespace directory may be in the shared /tmp (§1.4)
+      if (auto st = p9::ensure_private_dir(p9::socket_dir(a->path)); !st) return st;
+    addresses.push_back(std::move(*a));
+  }
+  // Before anything reads the data or listens: a refused second olliesrv leaves no trace.
+  auto lock = claim_data_root(p9::data_root(env));
+  if (!lock) return lock.error();
+  m.data_lock = *lock;
   m.hub = std::make_unique<Hub>(m.bus, p9::data_root(env), p9::config_root(env),
                                 m.opt.toolsrv.empty() ? executable_dir() + "/toolsrv" : m.opt.toolsrv, m.pool.contexts());
   m.hub->retry_unit = m.opt.retry_unit;
@@ -136,16 +186,11 @@ p9::Status Olliesrv::start() {
                                           std::make_shared<virtfs::Adapter<Ctx>>(std::move(*tree), std::move(access)), sopt);
   if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
     spdlog::warn("olliesrv runs with no_new_privs: sandboxed tools cannot be told from the user at attach");
-  for (auto& text : m.opt.addresses) {
-    auto a = p9::parse_address(text);
-    if (!a) return a.error();
-    if (a->kind == p9::Address::Tcp) {
-      if (!m.opt.insecure_tcp) return p9::error(text + ": tcp needs -insecure-tcp");
+  for (std::size_t i = 0; i < addresses.size(); i++) {
+    const auto& text = m.opt.addresses[i];
+    if (addresses[i].kind == p9::Address::Tcp)
       spdlog::warn("insecure tcp listener {}: any client that connects may attach as the hostowner", text);
-    }
-    if (a->kind == p9::Address::Unix)  // the namespace directory may be in the shared /tmp (§1.4)
-      if (auto st = p9::ensure_private_dir(p9::socket_dir(a->path)); !st) return st;
-    if (auto st = m.server->listen(*a); !st) return st;
+    if (auto st = m.server->listen(addresses[i]); !st) return st;
     spdlog::info("listening on {}", text);
   }
   m.pool.start();
@@ -176,6 +221,9 @@ void Olliesrv::shutdown() {
 
 void Olliesrv::wait() {
   impl_->pool.join();
+  // A start that failed before the pool ran leaves contexts that never ran: stopped, so the HTTP
+  // loops close here rather than in a post that would never run.
+  for (auto* io : impl_->pool.contexts()) io->stop();
   // The HTTP loops' sockets and timers belong to the pool's contexts: let go of those a forced
   // stop left before the contexts go.
   if (!impl_->hub) return;
@@ -192,7 +240,6 @@ int run(Options opt) {
   Olliesrv srv(std::move(opt));
   p9::StopSignals signals([&] { srv.shutdown(); });  // before the socket exists
   if (auto st = srv.start(); !st) {
-    spdlog::error("{}", st.ename());
     std::fprintf(stderr, "olliesrv: %s\n", st.ename().c_str());
     return 1;
   }

@@ -602,7 +602,11 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
     std::lock_guard lock(a.mu);
     be = a.backend_;
   }
-  if (!be) throw TurnFailed{"no backend: " + a.backend_name};
+  if (!be) {  // not made at restore (a key missing then): made now, or the reason it cannot be
+    if (auto st = a.make_backend(); !st) throw TurnFailed{"no backend: " + a.backend_name + ": " + st.ename()};
+    std::lock_guard lock(a.mu);
+    be = a.backend_;
+  }
   co_await Compaction::context_length(a_);
   auto p = std::make_shared<Pending>();
   p->input_estimate = static_cast<std::int64_t>(backend::request_bytes(req) / 4);  // as the backends estimate

@@ -308,6 +308,7 @@ int main(int argc, char** argv) {
   std::filesystem::permissions(dir, std::filesystem::perms::owner_all);  // olliesrv wants it private
   std::string sock = (dir / "ollie").string(), pp = (dir / "pingpong").string();
 
+  ::setenv("XDG_DATA_HOME", (dir / "data").c_str(), 1);  // not the user's sessions
   ollie::Olliesrv srv(ollie::Options{{"unix!" + sock}, false, threads});
   if (auto st = srv.start(); !st) {
     std::fprintf(stderr, "9p-bench: %s\n", st.ename().c_str());

@@ -49,6 +49,13 @@ OLLIE_BACKEND=openai OLLIE_OPENAI_URL=$url/v1 OLLIE_OPENAI_KEY=x OLLIE_MODEL=fak
 pids+=($!)
 within 10 ollie-9p read session/idx >/dev/null 2>&1 || fail "olliesrv did not start"
 
+# names go to the server quoted: one it refuses gives its error, and no half-made pair is left
+(cd "$root/project" && o 'bad name' 2>"$root/o.err") && fail "o 'bad name' exits 0"
+grep -qF 'invalid name: bad name' "$root/o.err" || fail "o 'bad name': $(cat "$root/o.err")"
+(cd "$root/project" && o half 'bad agent' 2>"$root/o.err") && fail "o half 'bad agent' exits 0"
+grep -qF 'invalid name: bad agent' "$root/o.err" || fail "o half 'bad agent': $(cat "$root/o.err")"
+ollie-9p read session/idx | grep -q '^half	' && fail "o left the session it made for a refused agent"
+
 # o in a terminal of its own, from the project directory: it creates the session there
 mkfifo "$root/keys"
 exec 3<>"$root/keys"

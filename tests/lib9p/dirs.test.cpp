@@ -82,6 +82,20 @@ TEST(PrivateDir, AWideModeIsRefusedWithTheFix) {
   EXPECT_EQ(st.ename(), d + ": mode 0777, not 0700: chmod 700 " + d);
 }
 
+// /tmp itself (root's, 1777): chmod'ing it would break every other user of the machine.
+TEST(PrivateDir, ASharedStickyDirectoryIsRefusedWithoutAChmod) {
+  testing_support::TempDir t;
+  const auto d = t.path + "/tmp";
+  ASSERT_EQ(::mkdir(d.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(d.c_str(), 01777), 0);
+  auto st = p9::check_private_dir(d);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.ename(), d + ": mode 1777, a shared directory: use a directory of your own (mode 0700)");
+  auto root_tmp = p9::check_private_dir("/tmp");
+  ASSERT_FALSE(root_tmp);
+  EXPECT_EQ(root_tmp.ename().find("chmod"), std::string::npos) << root_tmp.ename();
+}
+
 TEST(PrivateDir, ASymlinkToAPrivateDirIsRefused) {
   testing_support::TempDir t;
   const auto real = t.path + "/real", link = t.path + "/ns";

@@ -884,7 +884,7 @@ struct LimitedOlliesrv {
     std::vector<std::string> argv = {"sh", "-c", shell, testing_support::built("bin/olliesrv"),
                                      "-a", "unix!" + sock, "-l", "info"};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    child = std::make_unique<testing_support::Child>(argv);
+    child = std::make_unique<testing_support::Child>(argv, std::vector<std::string>{"XDG_DATA_HOME=" + dir.path + "/data"});
     for (int i = 0; i < 500; i++) {
       struct stat s;
       if (::stat(sock.c_str(), &s) == 0) return;

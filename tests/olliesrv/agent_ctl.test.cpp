@@ -97,7 +97,7 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
   EXPECT_EQ(ctl(w, a, "stop"), "idle\n");
   EXPECT_EQ(ctl(w, a, "compact"), "nothing to compact\n");
   // A description with a TAB and a newline stays on its line (one item per line, §3).
-  write_file(w.config + "/tools/odd.meta", R"({"description": "one\ttwo\nthree", "cmd": "true"})");
+  write_file(w.own_dir("tools") + "/odd.meta", R"({"description": "one\ttwo\nthree", "cmd": "true"})");
   EXPECT_EQ(ctl(w, a, "tool_load odd"), "odd\n");
   auto tools = ctl(w, a, "tools");
   EXPECT_NE(tools.find("file_read\t"), std::string::npos) << tools;

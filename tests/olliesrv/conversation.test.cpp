@@ -120,6 +120,28 @@ TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   EXPECT_EQ(chat_requests(w), 0u);
 }
 
+// An agent restored while its backend's key is missing: its prompt's error says what to set,
+// and once the key is there (here in backends.conf) the next prompt is answered, no restart.
+TEST(Conversation, ARestoredAgentWithoutItsKeySaysWhatToSet) {
+  World w;
+  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"};
+  w.stop_server(SIGTERM);
+  w.start();
+  auto a = w.agent(w.session("work"), "claude", "backend=anthropic model=fake-model");
+  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OTHER_ANTHROPIC_KEY=sk-test"};
+  w.stop_server(SIGTERM);
+  w.start();
+  auto chat = w.open(a + "/chat");
+  ASSERT_TRUE(w.write(a + "/prompt", "hello\n"));
+  const auto said = World::read_until(chat, "missing key: set OLLIE_ANTHROPIC_KEY");
+  EXPECT_NE(said.find("anthropic: missing key: set OLLIE_ANTHROPIC_KEY"), std::string::npos) << said;
+  write_file(w.config + "/backends.conf", "[anthropic]\nkey_env = OTHER_ANTHROPIC_KEY\n");
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  w.fake.push({{"text", "hi there"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "again\n"));
+  EXPECT_NE(World::read_until(chat, "hi there").find("hi there"), std::string::npos);
+}
+
 // statewait without a change for 5 s answers the current state (the heartbeat), never nothing:
 // a client looping on `read statewait` always has a state to show.
 TEST(Conversation, StatewaitHeartbeatIsTheCurrentState) {

@@ -39,7 +39,8 @@ struct Daemon : ::testing::Test {
   std::unique_ptr<Child> srv;
 
   void SetUp() override {
-    srv = std::make_unique<Child>(std::vector<std::string>{built("bin/olliesrv"), "-a", addr, "-l", "info"});
+    srv = std::make_unique<Child>(std::vector<std::string>{built("bin/olliesrv"), "-a", addr, "-l", "info"},
+                                  std::vector<std::string>{"XDG_DATA_HOME=" + dir.path + "/data"});
     ASSERT_TRUE(wait_for(sock)) << srv->err_text();
   }
   testing_support::Ran o9p(std::vector<std::string> args, const std::string& input = "", std::vector<std::string> env = {}) {
@@ -112,11 +113,29 @@ TEST_F(Daemon, ErrorsNameThePathAndExitNonZero) {
   auto w = o9p({"write", "ctl"}, "bogus\n");  // the handler runs at clunk; its error is reported
   EXPECT_EQ(w.status, 1);
   EXPECT_EQ(w.err, "ollie-9p: ctl: unknown command: bogus\n");
-  auto usage = o9p({"frob"});
-  EXPECT_EQ(usage.status, 2);
   auto dial = run({built("bin/ollie-9p"), "-a", "unix!" + dir.path + "/none", "ls"});
   EXPECT_EQ(dial.status, 1);
-  EXPECT_EQ(dial.err, "ollie-9p: unix!" + dir.path + "/none: dial " + dir.path + "/none: No such file or directory\n");
+  EXPECT_EQ(dial.err, "ollie-9p: unix!" + dir.path + "/none: dial " + dir.path +
+                          "/none: No such file or directory: is olliesrv running?\n");
+}
+
+// A usage error says what was wrong before the usage, and is found before any dial.
+TEST(Ollie9p, UsageErrorsSayWhatWasWrong) {
+  const std::vector<std::string> nowhere{"OLLIE_ADDR=unix!/nonexistent/sock"};
+  for (const auto& [args, why] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"help"}, "unknown verb: help"},
+           {{}, "a verb is needed"},
+           {{"stat"}, "stat: a path is needed"},
+           {{"read", "-l"}, "read: a path is needed"},
+           {{"ls", "a", "b"}, "ls: unexpected argument: b"},
+           {{"rdwr", "session/new", "name=x cwd=/"}, "rdwr: unexpected argument: name=x cwd=/ (what is sent comes from stdin)"},
+       }) {
+    std::vector<std::string> argv{built("bin/ollie-9p")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run(argv, "", nowhere);
+    EXPECT_EQ(r.status, 2) << why;
+    EXPECT_EQ(r.err.rfind("ollie-9p: " + why + "\nusage: ollie-9p", 0), 0u) << r.err;
+  }
 }
 
 TEST_F(Daemon, UnknownUserIsRefused) {
@@ -149,6 +168,27 @@ TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
   EXPECT_FALSE(exists(sock));
   ASSERT_TRUE(reader.wait());  // the blocked reader was let go: end of file, exit 0
   EXPECT_EQ(reader.result().status, 0) << reader.result().err;
+}
+
+// Two servers on one data directory would restore the same sessions and overwrite, or delete,
+// each other's files: the second is refused before it listens, naming the first; once the
+// first is gone, however it went, the directory is free again.
+TEST_F(Daemon, ASecondServerOnTheSameDataIsRefused) {
+  const std::string data = dir.path + "/data", other = dir.path + "/other";
+  auto second = run({built("bin/olliesrv"), "-a", "unix!" + other}, "", {"XDG_DATA_HOME=" + data});
+  EXPECT_EQ(second.status, 1);
+  EXPECT_NE(second.err.find("olliesrv: " + data + "/ollie: in use by another olliesrv (pid " + std::to_string(srv->pid()) +
+                            "): stop it, or give this one another XDG_DATA_HOME\n"),
+            std::string::npos)
+      << second.err;
+  EXPECT_FALSE(exists(other)) << "the refused server made a socket";
+  ::kill(srv->pid(), SIGKILL);
+  ASSERT_TRUE(srv->wait());
+  Child next({built("bin/olliesrv"), "-a", "unix!" + other}, {"XDG_DATA_HOME=" + data});
+  ASSERT_TRUE(wait_for(other)) << next.err_text();
+  ::kill(next.pid(), SIGTERM);
+  ASSERT_TRUE(next.wait());
+  EXPECT_EQ(next.result().status, 0) << next.err_text();
 }
 
 // olliesrv runs itself again for its heap's huge pages (main.cpp): it still goes by its name, so
@@ -201,7 +241,7 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
 TEST(DaemonFlags, DefaultAddressIsTheNamespaceService) {
   testing_support::TempDir dir;
   std::string ns = dir.path + "/ns.me";
-  Child srv({built("bin/olliesrv")}, {"NAMESPACE=" + ns});
+  Child srv({built("bin/olliesrv")}, {"NAMESPACE=" + ns, "XDG_DATA_HOME=" + dir.path + "/data"});
   ASSERT_TRUE(wait_for(ns + "/ollie")) << srv.err_text();
   struct stat s;
   ASSERT_EQ(::stat(ns.c_str(), &s), 0);
@@ -221,7 +261,10 @@ struct Events : ::testing::Test {
   testing_support::TempDir dir;
   std::string addr = "unix!" + dir.path + "/ollie";
   ollie::Olliesrv srv{ollie::Options{{addr}, false, 2}};
-  void SetUp() override { ASSERT_TRUE(srv.start()); }
+  void SetUp() override {
+    ::setenv("XDG_DATA_HOME", (dir.path + "/data").c_str(), 1);  // not the user's sessions
+    ASSERT_TRUE(srv.start());
+  }
 
   // A subscription starts when the reader opens `event`, which the test cannot see: publish
   // `events` every 50 ms until the reader has printed `want`, then return what it printed.

@@ -65,7 +65,7 @@ TEST(NamespaceDir, OlliesrvRefusesAnotherUsersNamespaceDir) {
 TEST(NamespaceDir, Ollie9pRefusesToDialThroughAWidenedDir) {
   testing_support::TempDir t;
   const auto ns = t.path + "/ns";
-  Child srv({built("bin/olliesrv")}, {"NAMESPACE=" + ns});
+  Child srv({built("bin/olliesrv")}, {"NAMESPACE=" + ns, "XDG_DATA_HOME=" + t.path + "/data"});
   ASSERT_TRUE(wait_for(ns + "/ollie")) << srv.err_text();
   auto ok = run({built("bin/ollie-9p"), "ls"}, "", {"NAMESPACE=" + ns, "OLLIE_ADDR="});
   EXPECT_EQ(ok.status, 0) << ok.err;
