@@ -1,10 +1,13 @@
 #include "firstrun.hpp"
 
 #include <chrono>
+#include <filesystem>
 
 namespace ollie {
 
-std::optional<std::string> first_run_warning(Hub& hub) {
+namespace {
+
+std::optional<std::string> no_backend(Hub& hub) {
   const auto conf = hub.conf();
   if (!backend::default_backend(conf, hub.env).empty()) return std::nullopt;
   // No default: an agent/new without backend= fails (§4.3). An ollama that answers is the
@@ -25,6 +28,26 @@ std::optional<std::string> first_run_warning(Hub& hub) {
   return "no model backend: none is configured, so agents cannot be created without backend=. Set one: "
          "OLLIE_BACKEND=anthropic OLLIE_ANTHROPIC_KEY=... (or openai, openrouter, gemini, copilot, kiro, ollama), or "
          "`backend=` in " + conf_file + "; see doc/backends.md";
+}
+
+// Programs run from a build tree without `./dev.sh install` find an empty config root: the
+// agents would be made, and have no tools, with nothing said.
+std::optional<std::string> no_tools(const Hub& hub) {
+  const std::string dir = hub.config_root + "/tools";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".meta") return std::nullopt;
+  return "no tools in " + dir + ": agents will have none; `./dev.sh install` installs the shipped tools, "
+         "profiles and prompts (doc/data.md)";
+}
+
+}  // namespace
+
+std::vector<std::string> first_run_warnings(Hub& hub) {
+  std::vector<std::string> out;
+  for (auto w : {no_backend(hub), no_tools(hub)})
+    if (w) out.push_back(std::move(*w));
+  return out;
 }
 
 }  // namespace ollie

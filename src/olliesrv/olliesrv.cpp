@@ -243,7 +243,7 @@ int run(Options opt) {
     std::fprintf(stderr, "olliesrv: %s\n", st.ename().c_str());
     return 1;
   }
-  if (auto w = first_run_warning(srv.hub())) spdlog::warn("{}", *w);  // the main thread is free to wait
+  for (const auto& w : first_run_warnings(srv.hub())) spdlog::warn("{}", w);  // the main thread is free to wait
   srv.wait();
   return 0;
 }

@@ -151,6 +151,7 @@ TEST(Conversation, StatewaitHeartbeatIsTheCurrentState) {
   auto r = f.read(64);
   ASSERT_TRUE(r) << r.ename();
   EXPECT_EQ(*r, "idle\n");
+  EXPECT_EQ(w.log_text().find("no tools in"), std::string::npos) << "tools are installed: " << w.log_text();
 }
 
 TEST(Conversation, AToolRoundRunsTheShippedToolUnderToolsrv) {

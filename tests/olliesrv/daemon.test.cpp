@@ -235,6 +235,10 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
     ASSERT_TRUE(srv.wait());
     if (want.empty()) EXPECT_EQ(srv.err_text().find("no model backend"), std::string::npos) << srv.err_text();
     else EXPECT_NE(srv.err_text().find(want), std::string::npos) << srv.err_text();
+    // Nothing installed in this config root: agents would have no tools, and it says so.
+    EXPECT_NE(srv.err_text().find("no tools in " + dir.path + "/config/ollie/tools: agents will have none; `./dev.sh install`"),
+              std::string::npos)
+        << srv.err_text();
   }
 }
 
