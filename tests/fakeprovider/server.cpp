@@ -179,8 +179,9 @@ Server::Server(json script, int port) : script_(std::move(script)) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) < 0 || ::listen(listen_fd_, 64) < 0) {
+    const int err = errno;
     ::close(listen_fd_);
-    throw std::runtime_error(std::string("fakeprovider: cannot listen: ") + std::strerror(errno));
+    throw std::runtime_error("fakeprovider: cannot listen on 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(err));
   }
   socklen_t len = sizeof a;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);

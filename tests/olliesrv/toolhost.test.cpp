@@ -92,6 +92,10 @@ struct World {
                0755);
     write_file(tools + "sleeper.meta", R"({"description":"Sleep.","scope":"read"})");
   }
+  ~World() {  // at the test program's exit
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
 };
 
 World& world() {

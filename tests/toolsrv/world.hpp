@@ -7,12 +7,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "toolsrv/session.hpp"
 
@@ -32,10 +36,21 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-/// A fresh directory under /tmp (removed at exit of the test binary is not needed: /tmp is scratch).
+/// A fresh directory under /tmp, removed with all it holds when the test program exits (a run
+/// of the suite made some 400 of them).
 inline std::string temp_dir(const std::string& tag) {
+  struct Made {
+    std::vector<std::string> dirs;
+    ~Made() {
+      std::error_code ec;
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Made made;
   std::string templ = "/tmp/toolsrv-" + tag + "-XXXXXX";
-  return ::mkdtemp(templ.data());
+  if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp " + templ + ": " + std::strerror(errno));
+  made.dirs.push_back(templ);
+  return templ;
 }
 
 /// The per-binary world: HOME and XDG_* point into one temporary tree.
