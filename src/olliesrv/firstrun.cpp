@@ -3,6 +3,8 @@
 #include <chrono>
 #include <filesystem>
 
+#include "toolsrv/catalog.hpp"
+
 namespace ollie {
 
 namespace {
@@ -33,12 +35,14 @@ std::optional<std::string> no_backend(Hub& hub) {
 // Programs run from a build tree without `./dev.sh install` find an empty config root: the
 // agents would be made, and have no tools, with nothing said.
 std::optional<std::string> no_tools(const Hub& hub) {
-  const std::string dir = hub.config_root + "/tools";
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().extension() == ".meta") return std::nullopt;
-  return "no tools in " + dir + ": agents will have none; `./dev.sh install` installs the shipped tools, "
-         "profiles and prompts (doc/data.md)";
+  const auto path = hub.env("OLLIE_TOOLS_PATH").value_or("");
+  for (const auto& dir : toolsrv::tool_dirs(path, hub.config_root, nullptr)) {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".meta") return std::nullopt;
+  }
+  return "no tools in " + (path.empty() ? hub.config_root + "/tools" : path) +
+         ": agents will have none; `./dev.sh install` installs the shipped tools, profiles and prompts (doc/data.md)";
 }
 
 }  // namespace
