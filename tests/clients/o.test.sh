@@ -61,7 +61,7 @@ mkfifo "$root/keys"
 exec 3<>"$root/keys"
 (cd "$root/project/my proj" && exec script -qfec "stty rows 40 cols 140; o work" /dev/null <"$root/keys" >"$root/term.out" 2>&1) &
 pids+=($!)
-t==o-work-main
+t==o-work/main
 within 10 tmux has-session -t "$t" 2>/dev/null || fail "o did not open its tmux session: $(cat "$root/term.out")"
 clients() { [ "$(tmux list-clients -t "$t:" | wc -l)" -ge "$1" ]; }
 within 10 clients 1 || fail "o did not attach: $(cat "$root/term.out")"
@@ -86,11 +86,50 @@ tmux send-keys -t "$t:0.1" '/model' Enter
 within 10 has 'fake-model' ||
   fail "/model did not answer in the chat: $(chat)"
 
+# terminal controls in tool output are shown, not obeyed: a clear screen cannot hide the chat
+tmux send-keys -t "$t:0.1" "!printf 'before\\033[2J\\033[Hspoofed\\n'" Enter
+within 10 has 'before^[[2J^[[Hspoofed' || fail "the escape sequence was not shown as text: $(chat)"
+has 'what is here?' || fail "the chat was cleared by a tool's output: $(chat)"
+
+# olliesrv killed and started again: the chat pane waits for it, then shows the chat again and
+# follows the next answer; the status line comes back
+kill -9 "${pids[1]}"
+within 10 has 'olliesrv is gone' || fail "the chat pane did not say olliesrv is gone: $(chat)"
+OLLIE_BACKEND=openai OLLIE_OPENAI_URL=$url/v1 OLLIE_OPENAI_KEY=x OLLIE_MODEL=fake-model \
+  olliesrv 2>>"$root/olliesrv.log" &
+pids+=($!)
+back() {  # the server answers and the pane shows the chat again (a clear screen and a replay)
+  ollie-9p read session/work/agent/main/id >/dev/null 2>&1 &&
+    tmux capture-pane -p -J -t "$t:0.0" | grep -qF 'what is here?' &&
+    ! tmux capture-pane -p -J -t "$t:0.0" | grep -qF 'olliesrv is gone'
+}
+within 20 back || fail "the chat did not come back after the restart: $(chat)"
+tmux send-keys -t "$t:0.1" 'and now?' Enter
+within 20 has 'and now?' || fail "a prompt after the restart is not in the chat pane: $(chat)"
+within 10 status_shows 'idle · fake-model' || fail "status line after the restart: $(tmux show -v -t "$t:" status-right)"
+
+# pairs whose names join the same way are two tmux sessions, each talking to its own agent
+(cd "$root/project" && script -qfec "o a-b c" /dev/null <"$root/keys" >/dev/null 2>&1 &)
+(cd "$root/project" && script -qfec "o a b-c" /dev/null <"$root/keys" >/dev/null 2>&1 &)
+both() { tmux has-session -t '=o-a-b/c' 2>/dev/null && tmux has-session -t '=o-a/b-c' 2>/dev/null; }
+within 10 both || fail "two pairs, two tmux sessions: $(tmux list-sessions)"
+tmux kill-session -t '=o-a-b/c'; tmux kill-session -t '=o-a/b-c'
+
 # a second o on the same pair attaches to the same tmux session instead of making another
 (cd "$root" && script -qfec "stty rows 40 cols 140; o work main" /dev/null <"$root/keys" >"$root/term2.out" 2>&1) &
 pids+=($!)
 within 10 clients 2 || fail "a second o did not attach: $(tmux list-clients)"
 [ "$(tmux list-sessions | wc -l)" -eq 1 ] || fail "a second tmux session: $(tmux list-sessions)"
+
+# the agent killed under it: the chat pane says so
+echo name=gone | ollie-9p rdwr session/work/agent/new >/dev/null
+(cd "$root/project" && script -qfec "o work gone" /dev/null <"$root/keys" >/dev/null 2>&1 &)
+g='=o-work/gone'
+within 10 tmux has-session -t "$g" 2>/dev/null || fail "o work gone did not open"
+echo kill | ollie-9p rdwr session/work/agent/gone/ctl >/dev/null
+gone_said() { tmux capture-pane -p -J -S - -t "$g:0.0" | grep -qF '!q leaves]'; }
+within 10 gone_said || fail "the chat pane of a killed agent: $(tmux capture-pane -p -J -S - -t "$g:0.0")"
+tmux kill-session -t "$g"
 
 # !q leaves: the tmux session ends and o's terminals close; the agent stays
 tmux send-keys -t "$t:0.1" '!q' Enter
