@@ -134,12 +134,30 @@ With INPUT, that is written to its stdin, which is then closed
   (mapcar #'car (ignore-errors (ellie--rows (ellie-read (format "session/%s/agent/idx" session))))))
 
 (defun ellie--ensure (session agent)
-  "Create SESSION (working in `default-directory') and its AGENT if missing."
-  (unless (member session (ellie--sessions))
-    (ellie-rdwr "session/new" (format "name=%s cwd=%s\n" session
-                                      (ellie--quote (directory-file-name (expand-file-name default-directory))))))
-  (unless (member agent (ellie--agents session))
-    (ellie-rdwr (format "session/%s/agent/new" session) (format "name=%s\n" agent))))
+  "Create SESSION (working in `default-directory') and its AGENT if missing.
+A session made here for an agent the server refuses is removed again."
+  (let ((made nil))
+    (unless (member session (ellie--sessions))
+      (ellie-rdwr "session/new" (format "name=%s cwd=%s\n" (ellie--quote session)
+                                        (ellie--quote (directory-file-name (expand-file-name default-directory)))))
+      (setq made t))
+    (unless (member agent (ellie--agents session))
+      (condition-case err
+          (ellie-rdwr (format "session/%s/agent/new" session) (format "name=%s\n" (ellie--quote agent)))
+        (user-error
+         (when made (ignore-errors (ellie-rdwr (format "session/%s/ctl" session) "kill")))
+         (signal (car err) (cdr err)))))))
+
+(defun ellie--when-back (check then)
+  "Call THEN once CHECK succeeds, or once olliesrv answers and CHECK fails.
+CHECK (a function) is tried once a second; THEN gets t when it succeeded,
+else nil.  For the streams a restart of olliesrv cut."
+  (let (timer)
+    (setq timer (run-at-time 1 1 (lambda ()
+                                   (let ((ok (ignore-errors (funcall check) t)))
+                                     (when (or ok (ignore-errors (ellie-read "session/idx") t))
+                                       (cancel-timer timer)
+                                       (funcall then ok))))))))
 
 ;;;; Chat buffers
 
@@ -181,9 +199,34 @@ Its chat streams above; the prompt is typed below.
             (set-window-point w (max (window-point w) ellie--input))))))))
 
 (defun ellie--chat-sentinel (proc event)
+  "Say why the chat of PROC ended (EVENT).
+At the agent's end (EOF) that is all; when olliesrv went away, the chat is
+read again once it is back: its last 64 KiB replace the old text."
   (let ((buffer (process-get proc 'ellie-buffer)))
-    (unless (process-live-p proc)
-      (ellie--insert-output buffer (format "\n[chat ended: %s]\n" (string-trim event)) 'ellie-notice))))
+    (when (and (not (process-live-p proc)) (buffer-live-p buffer))
+      (if (equal event "finished\n")
+          (ellie--insert-output buffer "\n[chat ended: the agent is gone]\n" 'ellie-notice)
+        (ellie--insert-output buffer "\n[chat lost: olliesrv went away; it comes back with olliesrv]\n" 'ellie-notice)
+        (let ((path (with-current-buffer buffer (ellie--path "id"))))
+          (ellie--when-back (lambda () (ellie-read path))
+                            (lambda (ok)
+                              (when (buffer-live-p buffer)
+                                (if (not ok)
+                                    (ellie--insert-output buffer "[chat ended: the agent is gone]\n" 'ellie-notice)
+                                  (with-current-buffer buffer
+                                    (let ((inhibit-read-only t))
+                                      (delete-region (point-min) ellie--output))
+                                    (ellie--open-stream buffer)))))))))))
+
+(defun ellie--open-stream (buffer)
+  "Start following the chat of BUFFER's agent, and the session's bypass requests."
+  (with-current-buffer buffer
+    (setq ellie--stream
+          (ellie--follow (format "ellie-chat %s/%s" ellie--session ellie--agent) (list "read" (ellie--path "chat")) nil
+                         (lambda (proc text) (ellie--insert-output (process-get proc 'ellie-buffer) text))
+                         #'ellie--chat-sentinel))
+    (process-put ellie--stream 'ellie-buffer buffer)
+    (ellie--watch-bypass)))
 
 (defun ellie--chat-buffer (session agent)
   "The chat buffer of SESSION's AGENT, streaming its `chat'."
@@ -198,24 +241,29 @@ Its chat streams above; the prompt is typed below.
         (setq ellie--output (copy-marker (point-min) t))
         (setq ellie--input (copy-marker (point-max)))
         (goto-char (point-max))
-        (setq ellie--stream
-              (ellie--follow (format "ellie-chat %s/%s" session agent) (list "read" (ellie--path "chat")) nil
-                             (lambda (proc text) (ellie--insert-output (process-get proc 'ellie-buffer) text))
-                             #'ellie--chat-sentinel))
-        (process-put ellie--stream 'ellie-buffer buffer)
+        (ellie--open-stream buffer)
         (add-hook 'kill-buffer-hook (lambda () (when (process-live-p ellie--stream) (delete-process ellie--stream)))
                   nil t)
-        (ellie--watch-bypass)
-        (ellie--show-pending session)))
+        (ellie--show-pending session buffer)))
     buffer))
+
+(defvar ellie--name-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map minibuffer-local-completion-map)
+    (define-key map (kbd "SPC") #'self-insert-command)
+    map)
+  "Name completion where SPC inserts itself.
+The server says what a name may hold.")
 
 ;;;###autoload
 (defun ellie (session agent)
   "Chat with AGENT of SESSION, creating them if they do not exist.
 A new session works in `default-directory'."
   (interactive
-   (let* ((session (completing-read "Session: " (ellie--sessions) nil nil nil nil (ellie--default-session)))
-          (agent (completing-read "Agent: " (ellie--agents session) nil nil nil nil "main")))
+   (let* ((minibuffer-local-completion-map ellie--name-map)  ; SPC is a character, not completion
+          (session (completing-read (format-prompt "Session" (ellie--default-session)) (ellie--sessions)
+                                    nil nil nil nil (ellie--default-session)))
+          (agent (completing-read (format-prompt "Agent" "main") (ellie--agents session) nil nil nil nil "main")))
      (list session agent)))
   (ellie--watch-bypass)  ; first: it subscribes while the session and agent are made
   (ellie--ensure session agent)
@@ -261,27 +309,33 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
           (ellie--note-bypass session reqid agent tool
                               (or (ellie--pending-summary session reqid) tool)))))))
 
-(defun ellie--note-bypass (session reqid agent tool summary)
-  "Show bypass request REQID of SESSION in its chat buffers."
+(defun ellie--note-bypass (session reqid agent tool summary &optional only)
+  "Show bypass request REQID of SESSION in its chat buffers, or in ONLY.
+AGENT asks to run TOOL as SUMMARY."
   (let ((note (format "[bypass %s] %s wants to run %s outside the sandbox: %s  (C-c C-b to decide)\n"
                       reqid agent tool summary)))
-    (dolist (buffer (buffer-list))
+    (dolist (buffer (if only (list only) (buffer-list)))
       (when (equal (buffer-local-value 'ellie--session buffer) session)
         (ellie--insert-output buffer note 'ellie-notice)))
     (message "ellie: %s" (string-trim note))))
 
-(defun ellie--show-pending (session)
-  "Show SESSION's requests already pending when its chat opens.
-Their events came before the watch began."
+(defun ellie--show-pending (session buffer)
+  "Show SESSION's pending requests in its chat BUFFER, which has just opened.
+Their events came before the watch began; buffers open before have them."
   (pcase-dolist (`(,reqid ,agent ,tool ,summary) (ignore-errors (ellie--pending session)))
-    (ellie--note-bypass session reqid agent tool summary)))
+    (ellie--note-bypass session reqid agent tool summary buffer)))
 
 (defun ellie--watch-bypass ()
   "Follow bypass requests of every session (once per Emacs)."
   (unless (process-live-p ellie--bypass-watch)
     (setq ellie--bypass-partial "")
     (setq ellie--bypass-watch
-          (ellie--follow "ellie-bypass" (list "rdwr" "event") "bypass.*.request\n" #'ellie--bypass-filter))))
+          (ellie--follow "ellie-bypass" (list "rdwr" "event") "bypass.*.request\n" #'ellie--bypass-filter
+                         (lambda (proc _event)
+                           ;; cut by a restart while chats are open: followed again once it is back
+                           (when (and (not (process-live-p proc)) (/= (process-exit-status proc) 0)
+                                      (cl-some (lambda (b) (buffer-local-value 'ellie--session b)) (buffer-list)))
+                             (ellie--when-back (lambda () (ellie-read "session/idx")) (lambda (_) (ellie--watch-bypass)))))))))
 
 (defun ellie--pending (session)
   "SESSION's pending bypass requests: (reqid agent tool summary) lists."
@@ -392,19 +446,33 @@ TAB accepts it, any other key dismisses it."
   (interactive)
   (let ((buffer (get-buffer-create "*ellie sessions*")))
     (with-current-buffer buffer
-      (ellie-sessions-mode)
-      (setq tabulated-list-entries (ellie--list-entries))
-      (tabulated-list-print)
-      (unless (process-live-p ellie--list-watch)
-        (setq ellie--list-watch
-              (ellie--follow "ellie-sessions" (list "rdwr" "event") "session.* agent.*\n"
-                             (lambda (_proc _text)
-                               (when (buffer-live-p buffer)
-                                 (with-current-buffer buffer (revert-buffer))))))
+      (unless (derived-mode-p 'ellie-sessions-mode)  ; the mode would forget the watcher below
+        (ellie-sessions-mode)
         (add-hook 'kill-buffer-hook (lambda () (when (process-live-p ellie--list-watch)
                                                  (delete-process ellie--list-watch)))
-                  nil t)))
+                  nil t))
+      (setq tabulated-list-entries (ellie--list-entries))
+      (tabulated-list-print)
+      (ellie--watch-list buffer))
     (pop-to-buffer buffer)))
+
+(defun ellie--watch-list (buffer)
+  "Keep BUFFER's session list current through the events; again after a restart."
+  (with-current-buffer buffer
+    (unless (process-live-p ellie--list-watch)
+      (setq ellie--list-watch
+            (ellie--follow "ellie-sessions" (list "rdwr" "event") "session.* agent.*\n"
+                           (lambda (_proc _text)
+                             (when (buffer-live-p buffer)
+                               (with-current-buffer buffer (revert-buffer))))
+                           (lambda (proc _event)
+                             (when (and (not (process-live-p proc)) (/= (process-exit-status proc) 0)
+                                        (buffer-live-p buffer))
+                               (ellie--when-back (lambda () (ellie-read "session/idx"))
+                                                 (lambda (_)
+                                                   (when (buffer-live-p buffer)
+                                                     (with-current-buffer buffer (revert-buffer))
+                                                     (ellie--watch-list buffer)))))))))))
 
 (defun ellie-sessions-open ()
   "Open the chat of the agent on this line.

@@ -28,13 +28,15 @@
 
 (defmacro ellie-test-with-world (responses &rest body)
   "Run BODY against a fresh olliesrv whose model answers with RESPONSES (fake provider JSON).
-In BODY, `root' is the world's directory and `project' the session's working directory."
+In BODY, `root' is the world's directory and `project' the session's working directory;
+`(funcall start-olliesrv)' starts olliesrv again (after BODY killed it)."
   (declare (indent 1))
   `(let* ((root (make-temp-file "ellie-test-" t))
           (project (expand-file-name "project" root))
           (config (expand-file-name "config/ollie" root))
           (script (expand-file-name "script.json" root))
           (procs nil)
+          (start-olliesrv nil)
           (process-environment (copy-sequence process-environment))
           (exec-path (cons (expand-file-name "bin" ellie-test-build) exec-path))
           (ellie-address (concat "unix!" root "/ns/ollie")))
@@ -64,12 +66,16 @@ In BODY, `root' is the world's directory and `project' the session's working dir
                           (goto-char (point-min))
                           (re-search-forward "listening on \\(http://[^ \n]+\\)")
                           (match-string 1))))
-               (let ((process-environment (append (list "OLLIE_BACKEND=openai" (concat "OLLIE_OPENAI_URL=" url "/v1")
-                                                        "OLLIE_OPENAI_KEY=sk-test" "OLLIE_MODEL=fake-model")
-                                                  process-environment)))
-                 (push (make-process :name "olliesrv" :buffer (generate-new-buffer " *olliesrv*") :noquery t
-                                     :command (list (expand-file-name "bin/olliesrv" ellie-test-build) "-l" "info"))
-                       procs))))
+               (let ((env (append (list "OLLIE_BACKEND=openai" (concat "OLLIE_OPENAI_URL=" url "/v1")
+                                        "OLLIE_OPENAI_KEY=sk-test" "OLLIE_MODEL=fake-model")
+                                  process-environment)))
+                 (setq start-olliesrv
+                       (lambda ()
+                         (let ((process-environment env))
+                           (push (make-process :name "olliesrv" :buffer (generate-new-buffer " *olliesrv*") :noquery t
+                                               :command (list (expand-file-name "bin/olliesrv" ellie-test-build) "-l" "info"))
+                                 procs))))
+                 (funcall start-olliesrv))))
            (should (ellie-test-until (lambda () (ignore-errors (ellie-read "session/idx") t)) 10))
            (let ((default-directory (file-name-as-directory project)))
              ,@body))
@@ -159,7 +165,35 @@ In BODY, `root' is the world's directory and `project' the session's working dir
     (ellie "work" "main")
     (let ((chat (get-buffer "*ellie work/main*")))
       (should (ellie-test-contains chat "[bypass "))
-      (should (ellie-test-contains chat "echo outside > early.txt")))))
+      (should (ellie-test-contains chat "echo outside > early.txt"))
+      ;; a second chat of the session shows it too, and the first does not show it again
+      (ellie "work" "other")
+      (should (ellie-test-contains (get-buffer "*ellie work/other*") "[bypass "))
+      (should (= (with-current-buffer chat (how-many "\\[bypass " (point-min) (point-max))) 1)))))
+
+(ert-deftest ellie-names-are-quoted-and-a-refused-agent-leaves-no-session ()
+  (ellie-test-with-world (list '(:text "hi"))
+    (should (string-match-p "invalid name: my work"
+                            (cadr (should-error (ellie "my work" "main") :type 'user-error))))
+    (should (string-match-p "invalid name: bad agent"
+                            (cadr (should-error (ellie "half" "bad agent") :type 'user-error))))
+    (should-not (member "half" (ellie--sessions)))
+    (should-not (ellie--sessions))))
+
+(ert-deftest ellie-chat-comes-back-after-olliesrv-restarts ()
+  (ellie-test-with-world (list '(:text "Before the restart.") '(:text "After the restart."))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (ellie-test-type chat "one")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "Before the restart."))))
+      (signal-process (car procs) 'SIGKILL)
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "[chat lost:"))))
+      (funcall start-olliesrv)
+      ;; read again: the replay takes the place of the old text, the notice included
+      (should (ellie-test-until (lambda () (not (ellie-test-contains chat "[chat lost:")))))
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "Before the restart."))))
+      (ellie-test-type chat "two")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "After the restart.")))))))
 
 (ert-deftest ellie-complete-shows-ghost-text-that-tab-accepts ()
   (ellie-test-with-world (list '(:text "a + b;") '(:text "a - b;"))
@@ -185,6 +219,10 @@ In BODY, `root' is the world's directory and `project' the session's working dir
     (ellie-rdwr "session/new" (format "name=alpha cwd=%s\n" (ellie--quote project)))
     (ellie-rdwr "session/alpha/agent/new" "name=main\n")
     (ellie-sessions)
+    (ellie-sessions)  ; again: still one watcher
+    (should (= (cl-count-if (lambda (p) (string-match-p "\\`ellie-sessions\\(<[0-9]+>\\)?\\'" (process-name p)))
+                            (process-list))
+               1))
     (with-current-buffer "*ellie sessions*"
       (should (ellie-test-until (lambda () (ellie-test-contains (current-buffer) "alpha"))))
       ;; a session made elsewhere appears through the event stream
