@@ -180,7 +180,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(std::shared_ptr<Server::Impl> srv, Socket sock, Peer peer)
       : srv_(std::move(srv)), fs_(srv_->fs), sock_(std::move(sock)), strand_(asio::make_strand(sock_.get_executor())),
-        peer_(peer), attach_deadline_(strand_), stall_(strand_), drain_(strand_) {
+        peer_(peer), attach_deadline_(strand_), stall_(strand_), drain_(strand_), linger_(strand_) {
     sock_.non_blocking(true);
   }
 
@@ -207,6 +207,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     abort_requests();
     clear_fids();
     drain_.cancel();
+    linger_.cancel();
     std::error_code ec;
     sock_.shutdown(asio::socket_base::shutdown_receive, ec);  // ends the reader
     if (writing_) return;  // the writer closes the socket when it is done
@@ -214,8 +215,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
     close_socket();
   }
 
-  // The server is going away: every pending request gets its shutdown reply, then the
-  // connection closes as any other does.
+  // The server is going away: every pending request gets its shutdown reply. Then the
+  // connection lingers a moment for the clunks that follow a read's end of file (plan9port's
+  // `9p read` sends one, and prints `Broken pipe` when the connection is already gone): a clunk
+  // is answered without reaching the file server, anything else gets `server shutting down`.
+  // It closes when the client hangs up, or after the linger, as any other connection does.
   void stop() {
     std::vector<ReqPtr> pending;  // respond() edits reqs_: walk a copy
     for (auto& [tag, req] : reqs_)
@@ -225,7 +229,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
       respond(req, shutdown_reply(req->t));
       req->cancel.emit(asio::cancellation_type::terminal);
     }
-    close();
+    if (closed_ || pending.empty()) return close();
+    stopping_ = true;
+    linger_.expires_after(std::chrono::milliseconds(250));
+    linger_.async_wait([self = shared_from_this()](std::error_code) { self->close(); });
   }
 
  private:
@@ -337,6 +344,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void request(Fcall t) {
     const Handler* h = handler_of(t.type);
     if (!h) return refuse(t.tag, err::unknown_message);  // an R-message sent to a server
+    if (stopping_ && t.type != Tclunk) return refuse(t.tag, err::shutting_down);
     if (t.type != Tversion) {
       if (!msize_) return refuse(t.tag, err::no_version);
       if (reqs_.contains(t.tag)) return refuse(t.tag, err::duplicate_tag);
@@ -518,7 +526,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void sclunk(const ReqPtr& req) {
     drop_fid(req->t.fid);
     const Fid& f = *req->fid;
-    if (!f.is_open() && !is_auth(f)) return respond(req, reply_to(req->t));
+    if (stopping_ || (!f.is_open() && !is_auth(f))) return respond(req, reply_to(req->t));
     answer(req);
   }
 
@@ -809,7 +817,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool writing_ = false;
   bool watching_ = false;    // the stall timer is armed
   Clock::time_point last_write_;
-  asio::steady_timer attach_deadline_, stall_, drain_;
+  asio::steady_timer attach_deadline_, stall_, drain_, linger_;
+  bool stopping_ = false;  // stop() ran: only clunks are answered until the linger ends
 };
 
 namespace {

@@ -227,6 +227,10 @@ virtfs::Node<Ctx> declare() {
   auto session_dir = D::Template(
       "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
       Rename(rename_session, [](const Ctx& c) { return c.session->current_name(); }),
+      Mtime([](const Ctx& c) {
+        std::lock_guard lock(c.session->mu);
+        return c.session->created;
+      }),
       D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read([](Ctx& c) { return Text(c.session->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
               Read([](Ctx& c) { return Text(c.session->current_name() + "\n"); }), Write(rename_session)),

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- under mu ----
   mutable std::mutex mu;
+  /// Unix seconds, its directory's mtime (§1.5): when it was made; for a restored one, when its
+  /// oldest agent was (session.json keeps no time of its own).
+  std::int64_t created = std::time(nullptr);
   std::string name, remote, backend, model;
   std::map<std::string, std::string> env;
   std::string goal, bypass;

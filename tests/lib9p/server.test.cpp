@@ -507,6 +507,28 @@ TEST_F(Server9p, UnixSocketIsPrivate) {
   EXPECT_EQ(s.st_mode & 0777, 0700u);
 }
 
+// A read blocked when the server stops ends at end of file, and the clunk the client sends
+// after it (plan9port's `9p read` does) is answered before the connection closes.
+TEST_F(Server9p, StopEndsABlockedReadAndAnswersTheClunkAfterIt) {
+  auto c = attached();
+  ASSERT_EQ(c->walk(0, 1, {"log"}).type, Rwalk);
+  ASSERT_EQ(c->open(1, OREAD).type, Ropen);
+  c->send(Raw::tread(1, 0, 100, 7));  // blocks: the log is empty
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  srv.srv->stop();
+  auto eof = c->recv();
+  ASSERT_TRUE(eof);
+  EXPECT_EQ(eof->type, Rread);
+  EXPECT_EQ(eof->data, "");
+  auto t = req(Tclunk, 8);
+  t.fid = 1;
+  auto r = c->rpc(t);
+  EXPECT_EQ(r.type, Rclunk) << r.ename;
+  EXPECT_EQ(c->walk(0, 2, {"hello"}).ename, "server shutting down");
+  EXPECT_FALSE(c->recv(5000));  // then it closes
+  EXPECT_TRUE(c->eof());
+}
+
 TEST_F(Server9p, StopRemovesTheSocket) {
   srv.srv->stop();
   struct stat s;

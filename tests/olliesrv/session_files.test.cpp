@@ -280,3 +280,25 @@ TEST(SessionFiles, KilledSessionAnswersSessionKilled) {
   EXPECT_EQ(goal->clunk().ename(), "session killed");  // its handler never takes the goal
   EXPECT_TRUE(env->clunk());
 }
+
+// §1.5: a session directory's mtime is when it was made (times are whole seconds), not the
+// server's start; after a restart, when its oldest agent was (session.json keeps no time).
+TEST(SessionFiles, ASessionDirectoryCarriesItsCreationTime) {
+  World w;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const auto t0 = static_cast<std::uint32_t>(std::time(nullptr));
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto made = w.open(s).stat();
+  ASSERT_TRUE(made);
+  EXPECT_GE(made->mtime, t0);
+  auto agent_dir = w.open(a).stat();
+  ASSERT_TRUE(agent_dir);
+  w.stop_server(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  w.start();
+  auto restored = w.open(s).stat();
+  ASSERT_TRUE(restored);
+  EXPECT_EQ(restored->mtime, agent_dir->mtime);
+  EXPECT_LT(restored->mtime, static_cast<std::uint32_t>(std::time(nullptr)));
+}
