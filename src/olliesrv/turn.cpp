@@ -603,7 +603,7 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
     be = a.backend_;
   }
   if (!be) {  // not made at restore (a key missing then): made now, or the reason it cannot be
-    if (auto st = a.make_backend(); !st) throw TurnFailed{"no backend: " + a.backend_name + ": " + st.ename()};
+    if (auto st = a.make_backend(); !st) throw TurnFailed{st.ename()};  // names the backend
     std::lock_guard lock(a.mu);
     be = a.backend_;
   }
