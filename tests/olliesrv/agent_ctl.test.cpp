@@ -137,9 +137,7 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
 
 TEST(AgentCtl, ModelBackendAndToolLoadChangeWhatTheNextRequestUses) {
   World w;
-  w.extra_env = {"OLLIE_OLLAMA_URL=http://127.0.0.1:1"};  // nothing listens there
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_OLLAMA_URL=http://127.0.0.1:1"});  // nothing listens there
   auto s = w.session("work");
   auto a = w.agent(s, "main", "agent=observer");
   EXPECT_EQ(ctl(w, a, "model other-model"), "other-model\n");

@@ -308,9 +308,7 @@ TEST(Bypass, ControlCharactersOfTheSummaryAreEscaped) {
 
 TEST(Bypass, TimeoutWithdrawalAndToolServerLossEndRequests) {
   World w;
-  w.extra_env = {"OLLIE_TEST_BYPASS_TIMEOUT=1"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_TEST_BYPASS_TIMEOUT=1"});
   auto s = w.session("work");
   auto a = w.agent(s, "main");
   const std::string sid = trimmed(w.read(s + "/id"));
@@ -329,9 +327,7 @@ TEST(Bypass, TimeoutWithdrawalAndToolServerLossEndRequests) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0]["by"], "timeout");
   // Withdrawn: the call is cancelled (ctl stop) while it waits.
-  w.extra_env.clear();
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({});
   auto ev2 = bypass_events(w);
   w.fake.push({{"tool_calls", json::array({bypass_shell("c2", "echo never")})}});
   ASSERT_TRUE(w.write(a + "/prompt", "go"));

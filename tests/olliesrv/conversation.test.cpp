@@ -103,9 +103,7 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
 // asking (anthropic: 200000), or asked of the provider at creation (openai-style: /v1/models).
 TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   World w;
-  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"});
   auto s = w.session("work");
   auto open = w.agent(s, "main");
   auto claude = w.agent(s, "claude", "backend=anthropic model=fake-model");
@@ -124,17 +122,14 @@ TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
 // and once the key is there (here in backends.conf) the next prompt is answered, no restart.
 TEST(Conversation, ARestoredAgentWithoutItsKeySaysWhatToSet) {
   World w;
-  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"});
   auto a = w.agent(w.session("work"), "claude", "backend=anthropic model=fake-model");
-  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OTHER_ANTHROPIC_KEY=sk-test"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OTHER_ANTHROPIC_KEY=sk-test"});
   auto chat = w.open(a + "/chat");
   ASSERT_TRUE(w.write(a + "/prompt", "hello\n"));
   const auto said = World::read_until(chat, "missing key: set OLLIE_ANTHROPIC_KEY");
-  EXPECT_NE(said.find("anthropic: missing key: set OLLIE_ANTHROPIC_KEY"), std::string::npos) << said;
+  EXPECT_NE(said.find("error: anthropic: missing key: set OLLIE_ANTHROPIC_KEY"), std::string::npos) << said;
+  EXPECT_EQ(said.find("anthropic: anthropic:"), std::string::npos) << said;
   write_file(w.config + "/backends.conf", "[anthropic]\nkey_env = OTHER_ANTHROPIC_KEY\n");
   ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
   w.fake.push({{"text", "hi there"}});
@@ -608,9 +603,7 @@ TEST(Conversation, ToolsrvGetsTheUsersEnvironmentNotOlliesrvsHeapTuning) {
   (void)w.session("plain");
   EXPECT_EQ(tunables(), std::vector<std::string>{});
   w.kill_toolsrvs();
-  w.extra_env = {"GLIBC_TUNABLES=glibc.malloc.arena_max=2"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
   (void)w.session("tuned");
   EXPECT_EQ(tunables(), std::vector<std::string>{"GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
 }

@@ -56,9 +56,7 @@ struct ProbeWorld {
                  {"scope", "read"},
                  {"cmd", cmd}};
     write_file(w.root + "/tools/probe.meta", meta.dump());
-    w.extra_env = {"OLLIE_TOOLS_PATH=" + w.root + "/tools:" + w.config + "/tools"};
-    w.stop_server(SIGTERM);
-    w.start();
+    w.restart_with({"OLLIE_TOOLS_PATH=" + w.root + "/tools:" + w.config + "/tools"});
     auto s = w.session("work");
     a = w.agent(s, "main");
     auto r = w.rdwr(a + "/ctl", "tool_load probe");
@@ -230,9 +228,7 @@ TEST(Stop, KeepsAResultThatCameInBehindARunningCall) {
 // naming the limit the request sent: anthropic always sends one (8192 unless `maxTokens` is set).
 TEST(StopReasons, ArgumentsCutOffAtTheLimitNameTheLimitSent) {
   World w;
-  w.extra_env = {"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_ANTHROPIC_URL=" + w.fake.url(), "OLLIE_ANTHROPIC_KEY=sk-test"});
   auto a = w.agent(w.session("work"), "main", "backend=anthropic model=fake-model");
   auto cut_off = [&](const std::string& id) {
     w.fake.push({{"tool_calls", json::array({call(id, "file_read", "{\"path\": \"/et")})}, {"stop", "length"}});

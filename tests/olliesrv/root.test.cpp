@@ -374,9 +374,7 @@ TEST(Complete, RepliesWithTheInsertionOnlyFencesStripped) {
 
 TEST(Complete, DefaultsToOllieCompleteBackendAndModel) {
   World w;
-  w.extra_env = {"OLLIE_COMPLETE_MODEL=complete-model"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_COMPLETE_MODEL=complete-model"});
   w.fake.push({{"text", "x"}});
   ASSERT_TRUE(w.rdwr("complete", "a{{CURSOR}}"));
   EXPECT_EQ(last_chat(w)["model"], "complete-model");
@@ -387,9 +385,7 @@ TEST(Complete, DefaultsToOllieCompleteBackendAndModel) {
   ASSERT_TRUE(w.rdwr("generate", "hi"));
   EXPECT_EQ(last_chat(w)["model"], "fake-model");  // generate does not use them
 
-  w.extra_env = {"OLLIE_COMPLETE_BACKEND=anthropic", "OLLIE_COMPLETE_MODEL=claude-x"};
-  w.stop_server(SIGTERM);
-  w.start();
+  w.restart_with({"OLLIE_COMPLETE_BACKEND=anthropic", "OLLIE_COMPLETE_MODEL=claude-x"});
   EXPECT_EQ(w.rdwr("complete", "a{{CURSOR}}").ename().rfind("anthropic: missing key: set ", 0), 0u);
   // Another backend in the header: OLLIE_COMPLETE_MODEL belongs to OLLIE_COMPLETE_BACKEND.
   w.fake.push({{"text", "x"}});

@@ -156,8 +156,14 @@ class World {
     return link.string();
   }
 
-  /// More variables for olliesrv (set them, then stop_server and start again).
+  /// More variables for olliesrv (restart_with sets them).
   std::vector<std::string> extra_env;
+  /// olliesrv stopped (SIGTERM) and started again with `env` as its extra variables.
+  void restart_with(std::vector<std::string> env) {
+    extra_env = std::move(env);
+    stop_server(SIGTERM);
+    start();
+  }
 
   std::vector<std::string> env() const {
     std::vector<std::string> e{"HOME=" + home,
