@@ -530,11 +530,11 @@ std::size_t restore(Hub& hub) {
       agents.push_back(a);
     }
     if (agents.size() != r.agents.size()) continue;  // an agent failed: the session is skipped
-    for (const auto& ar : r.agents)
-      if (ar.created > 0) {
-        std::lock_guard lock(s->mu);
-        s->created = std::min(s->created, ar.created);
-      }
+    {
+      std::lock_guard lock(s->mu);
+      for (const auto& ar : r.agents)
+        if (ar.created > 0) s->created = std::min(s->created, ar.created);
+    }
     if (auto st = hub.add(s); !st) {
       spdlog::error("restore: session {}: {}", r.id, st.ename());
       continue;
