@@ -323,12 +323,16 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   std::promise<p9::Result<p9::Fcall>> reply;
   const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
   auto ev = w.open("event");
-  // While its prompt entry runs: the name is taken, the directory is not there yet.
-  ASSERT_TRUE(eventually([&] { return w.rdwr(s + "/agent/new", "name=half").ename() == "agent already exists: half"; }));
-  EXPECT_EQ(*w.read(s + "/agent/idx"), "");
-  EXPECT_EQ(w.walk(s + "/agent/half").ename(), "half: file not found");
+  // While its prompt entry runs (the name is reserved before it starts): the name is taken,
+  // the directory is not there yet. Probed only then: a probe before the request is served
+  // would itself make an agent `half`.
   ASSERT_TRUE(eventually([&] { return read_file(pidfile).find('\n') != std::string::npos; }));
   const pid_t entry = std::stoi(read_file(pidfile));
+  const auto taken = w.rdwr(s + "/agent/new", "name=half");
+  ASSERT_FALSE(taken) << *taken;
+  EXPECT_EQ(taken.ename(), "agent already exists: half");
+  EXPECT_EQ(*w.read(s + "/agent/idx"), "");
+  EXPECT_EQ(w.walk(s + "/agent/half").ename(), "half: file not found");
   const auto flushed = std::async(std::launch::async, [&] { f->client().flush(tag); });
   ASSERT_EQ(flushed.wait_for(10s), std::future_status::ready) << "the Rflush waited for the 28 s entry";
   EXPECT_FALSE(reply.get_future().get());
