@@ -193,9 +193,11 @@ p9::Status Olliesrv::start() {
     if (auto st = m.server->listen(addresses[i]); !st) return st;
     spdlog::info("listening on {}", text);
   }
-  m.pool.start();
-  // Restore after the listener is up (§7.7), so callback tools and feed consumers can connect.
+  // Restore after the listener is up (§7.7), so callback tools and feed consumers can connect,
+  // and before a request is served: a client that connects meanwhile waits in the backlog, and
+  // never sees a part of the sessions (a restarted chat would take its agent for gone).
   spdlog::info("restored {} sessions", restore(*m.hub));
+  m.pool.start();
   return {};
 }
 

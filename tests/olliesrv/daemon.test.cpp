@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 #include <tuple>
@@ -189,6 +191,33 @@ TEST_F(Daemon, ASecondServerOnTheSameDataIsRefused) {
   ::kill(next.pid(), SIGTERM);
   ASSERT_TRUE(next.wait());
   EXPECT_EQ(next.result().status, 0) << next.err_text();
+}
+
+// A client that connects while olliesrv restores (§7.7: after the listener is up) is served once
+// the restore is done: its first answer holds every session. A restarted chat (o, ellie) that saw
+// a part of them would take its agent for gone.
+TEST(DaemonRestore, AClientDuringTheRestoreSeesEverySession) {
+  testing_support::TempDir dir;
+  const std::string sessions = dir.path + "/data/ollie/sessions";
+  const int n = 400;
+  for (const auto& d : {dir.path + "/data", dir.path + "/data/ollie", sessions}) ASSERT_EQ(::mkdir(d.c_str(), 0700), 0);
+  for (int i = 0; i < n; i++) {
+    char id[40], aid[40];
+    std::snprintf(id, sizeof id, "00000000-0000-4000-8000-%012d", i);
+    std::snprintf(aid, sizeof aid, "00000000-0000-4000-9000-%012d", i);
+    ASSERT_EQ(::mkdir((sessions + "/" + id).c_str(), 0700), 0);
+    std::ofstream(sessions + "/" + id + "/session.json")
+        << R"({"id":")" << id << R"(","name":"s)" << i << R"(","cwd":")" << dir.path << R"(","agents":[{"id":")" << aid
+        << R"(","name":"main","created":1757000000,"messages":[{"role":"user","content":"hello"}]}]})";
+  }
+  const std::string sock = dir.path + "/ollie";
+  Child srv({built("bin/olliesrv"), "-a", "unix!" + sock}, {"XDG_DATA_HOME=" + dir.path + "/data"});
+  ASSERT_TRUE(wait_for(sock)) << srv.err_text();
+  auto r = run({built("bin/ollie-9p"), "-a", "unix!" + sock, "read", "session/idx"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), n) << r.out.substr(0, 200);
+  ::kill(srv.pid(), SIGTERM);
+  ASSERT_TRUE(srv.wait());
 }
 
 // olliesrv runs itself again for its heap's huge pages (main.cpp): it still goes by its name, so
