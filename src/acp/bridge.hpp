@@ -22,6 +22,7 @@ inline constexpr int protocol_version = 1;
 /// A prompt in flight.
 struct Turn {
   bool cancelled = false;
+  bool started = false;         // its user block appeared: a `ctl stop` now stops this turn
   std::set<std::string> asked;  // bypass request ids already put to the editor
 };
 
@@ -38,6 +39,8 @@ class Bridge {
   Bridge(asio::any_io_executor ex, Rpc& rpc, Ollie& ollie) : ex_(ex), rpc_(rpc), ollie_(ollie) {}
   /// Registers every method with rpc.
   void install();
+  /// True while a permission request is in flight (its resolution not yet written to olliesrv).
+  bool asking() const { return asking_ > 0; }
 
  private:
   // bridge.cpp: the session lifecycle, modes and models.
@@ -51,10 +54,13 @@ class Bridge {
   // turn.cpp: prompts and their streaming.
   asio::awaitable<json> prompt(json params);
   asio::awaitable<void> cancel(json params);
+  asio::awaitable<void> stop_turn(std::shared_ptr<Live> live);
   asio::awaitable<json> command(std::shared_ptr<Live> live, p9::AsyncFid chat, std::set<std::string> old, std::string text);
   // permissions.cpp: the session's bypass requests as permission requests.
   asio::awaitable<void> ask_pending(std::shared_ptr<Live> live);
   asio::awaitable<void> ask(std::shared_ptr<Live> live, std::string session_name, std::string reqid);
+  /// Runs ask() on its own, counted in asking_.
+  void spawn_ask(std::shared_ptr<Live> live, std::string session_name, std::string reqid);
 
   /// The live session a request names; -32002 when this editor did not open it.
   std::shared_ptr<Live> find(const json& params);
@@ -69,6 +75,7 @@ class Bridge {
   Rpc& rpc_;
   Ollie& ollie_;
   std::map<std::string, std::shared_ptr<Live>> live_;
+  int asking_ = 0;
 };
 
 /// A value quoted for a request (spec §1.3): in single quotes, a quote doubled.

@@ -26,11 +26,13 @@ const char* usage =
     "-a address: olliesrv's dial string; default $OLLIE_ADDR, else ollie (the namespace directory).\n"
     "-l level: log level on stderr (trace, debug, info, warn, error); default $OLLIE_LOG, else warn.\n";
 
-// Serves until the editor closes stdin, then lets what is written reach it and stops.
-asio::awaitable<void> serve(acp::Rpc& rpc, asio::io_context& io) {
+// Serves until the editor closes stdin, then lets what is written reach it and stops. The
+// permission requests in flight failed with the editor gone: their denials are written to
+// olliesrv first, else the bypass requests would stay pending. 5 s at most.
+asio::awaitable<void> serve(acp::Rpc& rpc, acp::Bridge& bridge, asio::io_context& io) {
   co_await rpc.run();
   asio::steady_timer t(io);
-  for (int i = 0; i < 500 && !rpc.flushed(); i++) {
+  for (int i = 0; i < 500 && (!rpc.flushed() || bridge.asking()); i++) {
     t.expires_after(std::chrono::milliseconds(10));
     co_await t.async_wait(asio::use_awaitable);
   }
@@ -68,7 +70,7 @@ int main(int argc, char** argv) {
   acp::Ollie ollie(io.get_executor(), address);
   acp::Bridge bridge(io.get_executor(), rpc, ollie);
   bridge.install();
-  asio::co_spawn(io, serve(rpc, io), asio::detached);
+  asio::co_spawn(io, serve(rpc, bridge, io), asio::detached);
   io.run();
   return 0;
 }

@@ -69,7 +69,15 @@ asio::awaitable<void> Bridge::ask_pending(std::shared_ptr<Live> live) {
   auto list = co_await ollie_.read(list_path);
   if (!list) co_return;
   for (const auto& p : pending(*list))
-    asio::co_spawn(ex_, ask(live, trim(*session_name), p.reqid), [](std::exception_ptr) {});
+    spawn_ask(live, trim(*session_name), p.reqid);
+}
+
+// Counted so that the bridge, at stdin's end, waits for the deny its hung-up asks write (main.cpp).
+// The count is kept by the completion handler, which a destroyed frame (the bridge stopped) never runs.
+void Bridge::spawn_ask(std::shared_ptr<Live> live, std::string session_name, std::string reqid) {
+  asking_++;
+  asio::co_spawn(ex_, ask(std::move(live), std::move(session_name), std::move(reqid)),
+                 [this](std::exception_ptr) { asking_--; });
 }
 
 asio::awaitable<void> Bridge::ask(std::shared_ptr<Live> live, std::string session_name, std::string reqid) {

@@ -74,6 +74,15 @@ p9::Result<std::string> prompt_text(const json& blocks) {
   return context + text;
 }
 
+std::string stored_prompt(const std::string& text) {
+  const auto b = text.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  std::string s = text.substr(b, text.find_last_not_of(" \t\r\n") - b + 1);
+  if (s.rfind("//", 0) == 0) s.erase(0, 1);
+  // Blocks are JSON: bytes that are not UTF-8 are stored as U+FFFD (spec §2.8.8).
+  return json::parse(json(s).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
+}
+
 bool is_command(const std::string& text) {
   const auto start = text.find_first_not_of(" \t\r\n");
   if (start == std::string::npos) return false;

@@ -18,6 +18,11 @@ inline constexpr std::size_t max_inlined_file = 256 * 1024;
 /// resources: the bridge states no such capability).
 p9::Result<std::string> prompt_text(const nlohmann::json& blocks);
 
+/// The content of the `user` block olliesrv makes of text written to `prompt` (§2.8.4): trimmed,
+/// a leading `//` made `/`, bytes that are not UTF-8 made U+FFFD. Empty when olliesrv ignores
+/// the text (nothing but blanks).
+std::string stored_prompt(const std::string& text);
+
 /// Whether text, written to `prompt`, is a command (`/verb`, `!cmd`) rather than a turn (§2.8.4).
 bool is_command(const std::string& text);
 

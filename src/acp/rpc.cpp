@@ -31,11 +31,18 @@ asio::awaitable<void> Rpc::run() {
   for (;;) {
     auto [ec, n] = co_await in_.async_read_some(asio::buffer(chunk), asio::experimental::as_tuple(asio::use_awaitable));
     if (ec) break;
+    const std::size_t scanned = buf.size();  // holds no newline: only the new bytes are searched
     buf.append(chunk.data(), n);
     std::size_t start = 0;
-    for (std::size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
+    for (std::size_t nl, from = scanned; (nl = buf.find('\n', from)) != std::string::npos; start = from = nl + 1) {
       if (skipping) {
         skipping = false;
+        continue;
+      }
+      // A whole line is bounded as an unterminated rest is (below): its newline may come in the
+      // read that took it over the bound.
+      if (nl - start > max_line) {
+        fail(nullptr, code::parse_error, "message longer than 16 MiB");
         continue;
       }
       dispatch(buf.substr(start, nl - start));
@@ -48,7 +55,8 @@ asio::awaitable<void> Rpc::run() {
     }
   }
   if (!skipping && buf.find_first_not_of(" \t\r") != std::string::npos) dispatch(buf);
-  // The editor hung up: every request we still wait for fails.
+  // The editor hung up: every request we still wait for fails, and any later one.
+  closed_ = true;
   for (auto& [id, h] : pending_) h->set(error_reply(code::internal_error, "editor hung up"));
   pending_.clear();
 }
@@ -122,6 +130,7 @@ void Rpc::notify(const std::string& method, json params) {
 }
 
 asio::awaitable<json> Rpc::request(const std::string& method, json params) {
+  if (closed_) throw RpcError(code::internal_error, "editor hung up");
   const std::int64_t id = ++next_id_;
   auto h = std::make_shared<p9::Handoff<json>>();
   pending_[id] = h;

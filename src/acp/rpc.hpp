@@ -53,7 +53,8 @@ class Rpc {
   asio::awaitable<void> run();
   /// Sends a notification.
   void notify(const std::string& method, json params);
-  /// Sends a request and awaits its result; an error response throws RpcError.
+  /// Sends a request and awaits its result; an error response throws RpcError, as does a
+  /// request after stdin's end (nothing could answer it).
   asio::awaitable<json> request(const std::string& method, json params);
   /// True when all output has been written.
   bool flushed() const { return !writing_ && backlog_.empty(); }
@@ -71,6 +72,7 @@ class Rpc {
   std::map<std::string, Notification> notifications_;
   std::map<std::int64_t, std::shared_ptr<p9::Handoff<json>>> pending_;  // our requests by id
   std::int64_t next_id_ = 0;
+  bool closed_ = false;  // stdin ended
   std::deque<std::string> backlog_;
   std::size_t backlog_bytes_ = 0;
   bool writing_ = false;

@@ -11,20 +11,32 @@
 namespace acp {
 namespace {
 
-// The ids of the finalized blocks of a log.raw, and whether a user block is among those not in old.
+std::string str(const json& b, const char* key) {
+  auto it = b.find(key);
+  return it != b.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Whether a block is the user block of the prompt the bridge wrote (stored: its text as olliesrv
+// stores it): the hostowner's (no origin name), with that text.
+bool ours(const json& b, const std::string& stored) {
+  return str(b, "role") == "user" && str(b, "name").empty() && str(b, "content") == stored;
+}
+
+// The ids of the finalized blocks of a log.raw, and whether our prompt's block is among those
+// not in old.
 struct Snapshot {
   std::set<std::string> ids;
   std::string last;
-  bool new_user = false;
+  bool mine = false;
 };
 
-Snapshot snapshot(const std::string& log, const std::set<std::string>* old) {
+Snapshot snapshot(const std::string& log, const std::set<std::string>* old, const std::string& stored) {
   Snapshot s;
   for (const auto& l : lines(log)) {
     json b = json::parse(l, nullptr, false);
     if (!b.is_object() || !b.contains("id") || !b["id"].is_string()) continue;
     std::string id = b["id"].get<std::string>();
-    if (old && !old->count(id) && b.value("role", "") == "user") s.new_user = true;
+    if (old && !old->count(id) && ours(b, stored)) s.mine = true;
     s.last = id;
     s.ids.insert(std::move(id));
   }
@@ -52,6 +64,9 @@ asio::awaitable<json> Bridge::prompt(json params) {
   if (live->turn) throw RpcError(code::invalid_request, "session " + live->id + " is already running a prompt");
   auto text = prompt_text(params.contains("prompt") ? params["prompt"] : json());
   if (!text) throw RpcError(code::invalid_params, text.ename());
+  // olliesrv ignores a blank prompt (§2.8.4): no turn would start, and nothing was asked.
+  const std::string stored = stored_prompt(*text);
+  if (stored.empty()) co_return stop("end_turn");
   auto turn = std::make_shared<Turn>();
   live->turn = turn;
   struct Done {
@@ -68,7 +83,7 @@ asio::awaitable<json> Bridge::prompt(json params) {
   auto chat = co_await ollie_.open(chat_path, p9::OREAD);
   p9::AsyncFid chat_fid = need(std::move(chat), "chat.raw");
   auto log = co_await ollie_.read(log_path);
-  std::set<std::string> old = snapshot(need(std::move(log), "log.raw"), nullptr).ids;
+  std::set<std::string> old = snapshot(need(std::move(log), "log.raw"), nullptr, stored).ids;
   if (is_command(*text)) {
     json r = co_await command(live, std::move(chat_fid), std::move(old), *text);
     co_return r;
@@ -86,14 +101,15 @@ asio::awaitable<json> Bridge::prompt(json params) {
   Progress progress;
   progress.plan = plan ? *plan : std::string();
   Translator t(cwd ? trim(*cwd) : std::string());
-  t.skip_first_user(true);
 
   auto submitted = co_await ollie_.write(prompt_path, *text);
   need(submitted, "prompt");
   co_await ask_pending(live);
 
   Lines chat_lines(std::move(chat_fid)), ev_lines(std::move(ev_fid));
-  // The blocks of the turn, as they come.
+  // The blocks of the turn, as they come. Those before our prompt's block are another client's
+  // turn (ours is queued behind it): not shown. Our block itself is not echoed (the editor shows
+  // its prompt); a cancel that came before it is carried out now (see cancel()).
   auto stream = [&]() -> asio::awaitable<void> {
     for (;;) {
       auto l = co_await chat_lines.next();
@@ -106,10 +122,16 @@ asio::awaitable<json> Bridge::prompt(json params) {
       if (!b.is_object() || !b.contains("id") || !b["id"].is_string()) continue;
       const std::string id = b["id"].get<std::string>();
       if (old.count(id)) continue;
-      for (auto& u : t.block(b)) update(*live, std::move(u));
-      if (b.value("partial", false)) continue;
+      const bool partial = b.value("partial", false);
+      if (!turn->started && !partial && ours(b, stored)) {
+        turn->started = true;
+        if (turn->cancelled) asio::co_spawn(ex_, stop_turn(live), [](std::exception_ptr) {});
+      } else if (turn->started) {
+        for (auto& u : t.block(b)) update(*live, std::move(u));
+      }
+      if (partial) continue;
       progress.seen.insert(id);
-      if (b.value("role", "") == "tool" && t.batch_done()) {  // a tool round is over: the plan may have changed
+      if (turn->started && str(b, "role") == "tool" && t.batch_done()) {  // a tool round is over: the plan may have changed
         auto now = co_await ollie_.read(plan_path);
         if (now && *now != progress.plan) {
           progress.plan = *now;
@@ -139,14 +161,14 @@ asio::awaitable<json> Bridge::prompt(json params) {
         const std::string reqid = payload.substr(0, a), where = a == std::string::npos ? "" : payload.substr(a + 1);
         const auto s0 = where.find('/') + 1, s1 = where.find('/', s0);
         if (s0 == 0 || s1 == std::string::npos) continue;
-        asio::co_spawn(ex_, ask(live, where.substr(s0, s1 - s0), reqid), [](std::exception_ptr) {});
+        spawn_ask(live, where.substr(s0, s1 - s0), reqid);
         continue;
       }
       if (topic != state_topic || payload != "idle") continue;
       auto now = co_await ollie_.read(log_path);
       if (!now) continue;
-      Snapshot s = snapshot(*now, &old);
-      if (!s.new_user) continue;  // the end of an earlier turn: ours is still queued
+      Snapshot s = snapshot(*now, &old, stored);
+      if (!s.mine) continue;  // the end of an earlier turn: ours is still queued
       if (progress.seen.count(s.last)) co_return;
       progress.until = s.last;
     }
@@ -197,8 +219,16 @@ asio::awaitable<json> Bridge::command(std::shared_ptr<Live> live, p9::AsyncFid c
 
 asio::awaitable<void> Bridge::cancel(json params) {
   auto live = find(params);
-  if (!live->turn) co_return;
-  live->turn->cancelled = true;
+  auto turn = live->turn;
+  if (!turn) co_return;
+  turn->cancelled = true;
+  // Queued behind another client's turn, a stop would stop theirs: ours is stopped once its user
+  // block appears (prompt()'s stream).
+  if (!turn->started) co_return;
+  co_await stop_turn(live);
+}
+
+asio::awaitable<void> Bridge::stop_turn(std::shared_ptr<Live> live) {
   std::string ctl = live->dir() + "ctl", verb = "stop";
   auto r = co_await ollie_.call(ctl, verb);
   if (!r) spdlog::warn("acp: session {}: stop: {}", live->id, r.ename());

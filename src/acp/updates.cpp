@@ -72,6 +72,10 @@ std::vector<json> Translator::block(const json& b) {
   const bool partial = b.value("partial", false);
   if (id.empty() || done_.count(id)) return out;
   if (!partial) done_.insert(id);
+  if (role == "assistant" || role == "reasoning" || role == "call" || role == "tool") {
+    end_.refused = false;  // the turn went on after an error: it did not end there
+    end_.failure.reset();
+  }
 
   if (role == "assistant" || role == "reasoning") {
     std::size_t& sent = sent_[id];
@@ -86,10 +90,6 @@ std::vector<json> Translator::block(const json& b) {
   if (partial) return out;
   if (role == "context") return out;
   if (role == "user") {
-    if (skip_user_) {
-      skip_user_ = false;
-      return out;
-    }
     std::string text = name.empty() ? content : "(" + name + ") " + content;
     out.push_back(text_chunk("user_message_chunk", std::move(text)));
     return out;

@@ -20,7 +20,9 @@ using json = nlohmann::json;
 
 /// How a turn ended, from its blocks: an `info` block `interrupted` is cancelled, an `error`
 /// block `stopped: <reason>` (the provider filtered or refused) is a refusal, any other `error`
-/// block is a failure with its text.
+/// block is a failure with its text. An error followed by more of the turn (an `assistant`,
+/// `reasoning`, `call` or `tool` block) is not how it ended: a failed automatic compaction
+/// (§8.5.3) or another client's bad `/verb` (§3.4) adds one to a turn that then goes on.
 struct TurnEnd {
   bool interrupted = false;
   bool refused = false;
@@ -33,10 +35,7 @@ class Translator {
   explicit Translator(std::string cwd) : cwd_(std::move(cwd)) {}
 
   /// The updates one block line gives (none for `context` blocks and repeated lines).
-  /// skip_user: the first `user` block is the editor's own prompt (live turns), not echoed.
   std::vector<json> block(const json& b);
-  /// Whether the first user block is dropped (a live turn: the editor shows its own prompt).
-  void skip_first_user(bool on) { skip_user_ = on; }
   /// Tool calls that got no result (cancelled calls never do): their `failed` updates.
   std::vector<json> unfinished();
   /// True when no call of the current batch waits for its result.
@@ -48,7 +47,6 @@ class Translator {
   std::map<std::string, std::size_t> sent_;  // id of a streaming block -> bytes already sent
   std::deque<std::string> calls_;            // call block ids awaiting their tool block, in order
   std::set<std::string> done_;               // finalized block ids already translated
-  bool skip_user_ = false;
   TurnEnd end_;
 };
 

@@ -80,10 +80,34 @@ TEST(AcpTranslator, TheTurnsEndComesFromItsBlocks) {
   EXPECT_NE(e[0]["content"]["text"].get<std::string>().find("error: openai: 500 boom"), std::string::npos);
 }
 
-TEST(AcpTranslator, TheEditorsOwnPromptIsNotEchoedButOtherUsersAre) {
+// An error block the turn went on after (a failed automatic compaction, another client's bad
+// /verb) is not how it ended.
+TEST(AcpTranslator, AnErrorFollowedByMoreOfTheTurnIsNotItsEnd) {
+  for (const char* more : {R"({"role":"assistant","id":"00000002","content":"ok"})",
+                           R"({"role":"reasoning","id":"00000002","partial":true,"content":"hm"})",
+                           R"({"role":"call","id":"00000002","name":"shell","content":"{}"})",
+                           R"({"role":"tool","id":"00000002","name":"shell","content":"x"})"}) {
+    acp::Translator t("/p");
+    (void)t.block(block(R"({"role":"error","id":"00000001","content":"compact: openai: 500 boom"})"));
+    EXPECT_TRUE(t.end().failure);
+    (void)t.block(block(more));
+    EXPECT_FALSE(t.end().failure) << more;
+  }
+  acp::Translator r("/p");
+  (void)r.block(block(R"({"role":"error","id":"00000001","content":"stopped: content_filter"})"));
+  (void)r.block(block(R"({"role":"assistant","id":"00000002","content":"later"})"));
+  EXPECT_FALSE(r.end().refused);
+  // Blocks that are not the turn's own work leave the error standing.
+  acp::Translator f("/p");
+  (void)f.block(block(R"({"role":"assistant","id":"00000001","content":"part"})"));
+  (void)f.block(block(R"({"role":"error","id":"00000002","content":"openai: 500 boom"})"));
+  (void)f.block(block(R"({"role":"info","id":"00000003","content":"model: x"})"));
+  (void)f.block(block(R"({"role":"assistant","id":"00000001","content":"part"})"));  // a repeated line
+  EXPECT_EQ(f.end().failure.value_or(""), "openai: 500 boom");
+}
+
+TEST(AcpTranslator, OtherUsersPromptsAreEchoedWithTheirOrigin) {
   acp::Translator t("/p");
-  t.skip_first_user(true);
-  EXPECT_TRUE(t.block(block(R"({"role":"user","id":"00000001","content":"mine"})")).empty());
   auto peer = t.block(block(R"({"role":"user","id":"00000002","name":"peer:bob","content":"hi"})"));
   EXPECT_EQ(peer[0]["sessionUpdate"], "user_message_chunk");
   EXPECT_EQ(peer[0]["content"]["text"], "(peer:bob) hi");
@@ -134,6 +158,17 @@ TEST(AcpPrompt, UnsupportedContentIsRefusedByName) {
   ASSERT_FALSE(t);
   EXPECT_EQ(t.ename(), "unsupported content block: image");
   EXPECT_FALSE(acp::prompt_text(json::parse(R"({"not":"an array"})")));
+}
+
+TEST(AcpPrompt, TheStoredPromptIsTrimmedAndBlankIsNothing) {
+  EXPECT_EQ(acp::stored_prompt("  \n hello world \r\n"), "hello world");
+  EXPECT_EQ(acp::stored_prompt("//etc/hosts is wrong"), "/etc/hosts is wrong");
+  EXPECT_EQ(acp::stored_prompt("bad \xff byte"), "bad \xef\xbf\xbd byte");
+  EXPECT_EQ(acp::stored_prompt("   "), "");
+  EXPECT_EQ(acp::stored_prompt(""), "");
+  auto blank = acp::prompt_text(json::parse(R"([{"type":"text","text":" "},{"type":"text","text":"\t"}])"));
+  ASSERT_TRUE(blank);
+  EXPECT_EQ(acp::stored_prompt(*blank), "");
 }
 
 TEST(AcpPrompt, CommandsAreTheServersPrefixes) {
