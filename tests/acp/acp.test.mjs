@@ -3,7 +3,8 @@
 // for the model. One world for the whole file, the scenarios in order (the fake provider's
 // responses are one queue): initialize, a new session, a tool-using turn with its plan, a
 // cancelled turn, a permission request answered, olliesrv going away mid-turn, the session loaded
-// after olliesrv restarted, and malformed JSON-RPC.
+// after olliesrv restarted, prompts queued behind another client's turn, a permission request
+// open at stdin's end, and malformed JSON-RPC.
 //   node --test acp.test.mjs   (OLLIE_SOURCE_DIR, OLLIE_BUILD_DIR in the environment)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -23,6 +24,7 @@ const children = [];
 let olliesrv, fakeUrl;
 
 const slow = "slowly ".repeat(400);
+const elsewhere = "elsewhere ".repeat(50);  // another client's turn: about 2.5 s
 const responses = [
   // the tool-using turn
   { tool_calls: [{ id: "c1", name: "shell", arguments: { cmd: "sleep 1; echo hi-from-tool" } }] },
@@ -43,6 +45,15 @@ const responses = [
   { text: "I would rather not.", stop: "filter" },
   // the second session, with the editor's MCP servers
   { text: "Hello from the second session." },
+  // another client's turn, then the editor's prompt queued behind it
+  { text: elsewhere, chunk: 8, delay_ms: 40 },
+  { text: "Mine, after the other turn." },
+  // again, the editor's prompt cancelled while queued
+  { text: elsewhere, chunk: 8, delay_ms: 40 },
+  { text: slow, chunk: 4, delay_ms: 50 },
+  // a permission request open when the editor hangs up
+  { tool_calls: [{ id: "c4", name: "shell", arguments: { cmd: "echo never-asked-again", bypass: true } }] },
+  { text: "Denied at hang-up." },
 ];
 
 const env = {
@@ -152,6 +163,7 @@ let main;  // the bridge the scenarios share
 let answer = "allow";  // what main's user picks in permission requests
 const answerKind = { allow: "allow_once", always: "allow_always", deny: "reject_once" };
 let sessionId;
+let second;  // the session with the MCP servers notice
 
 test("initialize negotiates version 1 and states the capabilities", async () => {
   main = connect({ permission: (req) => ({ outcome: { outcome: "selected", optionId: req.options.find((o) => o.kind === answerKind[answer]).optionId } }) });
@@ -316,6 +328,7 @@ test("the editor's MCP servers are not used, and the chat says so", async () => 
     cwd: project, mcpServers: [{ name: "fs", command: "/bin/true", args: [], env: [] }],
   });
   assert.notEqual(r.sessionId, sessionId);
+  second = r.sessionId;
   main.updates.length = 0;
   const p = await main.agent.request("session/prompt", { sessionId: r.sessionId, prompt: [{ type: "text", text: "Hi." }] });
   assert.equal(p.stopReason, "end_turn");
@@ -323,6 +336,66 @@ test("the editor's MCP servers are not used, and the chat says so", async () => 
   assert.match(said, /MCP servers \(fs\) are not used/);
   assert.match(said, /Hello from the second session\./);
   assert.ok(main.updates.every((u) => u.sessionId === r.sessionId), "only the second session's updates");
+});
+
+test("a blank prompt is answered end_turn at once, writes nothing and leaves the session free", async () => {
+  const [sid, aid] = second.split("/");
+  const before = ollie9p("read", `session/${sid}/agent/${aid}/log.raw`);
+  for (const blank of ["   ", "", " \n\t"]) {
+    const r = await main.agent.request("session/prompt", { sessionId: second, prompt: [{ type: "text", text: blank }] });
+    assert.equal(r.stopReason, "end_turn");
+  }
+  assert.equal(ollie9p("read", `session/${sid}/agent/${aid}/log.raw`), before, "nothing reached the agent");
+});
+
+// ollie-9p is the other client: its prompt runs first, the editor's is queued behind it.
+test("a prompt queued behind another client's turn shows only its own turn", async () => {
+  const [sid, aid] = second.split("/");
+  main.updates.length = 0;
+  ollie9p("write", `session/${sid}/agent/${aid}/prompt`, "A question from elsewhere.");
+  const r = await main.agent.request("session/prompt", { sessionId: second, prompt: [{ type: "text", text: "  My question.\n" }] });
+  assert.equal(r.stopReason, "end_turn");
+  assert.equal(text(main.updates, "agent_message_chunk"), "Mine, after the other turn.");
+  assert.ok(!main.updates.some((u) => u.update.sessionUpdate === "user_message_chunk"), "neither prompt echoed");
+});
+
+test("a cancel while queued behind another client's turn stops only the editor's own turn", async () => {
+  const [sid, aid] = second.split("/");
+  main.updates.length = 0;
+  ollie9p("write", `session/${sid}/agent/${aid}/prompt`, "Another question from elsewhere.");
+  const done = main.agent.request("session/prompt", { sessionId: second, prompt: [{ type: "text", text: "Cancel me while queued." }] });
+  await main.agent.notify("session/cancel", { sessionId: second });
+  const r = await done;
+  assert.equal(r.stopReason, "cancelled");
+  assert.ok(!text(main.updates, "agent_message_chunk").includes("elsewhere"), "nothing of the other turn");
+  const log = ollie9p("read", `session/${sid}/agent/${aid}/log.raw`).trim().split("\n").map((l) => JSON.parse(l));
+  const theirs = log.findIndex((b) => b.role === "user" && b.content === "Another question from elsewhere.");
+  const mine = log.findIndex((b) => b.role === "user" && b.content === "Cancel me while queued.");
+  assert.ok(theirs >= 0 && mine > theirs, "the editor's prompt ran after the other one");
+  const between = log.slice(theirs + 1, mine);
+  assert.ok(between.some((b) => b.role === "assistant" && b.content === elsewhere), "the other turn answered in full");
+  assert.ok(!between.some((b) => b.role === "info" && b.content === "interrupted"), "the other turn was not stopped");
+  assert.ok(log.slice(mine + 1).some((b) => b.role === "info" && b.content === "interrupted"), "the editor's turn was");
+});
+
+test("the editor hanging up with a permission request open denies it before the bridge exits", async () => {
+  const [sid, aid] = second.split("/");
+  const hang = connect({ permission: () => new Promise(() => {}) });  // never answered
+  await hang.agent.request("initialize", { protocolVersion: 1, clientCapabilities: {} });
+  await hang.agent.request("session/load", { sessionId: second, cwd: project, mcpServers: [] });
+  hang.agent.request("session/prompt", { sessionId: second, prompt: [{ type: "text", text: "Once more outside." }] }).catch(() => {});
+  await within(10, () => hang.permissions.length === 1, "the permission request");
+  const reqid = hang.permissions[0].toolCall.toolCallId.replace(/^bypass-/, "");
+  const pending = () => ollie9p("read", `bypass/pending/${ollie9p("read", `session/${sid}/name`).trim()}`);
+  const listed = new RegExp(`^${reqid}\t`, "m");
+  assert.match(pending(), listed);
+  const exited = new Promise((r) => hang.p.on("exit", (code, signal) => r({ code, signal })));
+  hang.p.stdin.end();
+  assert.deepEqual(await exited, { code: 0, signal: null }, hang.stderr());
+  assert.doesNotMatch(pending(), listed, "denied, not left pending");
+  // The turn goes on without the bridge; its end keeps the fake provider's queue in step.
+  await within(10, () => ollie9p("read", `session/${sid}/agent/${aid}/log.raw`).includes("Denied at hang-up."), "the turn's end");
+  assert.match(ollie9p("read", `session/${sid}/agent/${aid}/log.raw`), /bypass denied/);
 });
 
 test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", async () => {
@@ -345,6 +418,13 @@ test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", asyn
   assert.ok(replies.some((r) => r.id === null && r.error?.code === -32600), "a batch is refused");
   assert.equal(byId(3).error.code, -32002);
   assert.equal(byId(4).result.protocolVersion, 1, "still answering");
+  // A line over 16 MiB is refused even when its newline comes with its last bytes.
+  const pad = 16 * 1024 * 1024 + 10 - '{"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":1,"pad":""}}'.length;
+  p.stdin.write(`{"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":1,"pad":"${"x".repeat(pad)}"}}\n`);
+  p.stdin.write('{"jsonrpc":"2.0","id":6,"method":"initialize","params":{"protocolVersion":1}}\n');
+  await within(20, () => byId(6), "the reply after the long line");
+  assert.ok(!byId(5), "the long line was not served");
+  assert.ok(replies.some((r) => r.id === null && r.error?.message === "message longer than 16 MiB"));
   p.stdin.end();
   const code = await new Promise((r) => p.on("exit", r));
   assert.equal(code, 0, "stdin's end ends the bridge");
