@@ -43,6 +43,16 @@ Snapshot snapshot(const std::string& log, const std::set<std::string>* old, cons
   return s;
 }
 
+// An agent's state in a session's agent/idx (name, id, state, ... TAB-separated; §2.8.1).
+std::string state_of(const std::string& idx, const std::string& aid) {
+  for (const auto& l : lines(idx)) {
+    const auto t1 = l.find('\t'), t2 = l.find('\t', t1 + 1), t3 = l.find('\t', t2 + 1);
+    if (t2 != std::string::npos && l.compare(t1 + 1, t2 - t1 - 1, aid) == 0)
+      return l.substr(t2 + 1, t3 == std::string::npos ? std::string::npos : t3 - t2 - 1);
+  }
+  return "";
+}
+
 json text_update(const std::string& text) {
   return {{"sessionUpdate", "agent_message_chunk"}, {"content", {{"type", "text"}, {"text", text}}}};
 }
@@ -95,6 +105,7 @@ asio::awaitable<json> Bridge::prompt(json params) {
   std::string filter = "agent." + live->aid + ".state bypass." + live->sid + ".request\n";
   auto filtered = co_await ev_fid.write(filter);
   need(std::move(filtered), "event");
+  std::string idx_path = "session/" + live->sid + "/agent/idx";
   std::string ctl_path = dir + "ctl", cwd_verb = "cwd", plan_path = dir + "plan", prompt_path = dir + "prompt";
   auto cwd = co_await ollie_.call(ctl_path, cwd_verb);
   auto plan = co_await ollie_.read(plan_path);
@@ -165,10 +176,17 @@ asio::awaitable<json> Bridge::prompt(json params) {
         continue;
       }
       if (topic != state_topic || payload != "idle") continue;
+      // An idle read late may be the end of the turn ours was queued behind, read once ours has
+      // begun. Our block is appended after the state left idle (olliesrv's turn start), so: our
+      // block in the log, then the agent still idle, means our turn is over, and a log read
+      // after that has all of it.
       auto now = co_await ollie_.read(log_path);
-      if (!now) continue;
-      Snapshot s = snapshot(*now, &old, stored);
-      if (!s.mine) continue;  // the end of an earlier turn: ours is still queued
+      if (!now || !snapshot(*now, &old, stored).mine) continue;  // the end of an earlier turn: ours is still queued
+      auto agents = co_await ollie_.read(idx_path);
+      if (!agents || state_of(*agents, live->aid) != "idle") continue;  // ours runs: its own idle will come
+      auto whole = co_await ollie_.read(log_path);
+      if (!whole) continue;
+      Snapshot s = snapshot(*whole, &old, stored);
       if (progress.seen.count(s.last)) co_return;
       progress.until = s.last;
     }
