@@ -645,7 +645,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // request, then answers the flushes that waited for it.
   void respond(const ReqPtr& req, Fcall r) {
     if (req->answered) {
-      if (!closed_) spdlog::error("9p: second reply to {} tag {} refused", type_name(req->t.type), req->t.tag);
+      // stop() answered the pending requests itself: their handlers' own ends are expected.
+      if (!closed_ && !stopping_) spdlog::error("9p: second reply to {} tag {} refused", type_name(req->t.type), req->t.tag);
       return;
     }
     req->answered = true;

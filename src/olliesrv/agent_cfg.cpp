@@ -79,7 +79,7 @@ SettingsChange profile_switch(const Agent& a, Profile p) {
 }
 
 p9::Result<std::string> cwd_argument(Hub& hub, const Session& s, const std::string& given) {
-  if (given.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
+  if (given.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
   bool remote;
   {
     std::lock_guard lock(s.mu);
@@ -103,7 +103,13 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
     be = std::move(*made);
   }
   if (c.cwd && !c.cwd->empty()) {
-    // Checked on the tool host, where it is also set (§3.3: pushed to toolsrv as agentcwd).
+    // Resolved and checked on the tool host, where it is also set (§3.3: pushed to toolsrv as
+    // agentcwd, which holds only a resolved directory: one replaced since is refused).
+    std::vector<std::string> paths{*c.cwd};  // named: GCC 12 and co_await temporaries
+    auto r = co_await s->host->resolve(a->id, std::move(paths));
+    if (!r) co_return r.error();
+    if (r->front().empty()) co_return p9::error("cwd: " + *c.cwd + ": not a directory");
+    *c.cwd = r->front();
     if (auto st = co_await s->host->check_agent_cwd(a->id, *c.cwd); !st) co_return st;
   }
   // Nothing can fail from here on.

@@ -13,6 +13,9 @@ std::string new_uuid();
 bool looks_like_uuid(std::string_view s);
 /// §1.2: `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`, not `new` or `idx`, not a UUID.
 bool valid_name(std::string_view name);
+/// What a cwd may not hold (§4.1: no TAB or newline; a NUL would end the path the kernel checks
+/// before the one olliesrv shows and stores).
+inline constexpr std::string_view bad_path_chars{"\t\n\0", 3};
 /// The default name of an object: the first 8 hex digits of its id.
 inline std::string default_name(std::string_view id) { return std::string(id.substr(0, 8)); }
 /// 32 random bytes from libcrypto, hex-encoded (64 digits).

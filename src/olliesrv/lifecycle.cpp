@@ -33,7 +33,7 @@ namespace {
 
 /// §4.1's cwd rules, checked on this host (where the tools run for a local session).
 p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) {
-  if (given.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
+  if (given.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
   std::string p = p9::expand_home(given, env);
   if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
   struct stat st;
@@ -46,7 +46,7 @@ p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) 
 /// tool host. A session's `~` and `~/…` (§4.1) are that host's HOME, expanded by its bootstrap;
 /// an agent's cwd is absolute (§4.2).
 p9::Result<std::string> check_remote_dir(std::string p, bool home_ok = false) {
-  if (p.find_first_of("\t\n") != std::string::npos) return p9::error("cwd: invalid character");
+  if (p.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
   const bool home = home_ok && (p == "~" || p.rfind("~/", 0) == 0);
   if (p.empty() || (p[0] != '/' && !home)) return p9::error("cwd must be absolute: " + p);
   while (p.size() > 1 && p.back() == '/') p.pop_back();
@@ -272,13 +272,14 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     // one's toolsrv answers, here or (for a caller) with the containment below.
     auto d = s->remote.empty() ? check_dir(kv->get("cwd"), hub.env) : check_remote_dir(kv->get("cwd"));
     if (!d) co_return d.error();
-    if (!s->remote.empty() && !caller) {
+    cwd = *d;
+    if (!caller) {  // the resolved directory is what toolsrv holds (a caller's is resolved below)
       std::vector<std::string> paths{*d};  // named: GCC 12 and co_await temporaries
       auto r = co_await s->host->resolve(id, std::move(paths));
       if (!r) co_return p9::error("agent/new: " + r.ename());
       if (r->front().empty()) co_return p9::error("cwd: " + *d + ": not a directory");
+      if (*d != s->cwd) cwd = r->front();
     }
-    cwd = *d;
   } else if (parent) {
     cwd = parent->effective_cwd();
   } else {
@@ -366,7 +367,10 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (auto st = a->make_backend(); !st) co_return st.error();
   if (auto st = s->add(a, false); !st) co_return st.error();  // the name is taken, the directory not yet there
   AgentGuard destroy(hub, s, a);  // from now on a flushed creation, and every sub-agent, is undone
-  if (!cwd_override.empty()) s->host->set_agent_cwd(id, cwd_override);
+  // Held by toolsrv now, and refused when the directory checked above was replaced since (§4.2):
+  // the agent would run somewhere else than it shows. The guard undoes the agent.
+  if (!cwd_override.empty())
+    if (auto st = co_await s->host->check_agent_cwd(id, cwd_override); !st) co_return st.error();
   co_await load_profile_tools(s, a, *profile);
   if (!co_await a->resolve_prompts()) co_return p9::error("interrupted");  // flushed: undone
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
@@ -435,7 +439,7 @@ namespace {
 // bypass/pending shows a command.
 std::optional<std::string> refused(const SessionRecord& r, const std::set<std::string>& ids_in_use) {
   const auto shown = [](const std::string& v) { return bypass::escape(v.substr(0, 64)); };
-  const auto bad_cwd = [](const std::string& d) { return d.find_first_of("\t\n") != std::string::npos; };
+  const auto bad_cwd = [](const std::string& d) { return d.find_first_of(bad_path_chars) != std::string::npos; };
   if (!looks_like_uuid(r.id)) return "invalid session id: " + shown(r.id);
   if (!valid_name(r.name)) return "invalid session name: " + shown(r.name);
   if (bad_cwd(r.cwd)) return "cwd: invalid character: " + shown(r.cwd);

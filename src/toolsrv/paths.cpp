@@ -61,6 +61,17 @@ std::string resolve_existing(std::string_view path) {
   }
 }
 
+std::optional<UnixEntry> unix_entry(std::string_view allowed) {
+  const auto slash = allowed.rfind('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  const std::string parent = resolve_existing(slash == 0 ? std::string_view("/") : allowed.substr(0, slash));
+  const std::string_view name = allowed.substr(slash + 1);
+  UnixEntry e;
+  e.path = name.empty() ? parent : parent == "/" ? "/" + std::string(name) : parent + "/" + std::string(name);
+  if (::lstat(e.path.c_str(), &e.st) != 0 || S_ISLNK(e.st.st_mode)) return std::nullopt;
+  return e;
+}
+
 bool is_within(std::string_view path, std::string_view dir) {
   if (dir == "/") return !path.empty() && path.front() == '/';
   if (path.size() < dir.size() || path.substr(0, dir.size()) != dir) return false;

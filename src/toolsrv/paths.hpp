@@ -1,6 +1,9 @@
 #pragma once
 /// Path helpers shared by the sandbox, the path locks and tool discovery.
 
+#include <sys/stat.h>
+
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +22,16 @@ std::string resolve_existing(std::string_view path);
 
 /// True when `path` is `dir` or lies below it (both absolute and cleaned; compared by components).
 bool is_within(std::string_view path, std::string_view dir);
+
+/// An entry of the `unix` list (absolute, cleaned) as it is now: its parent directory resolved,
+/// the entry itself not followed, so that a symlink a tool plants where entries such as
+/// {TMPDIR}/lsp live (the tool can write there) cannot widen the list to `/` or to
+/// ~/.ssh/agent.sock. None when it does not exist or is a symlink.
+struct UnixEntry {
+  std::string path;  ///< the entry with its parent resolved
+  struct stat st;    ///< lstat of it
+};
+std::optional<UnixEntry> unix_entry(std::string_view allowed);
 
 }  // namespace toolsrv
 

@@ -108,8 +108,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     const auto path = clean_path(expanded);
     if (std::find(plan.unix_sockets.begin(), plan.unix_sockets.end(), path) != plan.unix_sockets.end()) return;
     plan.unix_sockets.push_back(path);
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) plan.rules.push_back({path, Access::sock, st.st_dev, st.st_ino});
+    if (const auto e = unix_entry(path)) plan.rules.push_back({e->path, Access::sock, e->st.st_dev, e->st.st_ino});
   };
   if (!ollie_socket.empty()) add_socket(ollie_socket);
   for (const auto& p : policy.unix_sockets) add_socket(p);

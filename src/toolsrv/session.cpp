@@ -287,6 +287,10 @@ p9::Result<void> Session::set_agent_cwd(const std::string& agent, const std::opt
   }
   auto d = HeldCwd::open(*dir);
   if (!d) return d.error();
+  // olliesrv sends the directory it checked, resolved (§4.2's containment of an agent's agent/new
+  // compares resolved paths): one that resolves elsewhere now had a component replaced since, by
+  // a tool that can write in the caller's cwd, to reach outside it.
+  if (d->resolved != d->path) return p9::error("cwd: " + *dir + ": changed while being set");
   std::lock_guard lock(mu_);
   agent_cwd_.insert_or_assign(agent, std::move(*d));
   return {};

@@ -583,14 +583,14 @@ class Server {
     if (!S_ISSOCK(st.st_mode)) return -ECONNREFUSED;
     std::string real;  // where the socket is now, for directory entries
     for (const auto& allowed : c.access.sockets) {
-      struct stat ast {};
-      if (::stat(allowed.c_str(), &ast) != 0) continue;
-      if (!S_ISDIR(ast.st_mode)) {
-        if (ast.st_dev == st.st_dev && ast.st_ino == st.st_ino) return 0;
+      const auto e = unix_entry(allowed);
+      if (!e) continue;
+      if (!S_ISDIR(e->st.st_mode)) {
+        if (e->st.st_dev == st.st_dev && e->st.st_ino == st.st_ino) return 0;
         continue;
       }
       if (real.empty()) real = fd_path(out.get());
-      if (is_within(real, resolve_existing(allowed))) return 0;
+      if (is_within(real, e->path)) return 0;
     }
     spdlog::debug("toolsrv: unix socket refused for pid {}: {}", c.tid, path);
     return -EACCES;

@@ -2,6 +2,8 @@
 // error, the resolution order, and the blocking sub-agent mode of agent/new.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include <cctype>
@@ -96,6 +98,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd=" + w.project + "/missing", "cwd: " + w.project + "/missing: not a directory"},
       {"cwd=" + w.project + "/file", "cwd: " + w.project + "/file: not a directory"},
       {"cwd='" + w.project + "\tx'", "cwd: invalid character"},
+      {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},  // not the directory checked
       {"cwd=" + w.project + " name=bad/name", "invalid name: bad/name"},
       {"cwd=" + w.project + " name=new", "invalid name: new"},
       {"cwd=" + w.project + " name=idx", "invalid name: idx"},
@@ -135,6 +138,7 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
       {"name=main", "agent already exists: main"},
       {"cwd=rel", "cwd must be absolute: rel"},
       {"cwd=" + w.project + "/file", "cwd: " + w.project + "/file: not a directory"},
+      {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},
       {"agent=nope", "unknown agent profile: nope"},
       {"backend=nope", "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
       {"model='x\ty'", "invalid model: x\ty"},
@@ -156,6 +160,22 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
   auto missing = w.rdwr(s + "/agent/new", "backend=anthropic");
   EXPECT_EQ(missing.ename().rfind("anthropic: missing key: set ", 0), 0u) << missing.ename();
   EXPECT_EQ(lines(*w.read(s + "/agent/idx")).size(), 1u) << *w.read(s + "/agent/idx");
+}
+
+// toolsrv holds an agent's cwd resolved (§4.2): given through a symlink, the agent shows and
+// runs in the directory it led to then; the link changed later does not move it.
+TEST(AgentNew, ACwdThroughASymlinkIsTheDirectoryItLedTo) {
+  World w;
+  auto s = w.session("work");
+  std::filesystem::create_directories(w.project + "/real");
+  std::filesystem::create_directory_symlink(w.project + "/real", w.project + "/link");
+  ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=l cwd=" + w.project + "/link"));
+  auto cfg = w.read(s + "/agent/l/cfg");
+  ASSERT_TRUE(cfg);
+  EXPECT_NE(cfg->find("cwd=" + w.project + "/real\n"), std::string::npos) << *cfg;
+  auto cwd = w.rdwr(s + "/agent/l/ctl", "cwd " + w.project + "/link");
+  ASSERT_TRUE(cwd) << cwd.ename();
+  EXPECT_EQ(*cwd, w.project + "/real\n");
 }
 
 TEST(AgentNew, ResolutionOrderAndTheParentColumn) {

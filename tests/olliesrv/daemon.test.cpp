@@ -167,6 +167,7 @@ TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
   ::kill(srv->pid(), SIGTERM);
   ASSERT_TRUE(srv->wait());
   EXPECT_EQ(srv->result().status, 0) << srv->err_text();
+  EXPECT_EQ(srv->err_text().find("[error]"), std::string::npos) << srv->err_text();  // a stop is no error
   EXPECT_FALSE(exists(sock));
   ASSERT_TRUE(reader.wait());  // the blocked reader was let go: end of file, exit 0
   EXPECT_EQ(reader.result().status, 0) << reader.result().err;

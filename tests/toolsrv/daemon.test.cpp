@@ -328,6 +328,20 @@ TEST_F(Served, AgentCwdRetargetedBySymlinkFailsTheCall) {
   EXPECT_FALSE(std::filesystem::exists(owned));
 }
 
+// olliesrv sends an agent's cwd resolved (§4.2 compares resolved paths): one that resolves
+// elsewhere when toolsrv opens it had a component replaced in between (an agent racing its own
+// agent/new from a tool), and is refused rather than held where it now leads.
+TEST_F(Served, AgentCwdThatResolvesElsewhereIsRefused) {
+  ctl("load a1 shell\n");
+  std::filesystem::create_directories(d.cwd + "/real");
+  std::filesystem::create_directory_symlink("/", d.cwd + "/sub");
+  auto st = write_file9(root, "ctl", "agentcwd a1 " + d.cwd + "/sub\n");
+  EXPECT_EQ(st.ename(), "cwd: " + d.cwd + "/sub: changed while being set");
+  EXPECT_TRUE(write_file9(root, "ctl", "agentcwd a1 " + d.cwd + "/real\n"));
+  const auto r = call("tool=shell\nagent=a1\n\n{\"cmd\":\"pwd\"}");
+  EXPECT_EQ(body_stdout(r), d.cwd + "/real\n") << r;
+}
+
 // Invalid UTF-8 in what a pending line names (the agent id here) neither throws nor stops the
 // server: the line carries U+FFFD and the request is resolved as usual.
 TEST_F(Served, InvalidUtf8AgentIsReplacedOnPending) {

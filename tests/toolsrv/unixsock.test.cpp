@@ -197,6 +197,24 @@ TEST_F(Unix, ASymlinkCountsAsItsTargetAndRelativePathsTheToolsCwd) {
   EXPECT_EQ(ok.connections().size(), 1u);
 }
 
+// An entry lives where the tool can write ({TMPDIR}/lsp, a path in its cwd): the tool replacing
+// it by a symlink (to the directory of every other socket, to one socket) gains nothing.
+TEST_F(Unix, AnEntryTheToolReplacesByASymlinkAllowsNothing) {
+  UnixFixture f("\"{CWD}/lsp\", \"{CWD}/agent.sock\"");
+  Server no(f.socks + "/no.sock", SOCK_STREAM);
+  std::filesystem::create_directory_symlink(f.socks, f.cwd + "/lsp");
+  std::filesystem::create_symlink(no.path, f.cwd + "/agent.sock");
+  EXPECT_EQ(f.probe("stream " + no.path), "EACCES\n");
+  EXPECT_EQ(f.probe("stream " + f.cwd + "/lsp/no.sock"), "EACCES\n");
+  EXPECT_EQ(f.probe("stream " + f.cwd + "/agent.sock"), "EACCES\n");
+  EXPECT_TRUE(no.connections().empty());
+  // The same entry as a real directory works.
+  std::filesystem::remove(f.cwd + "/lsp");
+  std::filesystem::create_directory(f.cwd + "/lsp");
+  Server lsp(f.cwd + "/lsp/server.sock", SOCK_STREAM);
+  EXPECT_EQ(f.probe("stream " + lsp.path), "ok\n");
+}
+
 TEST_F(Unix, ASwapBetweenCheckAndUseReachesOnlyTheCheckedSocket) {
   const auto dir = temp_dir("swap");
   UnixFixture f("\"" + dir + "/ok.sock\"");
