@@ -1,6 +1,7 @@
 #include "toolsrv/spawn.hpp"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/close_range.h>
 #include <sched.h>
 #include <signal.h>
@@ -22,7 +23,7 @@ namespace toolsrv {
 namespace {
 
 // Steps of the child, reported with errno over the error pipe.
-enum Step : int { step_pgrp = 1, step_pdeathsig, step_parent_gone, step_sigmask, step_nnp, step_landlock, step_unix, step_unshare, step_dup, step_close, step_chdir, step_exec };
+enum Step : int { step_pgrp = 1, step_pdeathsig, step_parent_gone, step_sigmask, step_nnp, step_landlock, step_caps, step_unix, step_unshare, step_dup, step_close, step_chdir, step_exec };
 
 const char* step_name(int step) {
   switch (step) {
@@ -32,6 +33,7 @@ const char* step_name(int step) {
     case step_sigmask: return "sigprocmask";
     case step_nnp: return "prctl PR_SET_NO_NEW_PRIVS";
     case step_landlock: return "landlock_restrict_self";
+    case step_caps: return "dropping capabilities";
     case step_unix: return "seccomp unix filter";
     case step_unshare: return "unshare CLONE_FILES";
     case step_dup: return "dup2";
@@ -120,6 +122,18 @@ struct Child {
       errno = e;
       child_fail(errfd, step_landlock);
     }
+  }
+  // A sandboxed tool has no capabilities: run by root (a container), CAP_SYS_PTRACE would let it
+  // read /proc/<pid>/environ of olliesrv and of other agents' tools past Landlock's ptrace scope
+  // (their keys and secrets), CAP_DAC_OVERRIDE other users' files. The bounding set goes first
+  // (root regains only what it holds at exec), then what the process has now.
+  if (spec.no_new_privs) {
+    for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
+      if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL && errno != EPERM) child_fail(errfd, step_caps);
+    (void)::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
+    if (::syscall(SYS_capset, &header, none) != 0) child_fail(errfd, step_caps);
   }
   if (c.unix_filter) {
     // Made in the descriptor table we share with toolsrv, so toolsrv holds the listener with no

@@ -74,6 +74,18 @@ TEST_F(LandlockTest, ReadOutsideAllowedPathsDenied) {
   EXPECT_NE(body_stderr(r).find("Permission denied"), std::string::npos) << r;
 }
 
+// /proc is readable (sandbox.yaml), but not another process' environment: Landlock's ptrace
+// scope refuses it, unless the tool holds CAP_SYS_PTRACE (toolsrv run by root, as in a container).
+// A sandboxed tool holds no capability, so toolsrv's environment (olliesrv's keys, other agents'
+// secrets in their tools') stays out of reach either way.
+TEST_F(LandlockTest, AToolHoldsNoCapabilityAndCannotReadOtherEnvironments) {
+  Fixture f;
+  f.load("shell");
+  const auto r = f.sh("grep CapEff /proc/self/status; cat /proc/" + std::to_string(::getpid()) + "/environ >/dev/null; echo rc=$?");
+  EXPECT_EQ(header(r, "status"), "exited") << r;
+  EXPECT_EQ(body_stdout(r), "CapEff:\t0000000000000000\nrc=1\n") << r;
+}
+
 TEST_F(LandlockTest, ReadInsideAllowedPathsWorks) {
   Fixture f;
   f.load("shell");
