@@ -142,7 +142,8 @@ asio::awaitable<json> Bridge::prompt(json params) {
       }
       if (partial) continue;
       progress.seen.insert(id);
-      if (turn->started && str(b, "role") == "tool" && t.batch_done()) {  // a tool round is over: the plan may have changed
+      // A tool round of our turn is over: the plan may have changed.
+      if (turn->started && str(b, "role") == "tool" && t.batch_done()) {
         auto now = co_await ollie_.read(plan_path);
         if (now && *now != progress.plan) {
           progress.plan = *now;
@@ -181,7 +182,7 @@ asio::awaitable<json> Bridge::prompt(json params) {
       // block in the log, then the agent still idle, means our turn is over, and a log read
       // after that has all of it.
       auto now = co_await ollie_.read(log_path);
-      if (!now || !snapshot(*now, &old, stored).mine) continue;  // the end of an earlier turn: ours is still queued
+      if (!now || !snapshot(*now, &old, stored).mine) continue;  // an earlier turn's end: ours is queued
       auto agents = co_await ollie_.read(idx_path);
       if (!agents || state_of(*agents, live->aid) != "idle") continue;  // ours runs: its own idle will come
       auto whole = co_await ollie_.read(log_path);
