@@ -149,7 +149,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::mutex mu;
   std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;
   std::size_t attached = 0;  // connections with a successful Tattach (on_connections)
+  std::size_t sandboxed = 0; // connections of no_new_privs peers
   bool refusing = false;     // at max_connections: logged once per episode
+  bool refusing_sandboxed = false;
   bool stopped = false;
 
   Impl(std::vector<asio::io_context*> ios, std::shared_ptr<FileServer> fs, ServerOptions opt)
@@ -165,9 +167,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     attached++;
     if (opt.on_connections) opt.on_connections(attached);
   }
-  void forget(Conn* c, bool was_attached) {
+  void forget(Conn* c, bool was_attached, bool was_sandboxed) {
     std::lock_guard lk(mu);
-    if (!conns.erase(c) || !was_attached) return;
+    if (!conns.erase(c)) return;
+    if (was_sandboxed) sandboxed--;
+    if (!was_attached) return;
     attached--;
     if (opt.on_connections) opt.on_connections(attached);
   }
@@ -795,7 +799,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     attach_deadline_.cancel();
     stall_.cancel();
     drain_.cancel();
-    srv_->forget(this, attached_);
+    srv_->forget(this, attached_, peer_.no_new_privs);
   }
 
   std::shared_ptr<Server::Impl> srv_;
@@ -926,6 +930,18 @@ void Server::Impl::add(Socket sock, Peer peer) {
       if (!refusing) spdlog::warn("9p: {} connections open: refusing new ones", conns.size());
       refusing = true;
       return;  // sock closes here
+    }
+    // Sandboxed peers (no_new_privs: tools) hold at most three quarters: a tool that opens
+    // connections until it is refused leaves room for the user's clients, and for the ctl
+    // that stops it.
+    if (peer.no_new_privs && sandboxed >= opt.max_connections - opt.max_connections / 4) {
+      if (!refusing_sandboxed) spdlog::warn("9p: {} connections of sandboxed processes open: refusing theirs", sandboxed);
+      refusing_sandboxed = true;
+      return;
+    }
+    if (peer.no_new_privs) {
+      refusing_sandboxed = false;
+      sandboxed++;
     }
     if (refusing) spdlog::warn("9p: {} connections open: accepting again", conns.size());
     refusing = false;

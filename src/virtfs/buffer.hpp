@@ -1,8 +1,8 @@
 #pragma once
 /// Buffer: the bytes a fid holds for a handler that runs later (a Write payload, a pending Rdwr
-/// request, a stream's filter). Capped per fid (spec §1.7) and charged to the connection's count
-/// (p9::Fid::conn_buffered, shared by its fids), so neither one fid nor thousands of them pin
-/// unbounded memory. The charge leaves with the bytes: at take(), clear() and destruction (a fid
+/// request, a stream's filter). Capped per fid (spec §1.7), charged to the connection's count
+/// (p9::Fid::conn_buffered, shared by its fids) and to the process' count, so neither one fid,
+/// nor thousands of them, nor thousands of connections pin unbounded memory. The charge leaves with the bytes: at take(), clear() and destruction (a fid
 /// dropped without Tclunk). A connection's fids are served on its strand: the count needs no lock.
 
 #include <cstddef>
@@ -18,6 +18,9 @@ inline constexpr std::size_t MAX_WRITE = 16u << 20;          ///< per fid (spec 
 inline constexpr std::size_t MAX_CONN_BUFFERED = 64u << 20;  ///< per connection, all its fids together
 /// The refusal of a write past MAX_CONN_BUFFERED (MAX_WRITE's is `write too large`).
 inline constexpr const char* conn_buffers_full = "write too large: 64 MiB already buffered on this connection";
+inline constexpr std::size_t MAX_ALL_BUFFERED = 512u << 20;  ///< per process, all connections together
+/// The refusal of a write past MAX_ALL_BUFFERED.
+inline constexpr const char* all_buffers_full = "write too large: 512 MiB already buffered on this server";
 
 class Buffer {
  public:

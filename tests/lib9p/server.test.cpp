@@ -778,6 +778,37 @@ TEST_F(Limits, ConnectionsPastTheCapAreClosedAtOnce) {
   EXPECT_EQ(d->walk(0, 1, {"hello"}).type, Rwalk);
 }
 
+// Sandboxed processes (no_new_privs: tools) hold at most three quarters of the connections: a
+// tool that opens them until it is refused leaves the last quarter to the user's clients.
+TEST_F(Limits, SandboxedPeersLeaveAQuarterOfTheConnectionsToTheOthers) {
+  ServerOptions opt;
+  opt.max_connections = 4;
+  serve(opt);
+  // Four connections from one no_new_privs process; each says whether it was answered (1) or
+  // closed (0); the process holds them until its stdin ends.
+  const std::string script =
+      "import ctypes, socket, struct, sys\n"
+      "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)\n"
+      "conns = []\n"
+      "for i in range(4):\n"
+      "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5); conns.append(c)\n"
+      "v = b'9P2000'; frame = struct.pack('<IBHIH', 13 + len(v), 100, 0xffff, 8192, len(v)) + v\n"
+      "out = ''\n"
+      "for c in conns:\n"
+      "    try:\n"
+      "        c.sendall(frame); out += '1' if c.recv(64) else '0'\n"
+      "    except OSError:\n"
+      "        out += '0'\n"
+      "print(out, flush=True)\n"
+      "sys.stdin.read()\n";
+  testing_support::Child tool({"/usr/bin/python3", "-c", script, srv->sock});
+  EXPECT_EQ(tool.read_until("\n"), "1110\n");
+  auto mine = attached();  // the user's client still gets in
+  EXPECT_EQ(mine->walk(0, 1, {"hello"}).type, Rwalk);
+  tool.close_stdin();
+  ASSERT_TRUE(tool.wait());
+}
+
 TEST_F(Limits, AuthFidsAreCapped) {
   serve({});
   Raw c(srv->sock);

@@ -2,6 +2,9 @@
 // are consumed or the fid dies.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
 #include "lib9p/client.hpp"
 #include "support/demofs.hpp"
 #include "support/testserver.hpp"
@@ -31,6 +34,23 @@ TEST(Buffer, PerFidAndPerConnectionCaps) {
   EXPECT_TRUE(a.append(std::string(10, 'x')));
   Buffer b(nullptr);
   EXPECT_EQ(b.append(std::string(MAX_WRITE + 1, 'x')).ename(), "write too large");
+}
+
+// Thousands of connections, each under its own cap, still meet the process' cap: a sandboxed
+// tool that opened many connections to pin memory gets a clear refusal, and the bytes released
+// are writable again.
+TEST(Buffer, AllConnectionsTogetherMeetTheProcessCap) {
+  std::vector<std::unique_ptr<Buffer>> held;
+  const std::string chunk(MAX_WRITE, 'x');
+  p9::Status last;
+  for (std::size_t i = 0; i <= MAX_ALL_BUFFERED / MAX_WRITE && last; i++) {
+    held.push_back(std::make_unique<Buffer>(std::make_shared<std::size_t>(0)));  // a connection each
+    last = held.back()->append(chunk);
+  }
+  EXPECT_EQ(last.ename(), all_buffers_full);
+  EXPECT_EQ(held.size(), MAX_ALL_BUFFERED / MAX_WRITE + 1);
+  held.front()->clear();
+  EXPECT_TRUE(held.back()->append(chunk));
 }
 
 namespace {
