@@ -4,10 +4,18 @@
 #include <asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
 
 #include "agent.hpp"
 #include "hub.hpp"
+#include "lib9p/dirs.hpp"
 
 namespace ollie {
 
@@ -192,9 +200,60 @@ bool Session::kill() {
   return true;
 }
 
+namespace {
+
+// Removes what lies below the directory `dir` refers to, never following a symlink: the tools
+// that wrote it may still run (a setsid descendant outlives its call) and swap a directory for a
+// symlink to $HOME between a look and a removal. Each step goes through a descriptor opened
+// O_NOFOLLOW; a swapped name at worst loses the symlink itself.
+void remove_below(int dir, int depth) {
+  if (depth > 128) return;
+  const int listing = ::dup(dir);
+  DIR* d = listing < 0 ? nullptr : ::fdopendir(listing);
+  if (!d) {
+    if (listing >= 0) ::close(listing);
+    return;
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d))
+    if (std::string_view n = e->d_name; n != "." && n != "..") names.emplace_back(n);
+  ::closedir(d);
+  for (const auto& n : names) {
+    const int sub = ::openat(dir, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) {
+      (void)::unlinkat(dir, n.c_str(), 0);
+      continue;
+    }
+    remove_below(sub, depth + 1);
+    ::close(sub);
+    (void)::unlinkat(dir, n.c_str(), AT_REMOVEDIR);
+  }
+}
+
+}  // namespace
+
 void Session::remove_files() {
   std::lock_guard writing(save_mu_);  // a save under way ends first; later ones see `killed`
   if (auto st = hub.store.remove_session(id); !st) spdlog::error("session {}: remove: {}", id, st.ename());
+  bool local;
+  {
+    std::lock_guard lock(mu);
+    local = remote.empty();
+  }
+  // Its tools' private TMPDIR (§6.1), kept across toolsrv restarts for the session's life: what
+  // they left there (files, sockets, symlinks) goes with the session. A remote one's is there.
+  if (!local) return;
+  const std::string tmp = p9::runtime_root(hub.env) + "/tmp";
+  const int parent = ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (parent < 0) return;
+  const int own = ::openat(parent, id.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (own >= 0) {
+    remove_below(own, 0);
+    ::close(own);
+  }
+  if (::unlinkat(parent, id.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+    spdlog::warn("session {}: {}/{}: {}", id, tmp, id, std::strerror(errno));
+  ::close(parent);
 }
 
 }  // namespace ollie

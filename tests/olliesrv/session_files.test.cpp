@@ -281,6 +281,25 @@ TEST(SessionFiles, KilledSessionAnswersSessionKilled) {
   EXPECT_TRUE(env->clunk());
 }
 
+// A killed session takes its tools' private TMPDIR along (§6.1: kept across toolsrv restarts for
+// the session's life), what they left there included, and follows none of their symlinks.
+TEST(SessionFiles, AKilledSessionTakesItsToolsTmpdirAlong) {
+  World w;
+  auto s = w.session("work");
+  auto id = w.read(s + "/id");
+  ASSERT_TRUE(id);
+  const std::string tmp = w.root + "/run/ollie/tmp/" + id->substr(0, 36);
+  std::filesystem::create_directories(tmp + "/deep/er");  // as its tools would leave it
+  write_file(tmp + "/deep/er/left", "x");
+  const std::string outside = w.home + "/keep";
+  std::filesystem::create_directories(outside);
+  write_file(outside + "/precious", "y");
+  std::filesystem::create_directory_symlink(outside, tmp + "/deep/link");
+  EXPECT_EQ(*w.rdwr(s + "/ctl", "kill"), "killed\n");
+  EXPECT_TRUE(eventually([&] { return !std::filesystem::exists(tmp); }));
+  EXPECT_EQ(read_file(outside + "/precious"), "y");
+}
+
 // §1.5: a session directory's mtime is when it was made (times are whole seconds), not the
 // server's start; after a restart, when its oldest agent was (session.json keeps no time).
 TEST(SessionFiles, ASessionDirectoryCarriesItsCreationTime) {
