@@ -12,7 +12,10 @@ LockRequest LockRequest::for_call(Scope scope, const nlohmann::json& args, const
   }
   if (scope == Scope::write && args.is_object() && args.contains("path") && args["path"].is_string()) {
     r.kind = Kind::write;
-    r.path = resolve_existing(absolute_path(args["path"].get<std::string>(), cwd));
+    // Resolved as the kernel walks it: `link/..` is the link target's parent, so not cleaned
+    // first (`link/../x` cleaned is `<cwd>/x`, while the tool writes beside the target).
+    const auto& p = args["path"].get_ref<const std::string&>();
+    r.path = resolve_existing(!p.empty() && p.front() == '/' ? p : cwd + "/" + p);
     return r;
   }
   r.kind = Kind::global;

@@ -16,8 +16,9 @@ std::string clean_path(std::string_view path);
 /// `path` made absolute against `base` (when relative) and cleaned.
 std::string absolute_path(std::string_view path, std::string_view base);
 
-/// `path` (absolute, cleaned) with symlinks resolved for the longest prefix that exists; the part
-/// that does not exist is appended unchanged.
+/// `path` (absolute) with symlinks resolved for the longest prefix that exists, as the kernel
+/// walks it (an uncleaned `link/..` is the target's parent); the part that does not exist is
+/// appended, cleaned.
 std::string resolve_existing(std::string_view path);
 
 /// True when `path` is `dir` or lies below it (both absolute and cleaned; compared by components).
