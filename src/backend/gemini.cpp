@@ -32,8 +32,9 @@ class GeminiDecoder : public Decoder {
     }
     if (auto u = obj_field(j, "usageMetadata")) {
       // Cumulative in every chunk. promptTokenCount includes the cached tokens; thoughts
-      // are counted apart from the candidates. Counts of the wrong type are ignored.
-      has_usage = true;
+      // are counted apart from the candidates. Counts of the wrong type are ignored; without a
+      // prompt or candidates count there is no usage (the engine estimates it, §8.14).
+      if (int_field(*u, "promptTokenCount") || int_field(*u, "candidatesTokenCount")) has_usage = true;
       const auto count = [&](const char* k) { return int_field(*u, k).value_or(0); };
       usage.cached_input = count("cachedContentTokenCount");
       usage.input = count("promptTokenCount") - usage.cached_input;

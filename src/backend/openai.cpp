@@ -97,14 +97,17 @@ class OpenAiDecoder : public Decoder {
     too_long(p.name.size() + p.args.size(), "tool call '" + p.name.substr(0, 64) + "' arguments");
   }
 
-  // Usage counts of the wrong type are ignored (counted as 0): they cost nothing else.
+  // Usage counts of the wrong type are ignored: without a count of either side there is no usage,
+  // and the engine estimates it (§8.14) rather than count the request as free.
   void read_usage(const json& u) {
+    const auto in = int_field(u, "prompt_tokens"), out = int_field(u, "completion_tokens");
+    if (!in && !out) return;
     has_usage = true;
     const json* details = obj_field(u, "prompt_tokens_details");
     const auto cached = details ? int_field(*details, "cached_tokens").value_or(0) : 0;
     usage.cached_input = cached;
-    usage.input = int_field(u, "prompt_tokens").value_or(0) - cached;
-    usage.output = int_field(u, "completion_tokens").value_or(0);
+    usage.input = in.value_or(0) - cached;
+    usage.output = out.value_or(0);
     if (auto c = num_field(u, "cost")) usage.cost = *c;
   }
 
