@@ -27,8 +27,10 @@ asio::awaitable<p9::Result<std::string>> contained_cwd(std::shared_ptr<Session> 
                                                        std::string cwd) {
   const std::string own = caller->effective_cwd();
   const std::string want = cwd.empty() ? own : cwd;
-  // Resolved where the tools run (§4.2): by the session's toolsrv, local or remote.
-  std::vector<std::string> paths{own, want, s->cwd};  // named: GCC 12 and co_await temporaries
+  // Resolved where the tools run (§4.2): by the session's toolsrv, local or remote. The caller's
+  // own is `.` of its tools, the directory toolsrv holds for it: its name may have been swapped
+  // for a symlink since (a tool of another agent can write where it lies), the held one not.
+  std::vector<std::string> paths{".", cwd.empty() ? "." : cwd, s->cwd};  // named: GCC 12 and co_await temporaries
   auto r = co_await s->host->resolve(caller->id, std::move(paths));
   if (!r) co_return p9::error("agent/new: " + r.ename());
   const std::string &real_own = (*r)[0], &real_want = (*r)[1], &real_session = (*r)[2];

@@ -207,7 +207,7 @@ namespace {
 // symlink to $HOME between a look and a removal. Each step goes through a descriptor opened
 // O_NOFOLLOW; a swapped name at worst loses the symlink itself.
 void remove_below(int dir, int depth) {
-  if (depth > 128) return;
+  if (depth > 1024) return;  // a descriptor held per level: bounded
   const int listing = ::dup(dir);
   DIR* d = listing < 0 ? nullptr : ::fdopendir(listing);
   if (!d) {

@@ -12,10 +12,9 @@ LockRequest LockRequest::for_call(Scope scope, const nlohmann::json& args, const
   }
   if (scope == Scope::write && args.is_object() && args.contains("path") && args["path"].is_string()) {
     r.kind = Kind::write;
-    // Resolved as the kernel walks it: `link/..` is the link target's parent, so not cleaned
-    // first (`link/../x` cleaned is `<cwd>/x`, while the tool writes beside the target).
-    const auto& p = args["path"].get_ref<const std::string&>();
-    r.path = resolve_existing(!p.empty() && p.front() == '/' ? p : cwd + "/" + p);
+    // Cleaned first, as the file tools clean a path before they open it (tool::absolute): the
+    // lock is on the file they write, `link/../x` being <cwd>/x for them.
+    r.path = resolve_existing(absolute_path(args["path"].get<std::string>(), cwd));
     return r;
   }
   r.kind = Kind::global;

@@ -61,6 +61,12 @@ std::string resolve_existing(std::string_view path) {
   }
 }
 
+std::string fd_path(int fd) {
+  char buf[4096];
+  const auto n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), buf, sizeof buf);
+  return n > 0 && static_cast<std::size_t>(n) < sizeof buf ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
 std::optional<UnixEntry> unix_entry(std::string_view allowed) {
   const auto slash = allowed.rfind('/');
   if (slash == std::string_view::npos) return std::nullopt;

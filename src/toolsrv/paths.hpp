@@ -16,10 +16,14 @@ std::string clean_path(std::string_view path);
 /// `path` made absolute against `base` (when relative) and cleaned.
 std::string absolute_path(std::string_view path, std::string_view base);
 
-/// `path` (absolute) with symlinks resolved for the longest prefix that exists, as the kernel
-/// walks it (an uncleaned `link/..` is the target's parent); the part that does not exist is
+/// `path` (absolute) with symlinks resolved for the longest prefix that exists (an uncleaned
+/// `link/..` is the target's parent, as the kernel walks it); the part that does not exist is
 /// appended, cleaned.
 std::string resolve_existing(std::string_view path);
+
+/// Where the file a descriptor refers to is now (the kernel's name of it, never resolved again);
+/// empty when unknown.
+std::string fd_path(int fd);
 
 /// True when `path` is `dir` or lies below it (both absolute and cleaned; compared by components).
 bool is_within(std::string_view path, std::string_view dir);

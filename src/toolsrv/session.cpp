@@ -1,5 +1,7 @@
 #include "toolsrv/session.hpp"
 
+#include <fcntl.h>
+
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -341,17 +343,20 @@ std::string Session::info(const std::string& agent) {
 }
 
 std::string Session::resolve_dirs(const std::string& agent, const std::vector<std::string>& paths) {
-  const auto cwd = agent_cwd(agent);
+  // A relative path is opened from the directory the agent's tools run in (held since it was
+  // set), not from its name: a tool that swapped that name for a symlink (to $HOME) must not
+  // move what olliesrv's containment compares with (§4.2). Each directory is named by where the
+  // opened one is, never resolved twice. Not cleaned first: `link/..` is the link target's
+  // parent, as the kernel walks it.
+  const auto held = held_cwd(agent);
   std::string out;
   for (const auto& p : paths) {
-    char real[PATH_MAX];
-    struct stat st {};
-    // Not cleaned first: `link/..` is the link target's parent, as the kernel walks it.
-    const std::string path = !p.empty() && p.front() == '/' ? p : cwd + "/" + p;
-    if (::realpath(path.c_str(), real) && ::stat(real, &st) == 0 && S_ISDIR(st.st_mode))
-      out += p + "\t" + real + "\n";
-    else
-      out += p + "\t-\n";
+    const bool absolute = !p.empty() && p.front() == '/';
+    const int base = absolute || !held ? AT_FDCWD : held->fd->get();
+    const std::string path = absolute || held ? (p.empty() ? "." : p) : agent_cwd(agent) + "/" + p;
+    const UniqueFd d(::openat(base, path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    const std::string real = d ? fd_path(d.get()) : std::string();
+    out += p + "\t" + (real.empty() || real.front() != '/' ? "-" : real) + "\n";
   }
   return out;
 }

@@ -160,12 +160,6 @@ bool is_file(const std::string& path, const struct stat& st) {
   return st.st_ino != 0 && ::stat(path.c_str(), &x) == 0 && x.st_dev == st.st_dev && x.st_ino == st.st_ino;
 }
 
-std::string fd_path(int fd) {
-  char buf[4096];
-  const auto n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), buf, sizeof buf);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
-}
-
 int sock_int(int fd, int level, int name) {
   int v = -1;
   socklen_t len = sizeof v;

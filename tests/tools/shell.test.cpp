@@ -2,6 +2,10 @@
 // row, with the ordinary commands each row must let through) and its rate limit.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
 #include <ctime>
 #include <filesystem>
 
@@ -297,6 +301,22 @@ TEST_F(Shell, ACorruptRecordIsTakenAsEmpty) {
   const std::string text = read_file(state());
   EXPECT_EQ(text.find("garbage"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+}
+
+// The record lies in the session's TMPDIR, which every agent of the session can write: a FIFO
+// planted there, or the record held locked by another process, does not hold a call up.
+TEST_F(Shell, ARecordAnotherAgentPlantedDoesNotHoldTheCallUp) {
+  ASSERT_TRUE(run("true").ok());
+  fs::remove(state());
+  ASSERT_EQ(::mkfifo(state().c_str(), 0600), 0);
+  EXPECT_EQ(run("echo hi", 20).out, "hi\n");
+  fs::remove(state());
+  write_file(state(), "");
+  const int held = ::open(state().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  EXPECT_EQ(run("echo again", 20).out, "again\n");
+  ::close(held);
 }
 
 }  // namespace

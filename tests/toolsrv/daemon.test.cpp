@@ -342,6 +342,22 @@ TEST_F(Served, AgentCwdThatResolvesElsewhereIsRefused) {
   EXPECT_EQ(body_stdout(r), d.cwd + "/real\n") << r;
 }
 
+// `resolve` of a relative path starts from the directory the agent's tools run in, held since it
+// was set, not from its name: swapped for a symlink (to `/` here, $HOME in an attack), the name
+// would move olliesrv's containment of that agent's agent/new (§4.2) out of its cwd.
+TEST_F(Served, ResolveStartsFromTheHeldCwdNotItsName) {
+  std::filesystem::create_directories(d.cwd + "/sub/inner");
+  ctl("agentcwd a2 " + d.cwd + "/sub\n");
+  std::filesystem::rename(d.cwd + "/sub", d.cwd + "/moved");
+  std::filesystem::create_directory_symlink("/", d.cwd + "/sub");
+  char real[PATH_MAX];
+  ASSERT_TRUE(::realpath(d.cwd.c_str(), real));
+  const std::string cwd = real;
+  auto rs = rdwr(root, "info", "resolve a2 . inner " + d.cwd + "/sub");
+  ASSERT_TRUE(rs) << rs.ename();
+  EXPECT_EQ(*rs, ".\t" + cwd + "/moved\ninner\t" + cwd + "/moved/inner\n" + d.cwd + "/sub\t/\n");
+}
+
 // Invalid UTF-8 in what a pending line names (the agent id here) neither throws nor stops the
 // server: the line carries U+FFFD and the request is resolved as usual.
 TEST_F(Served, InvalidUtf8AgentIsReplacedOnPending) {

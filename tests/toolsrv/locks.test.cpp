@@ -104,10 +104,11 @@ TEST(PathLocks, RequestOfACall) {
   const auto w = LockRequest::for_call(Scope::write, {{"path", "link/../link/new.txt"}}, dir);
   EXPECT_EQ(w.kind, LockRequest::Kind::write);
   EXPECT_EQ(w.path, dir + "/real/new.txt");
-  // `..` after a symlink is its target's parent, as the kernel walks it, not the link's.
+  // `..` is taken textually, as the file tools take it before they open the path (the lock is
+  // on the file they write: `deep/../x.txt` is <cwd>/x.txt for file_write).
   std::filesystem::create_directories(dir + "/real/sub");
   std::filesystem::create_directory_symlink(dir + "/real/sub", dir + "/deep");
-  EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", "deep/../x.txt"}}, dir).path, dir + "/real/x.txt");
+  EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", "deep/../x.txt"}}, dir).path, dir + "/x.txt");
   EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", 3}}, dir).kind, LockRequest::Kind::global);
   EXPECT_EQ(LockRequest::for_call(Scope::write, nlohmann::json::object(), dir).kind, LockRequest::Kind::global);
   EXPECT_EQ(LockRequest::for_call(Scope::read, {{"path", "x"}}, dir).kind, LockRequest::Kind::none);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,9 +35,17 @@ Limit::Limit() {
   const char* id = std::getenv("OLLIE_AGENT_ID");
   if (!dir || !*dir || !id || !safe_id(id)) return;
   const std::string path = std::string(dir) + "/ollie-shell-" + id;
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // The session's TMPDIR is every agent's to write: what another planted there (a FIFO, a file it
+  // keeps locked) must not hold this call up. Nonblocking, a regular file, a bounded wait.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd_ < 0) return;
-  if (::flock(fd_, LOCK_EX) != 0) {
+  struct stat st {};
+  bool locked = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
+  if (locked) {
+    locked = false;
+    for (int i = 0; i < 200 && !(locked = ::flock(fd_, LOCK_EX | LOCK_NB) == 0); i++) ::usleep(10000);
+  }
+  if (!locked) {
     ::close(fd_);
     fd_ = -1;
     return;
