@@ -95,13 +95,14 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   if (!hub.addr.empty()) s->host->set_env("OLLIE_ADDR", hub.addr);
   // The session's toolsrv starts now: the cwd check is its first need (§4.1), made by the start,
   // which sends it the cwd. If it cannot start, nothing is created.
+  // Undone by a kill: its toolsrv stops and a remote one's forwarded socket goes (§6.11.5).
   if (auto st = co_await s->host->ensure(); !st) {
-    s->host->stop();
+    s->kill();
     co_return st.error();
   }
   s->cwd = s->host->cwd();  // a remote `~/…` as its bootstrap expanded it; no one else sees s yet
   if (auto st = hub.add(s); !st) {
-    s->host->stop();
+    s->kill();
     co_return st.error();
   }
   s->save_soon();

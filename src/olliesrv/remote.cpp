@@ -200,6 +200,13 @@ p9::Result<Child> spawn_child(const std::vector<std::string>& args, const std::v
   return c;
 }
 
+/// A line without its CR: ssh ends its messages with CRLF when a terminal was asked for, and
+/// they become error strings (§1.8), block text and what the model reads.
+std::string unterminated(std::string line) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
+}
+
 /// Lines of a child's output; an overlong line is cut at max_line.
 struct Lines {
   explicit Lines(std::shared_ptr<asio::posix::stream_descriptor> d) : d(std::move(d)) {}
@@ -212,13 +219,13 @@ struct Lines {
       if (auto nl = buf.find('\n'); nl != std::string::npos) {
         std::string line = buf.substr(0, std::min(nl, max_line));
         buf.erase(0, nl + 1);
-        co_return line;
+        co_return unterminated(std::move(line));
       }
       if (eof) {
         if (buf.empty()) co_return std::nullopt;
         std::string line = buf.substr(0, max_line);
         buf.clear();
-        co_return line;
+        co_return unterminated(std::move(line));
       }
       if (buf.size() > 2 * max_line) buf.erase(max_line, buf.size() - max_line);  // bounded; the rest of it is dropped
       char tmp[4096];
@@ -566,8 +573,8 @@ asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, s
   }
   // After the forwards: sshd connects to it only when a tool dials, and a failed start leaves
   // no listener behind.
-  if (auto st = t.listen(fwd_sock); !st) co_return p9::error("remote: " + st.ename());
   if (cwd.empty() || cwd.front() != '/') co_return p9::error("cwd must be absolute: " + valid_utf8(cwd));
+  if (auto st = t.listen(fwd_sock); !st) co_return p9::error("remote: " + st.ename());
   co_return Started{"unix!" + remote_olliesrv, cwd};
 }
 

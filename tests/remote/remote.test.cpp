@@ -149,6 +149,7 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   auto pw = fails("ollie-password");
   EXPECT_EQ(pw.rfind("remote: ssh: ", 0), 0u) << pw;
   EXPECT_NE(pw.find("Permission denied"), std::string::npos) << pw;
+  EXPECT_EQ(pw.find('\r'), std::string::npos) << "ssh's CRLF is no part of an error";
   // ssh's own `ssh: ` is not said twice.
   auto unknown = w.rdwr("session/new", "name=x cwd=" + sshd.work + " remote=nosuchhost.invalid");
   ASSERT_FALSE(unknown);
@@ -169,8 +170,12 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   ASSERT_FALSE(opt);
   EXPECT_EQ(opt.ename(), "remote: invalid destination: -oProxyCommand=x");
 
-  // No session, no ssh, no remote toolsrv (the refused forward's was started, then killed).
+  // No session, no ssh, no remote toolsrv (the refused forward's was started, then killed), no
+  // socket olliesrv would still listen on for a session that is not (§6.11.5).
   EXPECT_EQ(*w.read("session/idx"), "");
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(w.root + "/run/ollie/fwd", ec))
+    EXPECT_EQ(e.path().extension(), ".ssh") << e.path();
   EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
   EXPECT_TRUE(eventually([&] { return servers("toolsrv", sshd.cache).empty(); }, 10s));
 }
