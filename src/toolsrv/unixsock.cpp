@@ -569,12 +569,23 @@ class Server {
       dir.reset(::open((proc + "/cwd").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
       if (!dir) return -EACCES;
     }
+    // toolsrv opens where Landlock hides things from the tool: only a path the list names, or
+    // one beneath a listed directory, may say why it is no socket (a listed one yet to appear
+    // is ENOENT); elsewhere every failure is EACCES, so whether a file exists stays hidden.
+    const auto listed = [&] {
+      const std::string where = clean_path(path.front() == '/' ? path : fd_path(dir.get()) + "/" + path);
+      return std::any_of(c.access.sockets.begin(), c.access.sockets.end(),
+                         [&](const std::string& allowed) { return is_within(where, allowed); });
+    };
     out.reset(::openat(dir ? dir.get() : AT_FDCWD, path.c_str(), O_PATH | O_CLOEXEC));
-    if (!out) return -errno;
+    if (!out) {
+      const int e = errno;
+      return listed() ? -e : -EACCES;
+    }
     if (!valid(c.listener, c.req.id)) return -EACCES;  // the cwd was of the waiting thread
     struct stat st {};
     if (::fstat(out.get(), &st) != 0) return -EACCES;
-    if (!S_ISSOCK(st.st_mode)) return -ECONNREFUSED;
+    if (!S_ISSOCK(st.st_mode)) return listed() ? -ECONNREFUSED : -EACCES;
     std::string real;  // where the socket is now, for directory entries
     for (const auto& allowed : c.access.sockets) {
       const auto e = unix_entry(allowed);

@@ -215,6 +215,19 @@ TEST_F(Unix, AnEntryTheToolReplacesByASymlinkAllowsNothing) {
   EXPECT_EQ(f.probe("stream " + lsp.path), "ok\n");
 }
 
+// toolsrv opens what Landlock hides from the tool: outside the list a connect fails EACCES
+// whether the file exists or not, is a socket or not; inside it says why (ENOENT, ECONNREFUSED).
+TEST_F(Unix, OutsideTheListAConnectTellsNothingOfWhatExists) {
+  const auto dir = temp_dir("listed");
+  UnixFixture f("\"" + dir + "\"");
+  write_file(f.socks + "/present.txt", "x");
+  write_file(dir + "/plain.txt", "x");
+  EXPECT_EQ(f.probe("stream " + f.socks + "/present.txt"), "EACCES\n");
+  EXPECT_EQ(f.probe("stream " + f.socks + "/absent.sock"), "EACCES\n");
+  EXPECT_EQ(f.probe("stream " + dir + "/absent.sock"), "ENOENT\n");
+  EXPECT_EQ(f.probe("stream " + dir + "/plain.txt"), "ECONNREFUSED\n");
+}
+
 TEST_F(Unix, ASwapBetweenCheckAndUseReachesOnlyTheCheckedSocket) {
   const auto dir = temp_dir("swap");
   UnixFixture f("\"" + dir + "/ok.sock\"");
