@@ -286,4 +286,23 @@ std::string escape(std::string_view s) {
   return out;
 }
 
+std::string visible_json(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto [n, cp] = utf8_at(s, i);
+    if (cp < 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || cp == 0x200e ||
+        cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) {
+      const auto u = static_cast<unsigned>(cp < 0 ? 0xfffd : cp);
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += hex[(u >> shift) & 15];
+    } else {
+      out.append(s.substr(i, n));
+    }
+    i += n;
+  }
+  return out;
+}
+
 }  // namespace ollie::bypass

@@ -74,4 +74,10 @@ p9::Result<std::string> allow_rule(const std::string& tool, const Summary& s);
 /// overrides and isolates, and bytes that are not UTF-8.
 std::string escape(std::string_view s);
 
+/// JSON text (a call's arguments) as `chat` and `log` show it (§2.8.7): a code point a terminal
+/// would obey or hide (C0 and C1 controls, DEL, bidirectional marks, overrides and isolates, line
+/// and paragraph separators) written `\uXXXX`, which JSON reads as the same text; a byte that is
+/// not UTF-8 as `\ufffd`. What a person reads is what the tool gets.
+std::string visible_json(std::string_view s);
+
 }  // namespace ollie::bypass

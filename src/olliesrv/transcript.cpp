@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "olliesrv/bypass_policy.hpp"
 #include "olliesrv/ids.hpp"
 
 namespace ollie {
@@ -43,7 +44,7 @@ std::optional<std::string> body(const Block& b) {
   const std::string& r = b.role;
   if (r == "reasoning" || r == "context") return std::nullopt;
   if (r == "user") return b.name.empty() ? "user: " + b.content : "user (" + b.name + "): " + b.content;
-  if (r == "call") return "→ " + b.name + " " + b.content;
+  if (r == "call") return "→ " + bypass::escape(b.name) + " " + bypass::visible_json(b.content);
   if (r == "exec") return "! " + b.name + "\n" + b.content;
   if (r == "error") return "error: " + b.content;
   if (r == "info" || r == "retry") return ":: " + b.content;

@@ -111,6 +111,9 @@ TEST(TranscriptRender, EveryRole) {
   EXPECT_EQ(render(blk("user", "hi", "peer:bob")), "user (peer:bob): hi\n\n");
   EXPECT_EQ(render(blk("assistant", "Sure.")), "Sure.\n\n");
   EXPECT_EQ(render(blk("call", R"({"path":"a.txt"})", "file_read")), "→ file_read {\"path\":\"a.txt\"}\n\n");
+  // What a terminal would obey or hide is shown as the JSON escape it stands for (C1 CSI, RLO).
+  EXPECT_EQ(render(blk("call", "{\"cmd\":\"echo x\xc2\x9b" "2K \xe2\x80\xae" "evil\"}", "shell\x1b[2J")),
+            "→ shell\\x1b[2J {\"cmd\":\"echo x\\u009b2K \\u202eevil\"}\n\n");
   EXPECT_EQ(render(blk("tool", "line1\nline2\n", "file_read", "markdown")), "line1\nline2\n\n");
   EXPECT_EQ(render(blk("info", "interrupted")), ":: interrupted\n\n");
   EXPECT_EQ(render(blk("retry", "retrying in 10s (attempt 2/3): rate limited")),
