@@ -85,9 +85,11 @@ p9::Result<std::string> cwd_argument(Hub& hub, const Session& s, const std::stri
     std::lock_guard lock(s.mu);
     remote = !s.remote.empty();
   }
-  // `~` is this host's home: a remote session's tool host has its own (as agent/new there).
+  // `~` is this host's home: a remote session's tool host has its own, which its toolsrv's
+  // resolve expands (as for agent/new there).
   std::string p = remote ? given : p9::expand_home(given, hub.env);
-  if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
+  const bool remote_home = remote && (p == "~" || p.rfind("~/", 0) == 0);
+  if (p.empty() || (p[0] != '/' && !remote_home)) return p9::error("cwd must be absolute: " + given);
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return p == s.cwd ? std::string() : p;
 }

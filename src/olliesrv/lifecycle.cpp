@@ -271,7 +271,8 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (!kv->get("cwd").empty()) {
     // An existing directory on the tool host (§4.2): this one for a local session; a remote
     // one's toolsrv answers, here or (for a caller) with the containment below.
-    auto d = s->remote.empty() ? check_dir(kv->get("cwd"), hub.env) : check_remote_dir(kv->get("cwd"));
+    // A remote `~` is the tool host's: its toolsrv's resolve (below) expands it.
+    auto d = s->remote.empty() ? check_dir(kv->get("cwd"), hub.env) : check_remote_dir(kv->get("cwd"), true);
     if (!d) co_return d.error();
     cwd = *d;
     if (!caller) {  // the resolved directory is what toolsrv holds (a caller's is resolved below)

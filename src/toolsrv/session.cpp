@@ -349,11 +349,16 @@ std::string Session::resolve_dirs(const std::string& agent, const std::vector<st
   // opened one is, never resolved twice. Not cleaned first: `link/..` is the link target's
   // parent, as the kernel walks it.
   const auto held = held_cwd(agent);
+  const char* home = std::getenv("HOME");
   std::string out;
   for (const auto& p : paths) {
-    const bool absolute = !p.empty() && p.front() == '/';
+    // `~` and `~/…` are this host's home (§3.3: `~` expanded on the tool host).
+    std::string expanded;
+    if (home && *home == '/' && (p == "~" || p.rfind("~/", 0) == 0)) expanded = home + p.substr(1);
+    const std::string& q = expanded.empty() ? p : expanded;
+    const bool absolute = !q.empty() && q.front() == '/';
     const int base = absolute || !held ? AT_FDCWD : held->fd->get();
-    const std::string path = absolute || held ? (p.empty() ? "." : p) : agent_cwd(agent) + "/" + p;
+    const std::string path = absolute || held ? (q.empty() ? "." : q) : agent_cwd(agent) + "/" + q;
     const UniqueFd d(::openat(base, path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     const std::string real = d ? fd_path(d.get()) : std::string();
     out += p + "\t" + (real.empty() || real.front() != '/' ? "-" : real) + "\n";

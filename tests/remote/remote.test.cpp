@@ -84,14 +84,22 @@ TEST(Remote, ToolsRunOnTheOtherHostAndCallBackThroughTheReverseForward) {
   ASSERT_TRUE(eventually([&] { return tool_results(w, a).size() > before; })) << w.log_text();
   EXPECT_EQ(tool_results(w, a).back(), "loaded: subagent_spawn; usable from your next step\n") << w.log_text();
 
-  // agent/new's cwd= is a directory of the tool host, checked by its toolsrv; `~` is not this
-  // host's home there.
+  // agent/new's cwd= is a directory of the tool host, checked by its toolsrv; `~` is that host's
+  // home (§3.3: expanded on the tool host), not this one's.
   std::filesystem::create_directories(sshd.work + "/sub");
   auto sub = w.rdwr(s + "/agent/new", "name=sub cwd=" + sshd.work + "/sub");
   EXPECT_TRUE(sub) << sub.ename();
   EXPECT_EQ(w.rdwr(s + "/agent/new", "name=gone cwd=" + sshd.work + "/missing").ename(), "cwd: " + sshd.work + "/missing: not a directory");
-  EXPECT_EQ(w.rdwr(s + "/agent/new", "name=home cwd=~/x").ename(), "cwd must be absolute: ~/x");
-  EXPECT_EQ(w.rdwr(a + "/ctl", "cwd ~/x").ename(), "cwd must be absolute: ~/x");
+  std::filesystem::create_directories(sshd.home + "/x");
+  auto home = w.rdwr(s + "/agent/new", "name=home cwd=~/x");
+  ASSERT_TRUE(home) << home.ename();
+  auto home_cfg = w.read(s + "/agent/home/cfg");
+  ASSERT_TRUE(home_cfg);
+  EXPECT_NE(home_cfg->find("cwd=" + sshd.home + "/x\n"), std::string::npos) << *home_cfg;
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "name=nohome cwd=~/missing").ename(), "cwd: ~/missing: not a directory");
+  auto moved = w.rdwr(s + "/agent/home/ctl", "cwd ~");
+  ASSERT_TRUE(moved) << moved.ename();
+  EXPECT_EQ(*moved, sshd.home + "\n");
   // An agent of the session creates one below its cwd, resolved over there (§4.2).
   const std::size_t spawned = tool_results(w, a).size();
   w.fake.push({{"tool_calls", json::array({{{"id", "c3"}, {"name", "shell"},
