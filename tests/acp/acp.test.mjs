@@ -48,9 +48,10 @@ const responses = [
   // another client's turn, then the editor's prompt queued behind it
   { text: elsewhere, chunk: 8, delay_ms: 40 },
   { text: "Mine, after the other turn." },
-  // again, the editor's prompt cancelled while queued
+  // again, the editor's prompt cancelled while queued: stopped as it starts, it may make its
+  // request or not (the load decides), so its answer is only for it and is left unused if not
   { text: elsewhere, chunk: 8, delay_ms: 40 },
-  { text: slow, chunk: 4, delay_ms: 50 },
+  { text: slow, chunk: 4, delay_ms: 50, when: "Cancel me while queued." },
   // a permission request open when the editor hangs up
   { tool_calls: [{ id: "c4", name: "shell", arguments: { cmd: "echo never-asked-again", bypass: true } }] },
   { text: "Denied at hang-up." },
@@ -376,6 +377,8 @@ test("a cancel while queued behind another client's turn stops only the editor's
   assert.ok(between.some((b) => b.role === "assistant" && b.content === elsewhere), "the other turn answered in full");
   assert.ok(!between.some((b) => b.role === "info" && b.content === "interrupted"), "the other turn was not stopped");
   assert.ok(log.slice(mine + 1).some((b) => b.role === "info" && b.content === "interrupted"), "the editor's turn was");
+  // Its prompt leaves the model's history, so no later request takes the answer it may have left.
+  ollie9p("rdwr", `session/${sid}/agent/${aid}/ctl`, "clear");
 });
 
 test("the editor hanging up with a permission request open denies it before the bridge exits", async () => {
