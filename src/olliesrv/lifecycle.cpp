@@ -43,8 +43,8 @@ p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) 
 }
 
 /// The same rules for a remote session's cwd, but for the check of the directory, made on the
-/// tool host. A session's `~` and `~/…` (§4.1) are that host's HOME, expanded by its bootstrap;
-/// an agent's cwd is absolute (§4.2).
+/// tool host. `~` and `~/…` (home_ok) are that host's HOME: a session's expanded by its bootstrap
+/// (§4.1), an agent's by its toolsrv's resolve (§3.3).
 p9::Result<std::string> check_remote_dir(std::string p, bool home_ok = false) {
   if (p.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
   const bool home = home_ok && (p == "~" || p.rfind("~/", 0) == 0);
