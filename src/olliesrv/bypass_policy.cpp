@@ -259,6 +259,17 @@ p9::Result<std::string> allow_rule(const std::string& tool, const Summary& s) {
   return rule;
 }
 
+namespace {
+
+// A code point a terminal would obey or not show (and a byte that is not UTF-8, -1): C0 and C1
+// controls, DEL, bidirectional marks, overrides and isolates, line and paragraph separators.
+bool hidden(std::int32_t cp) {
+  return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
 std::string escape(std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
   std::string out;
@@ -275,8 +286,7 @@ std::string escape(std::string_view s) {
     else if (c == '\t') out += "\\t";
     else if (c == '\r') out += "\\r";
     else if (c == '\n') out += "\\n";
-    else if (cp < 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || cp == 0x200e ||
-             cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) {
+    else if (hidden(cp)) {
       for (std::size_t k = 0; k < n; k++) byte(static_cast<unsigned char>(s[i + k]));
     } else {
       out.append(s.substr(i, n));
@@ -292,8 +302,7 @@ std::string visible_json(std::string_view s) {
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
     const auto [n, cp] = utf8_at(s, i);
-    if (cp < 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || cp == 0x200e ||
-        cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) {
+    if (hidden(cp)) {
       const auto u = static_cast<unsigned>(cp < 0 ? 0xfffd : cp);
       out += "\\u";
       for (int shift = 12; shift >= 0; shift -= 4) out += hex[(u >> shift) & 15];
