@@ -172,6 +172,44 @@ TEST_F(Lsp, RenameRenamesAcrossFilesAndTheServerSeesTheNewText) {
   EXPECT_NE(read_file(host.cwd + "/main.cpp").find("plus(1, 2)"), std::string::npos);
 }
 
+// clangd starts its background index once it has read the compile database, which can be after
+// the opened file's diagnostics (CI's red once: a rename that changed main.cpp alone). A clangd
+// whose index announces itself 2 s late, and a calc.cpp slow to index: the first rename still
+// waits for the index and renames in every file.
+TEST_F(Lsp, TheFirstCallWaitsForAnIndexThatBeginsAfterTheDiagnostics) {
+  write_file(host.cwd + "/bin/clangd",
+             "#!/usr/bin/python3\n"
+             "import subprocess, sys, threading\n"
+             "real = subprocess.Popen(['/usr/bin/clangd'] + sys.argv[1:], stdout=subprocess.PIPE)\n"
+             "lock = threading.Lock()\n"
+             "def put(frame):\n"
+             "    with lock:\n"
+             "        sys.stdout.buffer.write(frame)\n"
+             "        sys.stdout.buffer.flush()\n"
+             "while True:\n"
+             "    header = b''\n"
+             "    while not header.endswith(b'\\r\\n\\r\\n'):\n"
+             "        c = real.stdout.read(1)\n"
+             "        if not c:\n"
+             "            sys.exit(0)\n"
+             "        header += c\n"
+             "    body = real.stdout.read(int(header.split(b':')[1].split(b'\\r')[0]))\n"
+             "    if b'window/workDoneProgress/create' in body:\n"
+             "        threading.Timer(2, put, [header + body]).start()\n"
+             "    else:\n"
+             "        put(header + body)\n",
+             0755);
+  write_file(host.cwd + "/calc.cpp",
+             "#include <algorithm>\n#include <functional>\n#include <iostream>\n#include <map>\n#include <regex>\n"
+             "#include \"calc.h\"\n\nint add(int a, int b) { return a + b; }\n");
+  ASSERT_TRUE(host.ctl("env PATH=" + host.cwd + "/bin:/usr/bin:/bin\n"));
+  const auto r = host.call("lsp_rename", R"({"path":"main.cpp","line":5,"symbol":"add","new_name":"plus"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_NE(r.out.find("renamed `add` to `plus`: 4 edits in 3 files\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("still indexing"), std::string::npos) << r.out;
+  EXPECT_NE(read_file(host.cwd + "/calc.cpp").find("int plus(int a, int b)"), std::string::npos);
+}
+
 TEST_F(Lsp, ManyReferencesAreCappedAndCounted) {
   std::string text = "#include \"calc.h\"\n";
   for (int i = 0; i < 200; i++) text += "int f" + std::to_string(i) + "() { return add(" + std::to_string(i) + ", 1); }\n";

@@ -93,10 +93,13 @@ class Bridge {
     if (session_ && !session_->dead() && stamp == db_stamp_) return session_;
     session_.reset();
     std::vector<std::string> argv{config_.server.name};
+    bool indexes = false;
     for (const auto& a : config_.server.args) argv.push_back(a);
     const std::string state = config_.place.state();
     if (config_.server.builds) {  // clangd
-      db_from_ = prepare_compile_db(config_.root, state + "/cdb");
+      const CompileDb db = prepare_compile_db(config_.root, state + "/cdb");
+      db_from_ = db.from;
+      indexes = db.sources > 0;
       db_stamp_ = db_from_.empty() ? std::filesystem::file_time_type{} : std::filesystem::last_write_time(db_from_, ec);
       for (const char* a : {"--background-index", "--pch-storage=memory", "--log=error", "-j=2", "--header-insertion=never"})
         argv.emplace_back(a);
@@ -107,7 +110,7 @@ class Bridge {
       if (std::string_view(*e).rfind("XDG_CACHE_HOME=", 0) != 0) env.emplace_back(*e);
     env.push_back("XDG_CACHE_HOME=" + state + "/cache");  // the server's caches stay in $TMPDIR too
     try {
-      session_ = std::make_shared<Session>(config_.server, argv, env, config_.root, deadline);
+      session_ = std::make_shared<Session>(config_.server, argv, env, config_.root, indexes, deadline);
     } catch (const Failure& f) {
       std::string why = f.what();
       constexpr std::string_view log = "$TMPDIR/lsp/<key>/bridge.log";

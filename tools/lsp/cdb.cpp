@@ -49,7 +49,7 @@ void write(const std::string& dir, const json& db) {
 
 }  // namespace
 
-std::string prepare_compile_db(const std::string& root, const std::string& dir) {
+CompileDb prepare_compile_db(const std::string& root, const std::string& dir) {
   std::error_code ec;
   if (const std::string found = find_db(root); !found.empty() && fs::file_size(found, ec) <= max_db) {
     std::ifstream in(found);
@@ -62,7 +62,7 @@ std::string prepare_compile_db(const std::string& root, const std::string& dir) 
             fs::path(entry["directory"].get<std::string>()).is_relative())
           entry["directory"] = (base / entry["directory"].get<std::string>()).lexically_normal().string();
       write(dir, db);
-      return found;
+      return {found, db.size()};
     }
   }
   std::vector<std::string> flags;
@@ -92,7 +92,7 @@ std::string prepare_compile_db(const std::string& root, const std::string& dir) 
     db.push_back({{"directory", root}, {"file", it->path().string()}, {"arguments", args}});
   }
   write(dir, db);
-  return from;
+  return {from, db.size()};
 }
 
 }  // namespace lsp

@@ -47,8 +47,8 @@ void reap(pid_t pid, int ms) {
 }  // namespace
 
 Session::Session(const Server& server, std::vector<std::string> argv, std::vector<std::string> env, const std::string& root,
-                 clock::time_point deadline)
-    : server_(server) {
+                 bool indexes, clock::time_point deadline)
+    : server_(server), indexes_(indexes) {
   int in[2], out[2];
   if (::pipe2(in, O_CLOEXEC) != 0) throw Failure("cannot start " + argv[0] + ": no pipe");
   if (::pipe2(out, O_CLOEXEC) != 0) {
@@ -164,8 +164,12 @@ void Session::read_loop() {
       const json& p = m->value("params", json::object());
       if (method == "$/progress" && p.is_object() && p.contains("token") && p.contains("value") && p["value"].is_object()) {
         const std::string token = p["token"].dump(), kind = p["value"].value("kind", "");
-        if (kind == "begin") progress_.insert(token);
-        else if (kind == "end") progress_.erase(token);
+        if (kind == "begin") {
+          progress_.insert(token);
+          progressed_ = true;
+        } else if (kind == "end") {
+          progress_.erase(token);
+        }
       } else if (method == "textDocument/publishDiagnostics" && p.is_object() && p.contains("uri") && p["uri"].is_string()) {
         built_[p["uri"]] = p.contains("version") && p["version"].is_number_integer() ? p["version"].get<long>() : LONG_MAX;
       }
@@ -188,6 +192,7 @@ void Session::answer(const json& request) {
     if (p.is_object() && p.contains("token")) {
       std::lock_guard lock(mu_);
       progress_.insert(p["token"].dump());  // its begin follows; until then it counts as running
+      progressed_ = true;
     }
     reply["result"] = nullptr;
   } else if (method == "workspace/configuration") {
@@ -315,12 +320,15 @@ bool Session::wait_ready(const std::string& path, clock::time_point deadline) {
     return dead_ || !server_.builds || (b != built_.end() && b->second >= version);
   });
   // The background index is waited for once: a big project takes minutes, and later calls say
-  // that it is still running instead of waiting for it again.
+  // that it is still running instead of waiting for it again. clangd starts it only once it has
+  // read the compile database, which can be after the file's diagnostics: until its progress has
+  // begun, it has not run.
+  const auto idle = [&] { return progress_.empty() && (progressed_ || !indexes_); };
   if (!waited_index_) {
     waited_index_ = true;
-    cv_.wait_until(lock, deadline, [&] { return dead_ || progress_.empty(); });
+    cv_.wait_until(lock, deadline, [&] { return dead_ || idle(); });
   }
-  return progress_.empty();
+  return idle();
 }
 
 }  // namespace lsp

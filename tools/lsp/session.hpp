@@ -30,9 +30,10 @@ class Session {
  public:
   using clock = std::chrono::steady_clock;
 
-  /// Starts `argv` with `env` in `root` and initializes it (bounded by `deadline`).
+  /// Starts `argv` with `env` in `root` and initializes it (bounded by `deadline`). `indexes`: the
+  /// server will run a background index (clangd given a compile database with entries).
   Session(const Server& server, std::vector<std::string> argv, std::vector<std::string> env, const std::string& root,
-          clock::time_point deadline);
+          bool indexes, clock::time_point deadline);
   ~Session();
   Session(const Session&) = delete;
 
@@ -48,7 +49,8 @@ class Session {
   void sync_open();
   /// Waits until the server has built `path` (its diagnostics for the current version, where the
   /// server publishes them) and, the first time only, until no progress (background indexing) is
-  /// running, at most until `deadline`; false when progress is still running.
+  /// running and, for a server that indexes, its index has run; at most until `deadline`. False
+  /// when the index has not run or progress is still running.
   bool wait_ready(const std::string& path, clock::time_point deadline);
 
  private:
@@ -71,6 +73,8 @@ class Session {
   long next_id_ = 1;
   std::map<long, std::optional<json>> waiting_;  ///< id → the response once it came
   std::set<std::string> progress_;              ///< tokens of running work-done progress
+  const bool indexes_;                           ///< a background index will run
+  bool progressed_ = false;                      ///< some progress has begun
   std::map<std::string, long> built_;            ///< uri → version of its last diagnostics
   bool waited_index_ = false;
 
