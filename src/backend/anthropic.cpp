@@ -97,14 +97,14 @@ class AnthropicDecoder : public Decoder {
   }
 
   // message_start carries input and cache counts; message_delta the cumulative output.
-  // A count of the wrong type is ignored; none of the right type is no usage (the engine
+  // A count of the wrong type or out of range is ignored; none of the right type is no usage (the engine
   // estimates it, §8.14).
   void read_usage(const json& u) {
     for (auto [key, field] : {std::pair{"input_tokens", &usage.input},
                               std::pair{"output_tokens", &usage.output},
                               std::pair{"cache_read_input_tokens", &usage.cached_input},
                               std::pair{"cache_creation_input_tokens", &usage.cache_creation}})
-      if (auto n = int_field(u, key)) {
+      if (auto n = count_field(u, key)) {
         *field = *n;
         has_usage = true;
       }

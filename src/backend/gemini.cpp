@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 
 #include "backend/http_backend.hpp"
@@ -34,9 +35,9 @@ class GeminiDecoder : public Decoder {
       // Cumulative in every chunk. promptTokenCount includes the cached tokens; thoughts
       // are counted apart from the candidates. Counts of the wrong type are ignored; without a
       // prompt or candidates count there is no usage (the engine estimates it, §8.14).
-      if (int_field(*u, "promptTokenCount") || int_field(*u, "candidatesTokenCount")) has_usage = true;
-      const auto count = [&](const char* k) { return int_field(*u, k).value_or(0); };
-      usage.cached_input = count("cachedContentTokenCount");
+      if (count_field(*u, "promptTokenCount") || count_field(*u, "candidatesTokenCount")) has_usage = true;
+      const auto count = [&](const char* k) { return count_field(*u, k).value_or(0); };
+      usage.cached_input = std::min(count("cachedContentTokenCount"), count("promptTokenCount"));
       usage.input = count("promptTokenCount") - usage.cached_input;
       usage.output = count("candidatesTokenCount") + count("thoughtsTokenCount");
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 #include "backend/limits.hpp"
 
@@ -81,6 +82,16 @@ std::string str_field(const json& j, const char* key) {
 std::optional<std::int64_t> int_field(const json& j, const char* key) {
   const json* v = find(j, key);
   return v ? integer_of(*v) : std::nullopt;
+}
+
+std::optional<std::int64_t> count_field(const json& j, const char* key) {
+  const auto n = int_field(j, key);
+  return n && *n >= 0 && *n <= max_count ? n : std::nullopt;
+}
+
+std::optional<double> cost_field(const json& j, const char* key) {
+  const auto c = num_field(j, key);
+  return c && std::isfinite(*c) && *c >= 0 && *c <= max_cost ? c : std::nullopt;
 }
 
 std::optional<double> num_field(const json& j, const char* key) {

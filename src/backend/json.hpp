@@ -46,6 +46,13 @@ std::optional<std::int64_t> int_field(const json& j, const char* key);
 std::optional<double> num_field(const json& j, const char* key);
 const json* obj_field(const json& j, const char* key);
 const json* arr_field(const json& j, const char* key);
+/// A usage count: an integer from 0 to max_count; anything else (negative, larger, another
+/// type) reads as absent, so sums of them never overflow.
+std::optional<std::int64_t> count_field(const json& j, const char* key);
+constexpr std::int64_t max_count = std::int64_t{1} << 40;
+/// A cost a provider reports: a finite number from 0 to max_cost, else absent.
+std::optional<double> cost_field(const json& j, const char* key);
+constexpr double max_cost = 1e9;
 /// A token count that must fit an int and be positive (context lengths).
 std::optional<int> length_field(const json& j, const char* key);
 /// `v` when it is an integer in 1..INT_MAX.

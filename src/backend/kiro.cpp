@@ -87,7 +87,7 @@ class KiroDecoder : public Decoder {
         pending_.erase(id);
       }
     } else if (ev == "contextUsageEvent") {
-      if (auto pct = num_field(j, "contextUsagePercentage")) context_pct_ = std::clamp(*pct, 0.0, 100.0);
+      if (auto pct = num_field(j, "contextUsagePercentage"); pct && *pct >= 0) context_pct_ = std::min(*pct, 100.0);
     }
     malformed(f);
   }

@@ -50,7 +50,7 @@ class OllamaDecoder : public Decoder {
     if (f.boolean(j, "done").value_or(false)) {
       done = true;
       stop_raw = f.str(j, "done_reason");
-      const auto in = int_field(j, "prompt_eval_count"), out = int_field(j, "eval_count");
+      const auto in = count_field(j, "prompt_eval_count"), out = count_field(j, "eval_count");
       if (in || out) {
         has_usage = true;
         usage.input = in.value_or(0);

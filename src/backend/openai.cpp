@@ -1,5 +1,6 @@
 #include "backend/openai.hpp"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -100,15 +101,16 @@ class OpenAiDecoder : public Decoder {
   // Usage counts of the wrong type are ignored: without a count of either side there is no usage,
   // and the engine estimates it (§8.14) rather than count the request as free.
   void read_usage(const json& u) {
-    const auto in = int_field(u, "prompt_tokens"), out = int_field(u, "completion_tokens");
+    const auto in = count_field(u, "prompt_tokens"), out = count_field(u, "completion_tokens");
     if (!in && !out) return;
     has_usage = true;
     const json* details = obj_field(u, "prompt_tokens_details");
-    const auto cached = details ? int_field(*details, "cached_tokens").value_or(0) : 0;
+    // prompt_tokens includes the cached ones: never fewer than those.
+    const auto cached = std::min(details ? count_field(*details, "cached_tokens").value_or(0) : 0, in.value_or(0));
     usage.cached_input = cached;
     usage.input = in.value_or(0) - cached;
     usage.output = out.value_or(0);
-    if (auto c = num_field(u, "cost")) usage.cost = *c;
+    if (auto c = cost_field(u, "cost")) usage.cost = *c;
   }
 
   // Already a failure: whatever of its details has the wrong type is left out.

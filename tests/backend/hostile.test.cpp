@@ -89,6 +89,23 @@ TEST_P(BackendHostile, WrongTypedUsageCountsAreIgnored) {
   EXPECT_GT(got.end->usage.output, 0);
 }
 
+// Counts of the right type but out of range (negative, or 5e18: two of them overflowed olliesrv's
+// int64 totals, a UBSan abort) are no counts either, and a negative cost is no cost.
+TEST_P(BackendHostile, OutOfRangeUsageCountsAreIgnored) {
+  auto got = run({{"fault", "usage_out_of_range"}, {"text", "counted anyway"}});
+  ASSERT_TRUE(got.end && got.end->kind == StreamEvent::Kind::done) << (got.end ? got.error().message : "no end");
+  EXPECT_EQ(got.text, "counted anyway");
+  EXPECT_FALSE(got.end->usage.cost.has_value());
+  EXPECT_TRUE(got.end->usage.estimated);
+  EXPECT_GT(got.end->usage.input, 0);
+  EXPECT_LE(got.end->usage.input, 128000);
+  EXPECT_GT(got.end->usage.output, 0);
+  EXPECT_LE(got.end->usage.output, 1000);
+  EXPECT_GE(got.end->usage.cached_input, 0);
+  EXPECT_LE(got.end->usage.cached_input, 128000);
+  EXPECT_GE(got.end->usage.cache_creation, 0);
+}
+
 TEST_P(BackendHostile, EndlessEventDataIsCutAtTheLimit) {
   auto got = run({{"fault", "endless_data"}, {"text", "x"}});
   ASSERT_TRUE(got.is_error()) << "an event that never ends must fail its stream";

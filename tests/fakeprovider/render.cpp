@@ -423,6 +423,21 @@ json wrong_usage(Dialect d) {
   return {};
 }
 
+// Usage counts of the right type but out of range: negative, or past any real count (two of
+// 5e18 overflow an int64 sum), and a negative cost.
+json out_of_range_usage(Dialect d) {
+  constexpr std::int64_t huge = 5'000'000'000'000'000'000;
+  switch (d) {
+    case Dialect::openai:
+      return {{"prompt_tokens", -1000000}, {"completion_tokens", huge}, {"prompt_tokens_details", {{"cached_tokens", huge}}}, {"cost", -3.0}};
+    case Dialect::anthropic: return {{"input_tokens", huge}, {"output_tokens", -5}, {"cache_read_input_tokens", -1}};
+    case Dialect::gemini: return {{"promptTokenCount", -1}, {"candidatesTokenCount", huge}, {"thoughtsTokenCount", huge}};
+    case Dialect::ollama: return {{"prompt_eval_count", huge}, {"eval_count", -5}};
+    case Dialect::kiro: return json::array({{{"contextUsagePercentage", -50}}});
+  }
+  return {};
+}
+
 std::uint32_t crc32_bitwise(const std::string& b) {
   std::uint32_t crc = 0xFFFFFFFFu;
   for (unsigned char c : b) {
@@ -471,10 +486,12 @@ json malformed_route_body(const std::string& route) {
 Reply render(Dialect d, const json& resp, const RequestInfo& req) {
   const std::string fault = resp.value("fault", "");
   const bool streamed_fault = fault == "drop" || fault == "truncate" || fault == "hang" || fault == "stream_error" ||
-                              fault == "malformed" || fault == "malformed_usage" || fault == "endless_data";
+                              fault == "malformed" || fault == "malformed_usage" || fault == "usage_out_of_range" ||
+                              fault == "endless_data";
   if (!fault.empty() && !streamed_fault) return fault_reply(d, fault, resp, req);
   auto s = read_script(resp);
   if (fault == "malformed_usage") s.raw_usage = wrong_usage(d);
+  if (fault == "usage_out_of_range") s.raw_usage = out_of_range_usage(d);
   Reply r;
   r.streamed = true;
   r.delay_ms = resp.value("delay_ms", 0);
