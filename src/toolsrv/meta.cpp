@@ -160,6 +160,17 @@ Result<void> check_fields(const json& obj, std::string_view where) {
   return {};
 }
 
+/// nlohmann's parse error without its prefix and without the text it last read: the file may be
+/// a symlink the model planted to any file toolsrv can read, and the error reaches the model.
+std::string parse_error_text(std::string_view what) {
+  if (const auto colon = what.find("] "); what.rfind("[json.exception.", 0) == 0 && colon != std::string_view::npos)
+    what.remove_prefix(colon + 2);
+  const auto read = what.find("; last read: '");
+  if (read == std::string_view::npos) return std::string(what);
+  const auto expected = what.rfind("; expected ");
+  return std::string(what.substr(0, read)) + std::string(expected > read && expected != std::string_view::npos ? what.substr(expected) : "");
+}
+
 }  // namespace
 
 std::string_view scope_name(Scope s) {
@@ -196,7 +207,7 @@ Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string
       return !too_deep;
     });
   } catch (const json::parse_error& e) {
-    return p9::error(std::string("invalid JSON: ") + e.what());
+    return p9::error("invalid JSON: " + parse_error_text(e.what()));
   }
   if (too_deep) return p9::error("nested deeper than " + std::to_string(max_meta_depth) + " levels");
   if (!doc.is_object()) return p9::error("a .meta must be a JSON object");

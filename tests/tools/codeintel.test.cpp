@@ -87,6 +87,7 @@ TEST_F(Codeintel, BadArgumentsAndFilesWithoutSymbols) {
       {R"({"path":7})", "invalid path: must be a string\n"},
       {R"({"path":"src"})", "missing argument: query (src is a directory: give a symbol name to search it, or a file for its outline)\n"},
       {R"({"path":"src","query":""})", "invalid query: empty; give a symbol name or part of one\n"},
+      {R"({"path":"src","query":"  "})", "invalid query: empty; give a symbol name or part of one\n"},
       {R"({"path":"nope.c"})", "cannot read nope.c: No such file or directory\n"},
       {R"({"path":")" + host.home + R"(/secret.c"})", "cannot read " + host.home + "/secret.c: Permission denied\n"},
       {R"({"path":")" + host.home + R"(","query":"s"})", "cannot read " + host.home + ": Permission denied\n"},
@@ -99,6 +100,16 @@ TEST_F(Codeintel, BadArgumentsAndFilesWithoutSymbols) {
   auto r = host.call("codeintel", R"({"path":"blob.bin"})");
   ASSERT_TRUE(r.ok()) << r.out;
   EXPECT_EQ(r.out, "no symbols in blob.bin (ctags knows no definitions there, or not its language)\n");
+}
+
+// A symbolic link in the tree is not followed (a link to /usr had ctags index the system until its
+// time ran out, and say "no definitions").
+TEST_F(Codeintel, ASymbolicLinkInTheTreeIsNotFollowed) {
+  write_file(host.cwd + "/elsewhere/x.c", "int add(int a) { return a; }\n");
+  std::filesystem::create_directory_symlink("../elsewhere", host.cwd + "/src/out");
+  const auto r = host.call("codeintel", R"({"path":"src","query":"add","kind":"function"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "1 definitions matching `add` of kind function:\nsrc/shapes.cpp:3: function geo::add(int a,int b)\n");
 }
 
 TEST_F(Codeintel, MissingCtagsIsSaidPlainly) {

@@ -81,3 +81,29 @@ TEST_F(FileGlob, ErrorsAreClear) {
   EXPECT_EQ(r.exit(), 1);
   EXPECT_EQ(r.out, "permission denied: " + host.home + " (outside the sandbox's paths)\n");
 }
+
+// Several `**` over a deep tree: each component is matched against the reachable pattern
+// positions, not by backtracking (8 groups over 60 levels took longer than the 30 s timeout).
+TEST_F(FileGlob, ManyDoubleStarsOverADeepTreeAnswer) {
+  std::string deep = "d";
+  for (int i = 0; i < 59; i++) deep += "/d";
+  write_file(at(deep + "/f"), "x\n");
+  write_file(at(deep + "/q"), "x\n");
+  auto r = glob(R"({"pattern":"**/d/**/d/**/d/**/d/**/d/**/d/**/d/**/d/**/q"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, deep + "/q\n");
+  r = glob(R"({"pattern":"**/d/**/d/**/d/**/d/**/d/**/d/**/d/**/d/**/nothing"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "no files match **/d/**/d/**/d/**/d/**/d/**/d/**/d/**/d/**/nothing in .\n");
+  EXPECT_EQ(glob(R"({"pattern":"d/*/d/f"})").out, "no files match d/*/d/f in d\n");
+  EXPECT_EQ(glob(R"({"pattern":"d/*/d/**/f"})").out, deep + "/f\n");
+}
+
+// Brace groups whose alternatives pass the cap are refused, not cut short silently.
+TEST_F(FileGlob, TooManyBraceAlternativesAreRefused) {
+  files({"aaaaaaaa", "bbbbbbbb"});
+  EXPECT_EQ(glob(R"({"pattern":"{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}"})").out, "bbbbbbbb\naaaaaaaa\n");  // 256: the cap
+  const auto r = glob(R"({"pattern":"{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}"})");
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_EQ(r.out, "invalid pattern: its {…} groups make more than 256 alternatives; use fewer or a wider pattern\n");
+}

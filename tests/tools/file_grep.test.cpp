@@ -73,6 +73,31 @@ TEST_F(FileGrep, FilesCountGlobAndCase) {
   EXPECT_EQ(grep(R"({"pattern":"foo","glob":"src/deep/**/*.c"})").out, "src/deep/c.c:1:void foo_bar(int x) { return; }\n");
 }
 
+// `src/*.c` is the files directly in src, `src/**/*.c` src and below.
+TEST_F(FileGrep, AGlobWithADirectorySearchesItAloneUnlessItSaysStarStar) {
+  const char* shallow = R"({"pattern":"foo","glob":"src/*.c"})";
+  EXPECT_EQ(grep(shallow).out, "src/a.c:1:int foo(void);\nsrc/a.c:5:foo();\n");
+  EXPECT_EQ(direct(shallow), grep(shallow).out);
+  EXPECT_EQ(grep(R"({"pattern":"foo","glob":"src/**/*.c"})").out,
+            "src/a.c:1:int foo(void);\nsrc/a.c:5:foo();\nsrc/deep/c.c:1:void foo_bar(int x) { return; }\n");
+}
+
+// A newline in a file name: the match is listed under its own name, quoted, never under the name
+// of the file its last line spells (rg's records were split at the newline before the NUL).
+TEST_F(FileGrep, AFileNameWithANewlineIsListedQuoted) {
+  write_file(at("n/a\nb.txt"), "hello newline name\n");
+  write_file(at("n/b.txt"), "nothing\n");
+  const char* q = R"({"pattern":"hello","path":"n"})";
+  const auto r = grep(q);
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "\"n/a\\nb.txt\":1:hello newline name\n");
+  EXPECT_EQ(direct(q), r.out);
+  if (have_rg()) {
+    EXPECT_EQ(direct(q, true), r.out);
+  }
+  EXPECT_EQ(grep(R"({"pattern":"hello","path":"n","output":"files"})").out, "\"n/a\\nb.txt\"\n");
+}
+
 TEST_F(FileGrep, TheRipgrepVariantIsChosenWhenRgIsInstalled) {
   if (!have_rg()) GTEST_SKIP() << "rg is not installed";
   EXPECT_NE(host.catalog().find("Syntax: Rust regex (ripgrep)"), std::string::npos);

@@ -94,6 +94,13 @@ TEST_F(FileRead, EmptyFileSaysSo) {
   EXPECT_EQ(r.out, "(empty.txt is an empty file)\n");
 }
 
+// /proc files say size 0 and have text: emptiness is what a read gives.
+TEST_F(FileRead, ProcFilesShowTheirText) {
+  auto r = read(R"({"path":"/proc/self/status"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out.rfind("     1\tName:\t", 0), 0u) << r.out.substr(0, 200);
+}
+
 TEST_F(FileRead, HugeFileGivesBoundedOutputQuickly) {
   std::string line(99, 'y');
   line += '\n';

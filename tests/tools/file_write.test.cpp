@@ -88,6 +88,10 @@ TEST_F(FileWrite, BadArgumentsAreClearErrors) {
       {R"({"path":"a.txt"})", "missing argument: content\n"},
       {R"({"path":"a.txt","content":7})", "invalid content: must be a string\n"},
       {R"({"path":["a"],"content":"x"})", "invalid path: must be a string\n"},
+      // Cut at the NUL, the name would be another file's: `nul`.
+      {R"({"path":"nul\u0000byte","content":"x"})", "invalid path: contains a NUL byte\n"},
+      // The file before the slash is not the one meant.
+      {R"({"path":"sub/","content":"x"})", "invalid path: sub/ names a directory (it ends with /); give the file's path\n"},
   };
   for (const auto& [args, want] : cases) {
     auto r = write(args);
@@ -95,4 +99,17 @@ TEST_F(FileWrite, BadArgumentsAreClearErrors) {
     EXPECT_EQ(r.out, want) << args;
   }
   EXPECT_FALSE(std::filesystem::exists(at("a.txt")));
+  EXPECT_FALSE(std::filesystem::exists(at("nul")));
+  EXPECT_FALSE(std::filesystem::exists(at("sub")));
+}
+
+// A name near NAME_MAX: its temporary beside it must fit too.
+TEST_F(FileWrite, ANameOf250BytesIsWrittenAndReplaced) {
+  const std::string name(250, 'z');
+  auto r = write(R"({"path":")" + name + R"(","content":"one\n"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  r = write(R"({"path":")" + name + R"(","content":"two\n"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(read_file(at(name)), "two\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(host.cwd), {}), 1) << "a temporary left behind";
 }

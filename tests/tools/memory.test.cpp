@@ -158,6 +158,25 @@ TEST(Memory, TextSizeAndHitLimits) {
   EXPECT_EQ(std::count(ten.out.begin(), ten.out.end(), '#'), 10) << ten.out;
 }
 
+// The first calls of a project, remembers (scope global: one at a time) and recalls (scope read:
+// beside them), while the store is being made: each waits for the one creating the schema (a
+// read of the version still open made BEGIN IMMEDIATE fail at once: `database is locked`).
+TEST(Memory, ConcurrentFirstCallsOfNewStoresAllLand) {
+  Memory m;
+  for (int project = 0; project < 4; project++) {
+    m.cwd(m.host.cwd + "/p" + std::to_string(project));
+    std::vector<std::thread> threads;
+    std::vector<Reply> replies(12);
+    for (int i = 0; i < 12; i++)
+      threads.emplace_back([&, i] {
+        replies[i] = i % 3 == 0 ? m.remember(R"({"text":"first note )" + std::to_string(i) + "\"}")
+                                : m.recall(R"({"query":"first"})");
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& r : replies) EXPECT_TRUE(r.ok()) << "project " << project << ": " << r.out << r.err;
+  }
+}
+
 TEST(Memory, ConcurrentRemembersAllLand) {
   Memory m;
   std::vector<std::thread> threads;

@@ -102,7 +102,7 @@ int main() {
     const std::string path = tool::absolute(given);
     const auto query = args.opt_string("query");
     const auto kind = args.opt_string("kind");
-    if (query && query->empty()) throw tool::Error("invalid query: empty; give a symbol name or part of one");
+    if (query && query->find_first_not_of(" \t\n") == std::string::npos) throw tool::Error("invalid query: empty; give a symbol name or part of one");
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw tool::Error("cannot read " + given + ": " + std::strerror(errno));
     const bool dir = S_ISDIR(st.st_mode);
@@ -117,10 +117,13 @@ int main() {
       return (!kind || lower(t.kind) == lkind) && (!query || rank(t.name, *query, lquery) >= 0);
     };
     codeintel::Scan s = codeintel::scan(path, dir, keep);
+    // A scan cut short says so, whatever it found: "no definitions" alone would be taken as final.
+    const std::string incomplete = s.cut ? "\n(incomplete: " + s.why + ")" : "";
     std::string out;
     Output o;
     if (!query && !kind) {
-      if (s.tags.empty()) return "no symbols in " + given + " (ctags knows no definitions there, or not its language)";
+      if (s.tags.empty())
+        return "no symbols in " + given + " (ctags knows no definitions there, or not its language)" + incomplete;
       out = shown(path) + ": " + std::to_string(s.tags.size()) + " symbols\n";
       o.lines = outline(s.tags);
     } else {
@@ -129,7 +132,8 @@ int main() {
         return ra != rb ? ra < rb : a.path != b.path ? a.path < b.path : a.line < b.line;
       });
       if (s.tags.empty())
-        return "no definitions" + (query ? " matching `" + *query + "`" : "") + (kind ? " of kind " + *kind : "") + " in " + given;
+        return "no definitions" + (query ? " matching `" + *query + "`" : "") + (kind ? " of kind " + *kind : "") + " in " +
+               given + incomplete;
       out = std::to_string(s.tags.size()) + " definitions" + (query ? " matching `" + *query + "`" : "") +
             (kind ? " of kind " + *kind : "") + ":\n";
       for (const auto& t : s.tags) {

@@ -58,7 +58,9 @@ Scan scan_with(const std::string& path, bool recursive, bool (*keep)(const Tag&,
   std::vector<std::string> args{ctags, "--output-format=json", "--fields=+nKSe", "--fields=-P", "--sort=no",
                                 "--kinds-C=+p", "--kinds-C++=+p", "-o", "-"};
   if (recursive) {
-    for (const char* x : {"-R", "--exclude=.git", "--exclude=node_modules", "--exclude=.cache"}) args.emplace_back(x);
+    // Symbolic links are not followed (as file_grep and file_glob): a link to /usr would have
+    // the scan index the system for its whole time budget.
+    for (const char* x : {"-R", "--links=no", "--exclude=.git", "--exclude=node_modules", "--exclude=.cache"}) args.emplace_back(x);
   }
   args.push_back(path);  // absolute: never read as an option (ctags has no `--`)
   std::vector<char*> argv;

@@ -66,7 +66,7 @@ std::string not_found(const std::string& name, std::string_view text, std::strin
 }
 
 std::string call(const tool::Args& args) {
-  const std::string abs = tool::absolute(args.string("path"));
+  const std::string abs = file_to_write(args.string("path"));
   std::string old_s = args.string("old_string"), new_s = args.string("new_string");
   const bool all = args.flag("replace_all", false);
   if (old_s == new_s) throw tool::Error("old_string and new_string are the same: there is nothing to change");

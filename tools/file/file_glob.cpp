@@ -54,7 +54,7 @@ std::string call(const tool::Args& args) {
          if (!g.match(e.rel)) return;
          struct stat s {};
          if (::lstat(e.abs.c_str(), &s) != 0) return;
-         hits.push_back({shown(e.abs), s.st_mtim});
+         hits.push_back({listed(shown(e.abs)), s.st_mtim});
        });
   if (hits.empty()) return "no files match " + pattern + " in " + shown(root);
   std::sort(hits.begin(), hits.end(), [](const Hit& a, const Hit& b) {

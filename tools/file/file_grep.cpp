@@ -31,7 +31,8 @@ Query parse(const tool::Args& args) {
   else if (mode == "files") q.mode = Mode::files;
   else if (mode == "count") q.mode = Mode::count;
   else throw tool::Error("invalid output: " + mode + "; must be content, files or count");
-  // `src/**/*.cpp`: the directories join the path, the last component filters file names.
+  // `src/**/*.cpp`: the directories join the path, the last component filters file names;
+  // `src/*.cpp` the same for the files directly in src.
   q.glob = args.opt_string("glob").value_or("");
   if (q.glob.find('/') != std::string::npos) {
     const auto parts = components(q.glob);
@@ -41,6 +42,7 @@ Query parse(const tool::Args& args) {
     if (parts.empty() || (i + 1 < parts.size() && !(i + 2 == parts.size() && parts[i] == "**")))
       throw tool::Error("invalid glob: " + q.glob + "; a glob matches file names (e.g. *.cpp); put directories in path");
     q.root = tool::absolute(q.root + dirs);
+    q.shallow = i + 1 == parts.size();
     q.glob = std::string(parts.back());
   }
   if (q.glob == "*") q.glob.clear();

@@ -100,7 +100,6 @@ std::string call(const tool::Args& args) {
   if (::fstat(fd, &st) != 0) fail(errno, abs);
   if (S_ISDIR(st.st_mode)) throw tool::Error("is a directory: " + shown(abs) + "; use file_glob to list its files");
   if (!S_ISREG(st.st_mode)) throw tool::Error("not a regular file: " + shown(abs));
-  if (st.st_size == 0) return "(" + shown(abs) + " is an empty file)";
 
   std::string buf(chunk, '\0');
   auto fill = [&]() -> std::size_t {
@@ -110,7 +109,9 @@ std::string call(const tool::Args& args) {
       if (errno != EINTR) fail(errno, abs, "cannot read");
     }
   };
+  // Read, not stat'ed: /proc and /sys files say size 0 and have text.
   std::size_t got = fill();
+  if (got == 0) return "(" + shown(abs) + " is an empty file)";
   const std::string_view head(buf.data(), std::min<std::size_t>(got, 64 * 1024));
   if (auto kind = media_kind(head))
     throw tool::Error(shown(abs) + ": " + *kind + " (" + human_size(st.st_size) + "); file_read shows text files only");

@@ -9,7 +9,7 @@ using namespace filetool;
 namespace {
 
 std::string call(const tool::Args& args) {
-  const std::string abs = tool::absolute(args.string("path"));
+  const std::string abs = file_to_write(args.string("path"));
   const std::string content = args.string("content");
   const Target t = resolve_target(abs);
   if (!t.st) make_parents(t.abs);

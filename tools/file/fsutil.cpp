@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,35 @@
 #include "tool.hpp"
 
 namespace filetool {
+
+std::string listed(const std::string& path) {
+  const auto control = [](unsigned char c) { return c < 0x20 || c == 0x7f; };
+  if (std::none_of(path.begin(), path.end(), control)) return path;
+  std::string out = "\"";
+  for (const unsigned char c : path) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (control(c)) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + '"';
+}
+
+std::string file_to_write(const std::string& given) {
+  if (given.size() > 1 && given.back() == '/')
+    throw tool::Error("invalid path: " + given + " names a directory (it ends with /); give the file's path");
+  return tool::absolute(given);
+}
 
 std::string shown(const std::string& abs) {
   static const std::string cwd = tool::absolute(".");
@@ -97,7 +127,9 @@ std::size_t count_lines(std::string_view text) {
 void replace_file(const std::string& abs, std::string_view content, mode_t mode) {
   const auto slash = abs.rfind('/');
   const std::string dir = slash == 0 ? "/" : abs.substr(0, slash);
-  std::string tmp = dir + (dir == "/" ? "" : "/") + "." + abs.substr(slash + 1) + ".ollie-XXXXXX";
+  // The name is kept in the temporary's while it fits NAME_MAX (255) with the suffix, so an
+  // interrupted write shows whose it was; a longer one is cut.
+  std::string tmp = dir + (dir == "/" ? "" : "/") + "." + abs.substr(slash + 1, 200) + ".ollie-XXXXXX";
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) fail(errno, abs, "cannot create a temporary file beside");
   auto abandon = [&](int err, std::string_view what) {

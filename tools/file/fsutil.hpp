@@ -14,6 +14,15 @@ namespace filetool {
 /// else absolute.
 std::string shown(const std::string& abs);
 
+/// A path as a line of a listing shows it: as it is, or, when it holds a control character (a
+/// file name may hold a newline, which would make it read as two entries), in double quotes
+/// with C escapes (`"a\nb.txt"`).
+std::string listed(const std::string& path);
+
+/// The absolute path of the file `given` names, for the tools that write one: a name ending in
+/// `/` names a directory, never the file before it (tool::Error).
+std::string file_to_write(const std::string& given);
+
 /// A tool::Error for a failed system call on `abs`: `file not found: x`, `permission denied: x
 /// (outside the sandbox's paths)`, `not a directory: …`, else `<what> x: <strerror>`.
 [[noreturn]] void fail(int err, const std::string& abs, std::string_view what = "cannot open");

@@ -2,6 +2,10 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+
+#include "tool.hpp"
+
 namespace filetool {
 
 namespace {
@@ -10,7 +14,6 @@ constexpr std::size_t max_alternatives = 256;
 
 // `{a,b}` expanded, leftmost group first; an unbalanced brace is literal.
 void expand(const std::string& p, std::vector<std::string>& out) {
-  if (out.size() >= max_alternatives) return;
   std::size_t open = std::string::npos;
   int depth = 0;
   std::vector<std::size_t> commas;
@@ -33,24 +36,45 @@ void expand(const std::string& p, std::vector<std::string>& out) {
       return;
     }
   }
+  if (out.size() == max_alternatives)
+    throw tool::Error("invalid pattern: its {…} groups make more than " + std::to_string(max_alternatives) +
+                      " alternatives; use fewer or a wider pattern");
   out.push_back(p);
 }
 
-bool match_from(const std::vector<std::string>& pat, std::size_t pi, const std::vector<std::string_view>& path,
-                std::size_t si, bool prefix) {
-  while (pi < pat.size()) {
-    if (pat[pi] == "**") {
-      if (prefix) return true;
-      for (std::size_t k = si; k <= path.size(); k++)
-        if (match_from(pat, pi + 1, path, k, prefix)) return true;
-      return false;
+/// Whether `path` matches `pat` (prefix: whether some path below it could). The pattern positions
+/// reachable after each component are kept as a set, so `**/d/**/d/**/q` over a deep path costs
+/// components × pattern components, never a backtracking search.
+bool matches(const std::vector<std::string>& pat, const std::vector<std::string_view>& path, bool prefix) {
+  std::vector<char> at(pat.size() + 1, 0), next(pat.size() + 1);
+  // `**` also matches no component: the position after it is reachable too.
+  const auto close = [&](std::vector<char>& s) {
+    for (std::size_t pi = 0; pi < pat.size(); pi++)
+      if (s[pi] && pat[pi] == "**") s[pi + 1] = 1;
+  };
+  at[0] = 1;
+  close(at);
+  for (const auto component : path) {
+    bool any = false;
+    std::fill(next.begin(), next.end(), 0);
+    const std::string seg(component);
+    for (std::size_t pi = 0; pi < pat.size(); pi++) {
+      if (!at[pi]) continue;
+      if (pat[pi] == "**") {
+        if (prefix) return true;  // anything below can match
+        next[pi] = any = 1;
+      } else if (::fnmatch(pat[pi].c_str(), seg.c_str(), 0) == 0) {
+        next[pi + 1] = any = 1;
+      }
     }
-    if (si == path.size()) return prefix;
-    const std::string seg(path[si]);
-    if (::fnmatch(pat[pi].c_str(), seg.c_str(), 0) != 0) return false;
-    pi++, si++;
+    if (!any) return false;
+    close(next);
+    at.swap(next);
   }
-  return !prefix && si == path.size();
+  if (!prefix) return at[pat.size()] != 0;
+  for (std::size_t pi = 0; pi < pat.size(); pi++)
+    if (at[pi]) return true;
+  return false;
 }
 
 }  // namespace
@@ -83,14 +107,14 @@ Glob::Glob(std::string_view pattern, bool braces) {
 bool Glob::match(std::string_view rel) const {
   const auto path = components(rel);
   for (const auto& a : alternatives_)
-    if (match_from(a, 0, path, 0, false)) return true;
+    if (matches(a, path, false)) return true;
   return false;
 }
 
 bool Glob::may_match_under(std::string_view rel) const {
   const auto path = components(rel);
   for (const auto& a : alternatives_)
-    if (match_from(a, 0, path, 0, true)) return true;
+    if (matches(a, path, true)) return true;
   return false;
 }
 

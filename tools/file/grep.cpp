@@ -38,8 +38,9 @@ std::string Collector::format(const Query& q) const {
   std::size_t printed = 0, files_printed = 0, total = dropped_matches_, total_files = dropped_files_ + files_.size();
   for (const auto& [path, hits] : files_) total += hits.matches;
   bool full = false;
-  for (const auto& [path, hits] : files_) {
+  for (const auto& [name, hits] : files_) {
     if (full) break;
+    const std::string path = listed(name);
     if (mode_ == Mode::files || mode_ == Mode::count) {
       const std::string line = mode_ == Mode::files ? path + "\n" : path + ":" + std::to_string(hits.matches) + "\n";
       if (files_printed >= max_files || out.size() + line.size() > max_bytes) {

@@ -17,6 +17,7 @@ struct Query {
   std::string root;       // absolute: a directory, or the one file to search
   bool root_is_file = false;
   std::string glob;       // file-name glob, "" = every file
+  bool shallow = false;   // only the files directly in root (a glob `src/*.ts`)
   int context = 0;
   bool ignore_case = false;
   Mode mode = Mode::content;

@@ -71,6 +71,19 @@ struct Parser {
   }
 };
 
+/// Where the record that starts at `from` ends (its separator), npos when it is not whole yet.
+/// A line record is `path NUL rest LF`: the path may hold a LF (a file name can), the rest
+/// cannot, so its end is the first LF after the NUL; a record without a NUL is rg's `--` line
+/// between context groups.
+std::size_t record_end(const std::string& s, std::size_t from, char sep) {
+  if (sep == '\0') return s.find('\0', from);
+  const auto lf = s.find('\n', from);
+  if (lf == std::string::npos) return lf;
+  if (s.compare(from, lf - from, "--") == 0) return lf;
+  const auto nul = s.find('\0', from);
+  return nul == std::string::npos ? nul : s.find('\n', nul);
+}
+
 }  // namespace
 
 void grep_rg(const Query& q, Collector& out) {
@@ -83,6 +96,7 @@ void grep_rg(const Query& q, Collector& out) {
   if (q.mode == Mode::count) args.push_back("--count");
   if (q.mode == Mode::content && q.context > 0) args.insert(args.end(), {"--context", std::to_string(q.context)});
   if (!q.glob.empty()) args.insert(args.end(), {"--type-add", "sel:" + q.glob, "--type", "sel"});
+  if (q.shallow) args.insert(args.end(), {"--max-depth", "1"});
   args.insert(args.end(), {"--regexp", q.pattern, "--", where});
 
   int o[2], e[2];
@@ -133,7 +147,7 @@ void grep_rg(const Query& q, Collector& out) {
       }
       pending.append(buf.data(), static_cast<std::size_t>(r));
       std::size_t from = 0;
-      for (std::size_t at; (at = pending.find(sep, from)) != std::string::npos; from = at + 1)
+      for (std::size_t at; (at = record_end(pending, from, sep)) != std::string::npos; from = at + 1)
         parser.record(std::string_view(pending).substr(from, at - from));
       pending.erase(0, from);
     }

@@ -147,7 +147,7 @@ void grep_walk(const Query& q, Collector& out) {
     return;
   }
   const Glob names(q.glob.empty() ? "*" : q.glob);
-  walk(q.root, [](std::string_view) { return true; },
+  walk(q.root, [&](std::string_view) { return !q.shallow; },
        [&](const Entry& e) {
          if (e.type != DT_REG) return;
          const auto slash = e.rel.rfind('/');

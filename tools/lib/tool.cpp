@@ -77,6 +77,8 @@ int run(const std::function<std::string(const Args&)>& body) {
 
 std::string absolute(std::string_view path) {
   if (path.empty()) throw Error("invalid path: empty");
+  // The system would take the path up to the NUL: another file than the one named.
+  if (path.find('\0') != std::string_view::npos) throw Error("invalid path: contains a NUL byte");
   std::string joined;
   if (path.front() != '/') {
     std::vector<char> buf(4096);

@@ -132,8 +132,12 @@ std::optional<Db> Db::open(bool create) {
   // Concurrent calls (several agents of a session) wait for each other's writes.
   sqlite3_busy_timeout(h, 5000);
   db.exec("PRAGMA journal_mode = WAL");
-  Stmt version(h, "PRAGMA user_version");
-  if (version.step() && version.integer(0) < 1) {
+  // The version is read in a statement of its own, done before the write: a read transaction
+  // still open would make BEGIN IMMEDIATE fail at once (SQLITE_BUSY, no busy wait) while
+  // another call creates the schema.
+  long long version = 0;
+  if (Stmt v(h, "PRAGMA user_version"); v.step()) version = v.integer(0);
+  if (version < 1) {
     db.exec("BEGIN IMMEDIATE");
     db.exec(schema);
     Stmt(h, "INSERT OR IGNORE INTO meta(key, value) VALUES ('project', ?)").bind(1, db.project_).step();
