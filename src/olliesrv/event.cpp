@@ -4,15 +4,27 @@
 
 namespace ollie {
 
-p9::Result<Pattern> Pattern::parse(const std::string& text) {
+namespace {
+
+/// The pattern as an error names it: cut, so that the Rerror stays short (§1.8).
+p9::Error bad_pattern(std::string_view text) {
+  constexpr std::size_t shown = 64;
+  return p9::error("bad pattern: " + std::string(text.substr(0, shown)) + (text.size() > shown ? "…" : ""));
+}
+
+}  // namespace
+
+p9::Result<Pattern> Pattern::parse(std::string_view text) {
+  if (text.size() > MAX_BYTES) return bad_pattern(text);
   Pattern p;
   std::size_t i = 0;
   for (;;) {
     auto j = text.find('.', i);
-    std::string seg = text.substr(i, j == std::string::npos ? std::string::npos : j - i);
-    if (seg.empty() || (seg.find('*') != std::string::npos && seg != "*")) return p9::error("bad pattern: " + text);
-    p.segs_.push_back(std::move(seg));
-    if (j == std::string::npos) break;
+    std::string_view seg = text.substr(i, j == std::string_view::npos ? std::string_view::npos : j - i);
+    if (seg.empty() || (seg.find('*') != std::string_view::npos && seg != "*") || p.segs_.size() == MAX_SEGMENTS)
+      return bad_pattern(text);
+    p.segs_.emplace_back(seg);
+    if (j == std::string_view::npos) break;
     i = j + 1;
   }
   return p;
@@ -35,7 +47,8 @@ bool Pattern::matches(const std::string& topic) const {
 }
 
 void Bus::publish(const std::string& topic, const std::string& payload) {
-  std::string line = payload.empty() ? topic + "\n" : topic + " " + payload + "\n";
+  const auto e = std::make_shared<const Subscription::Event>(
+      Subscription::Event{topic, payload.empty() ? topic + "\n" : topic + " " + payload + "\n"});
   std::vector<std::shared_ptr<Subscription>> live;
   {
     std::lock_guard lk(mu_);
@@ -46,7 +59,7 @@ void Bus::publish(const std::string& topic, const std::string& payload) {
       return false;
     });
   }
-  for (auto& s : live) s->offer(topic, line);
+  for (auto& s : live) s->offer(e);
 }
 
 std::shared_ptr<Subscription> Bus::subscribe() {
@@ -61,11 +74,11 @@ bool Subscription::wanted(const std::string& topic) const {
   return std::any_of(filter_.begin(), filter_.end(), [&](auto& p) { return p.matches(topic); });
 }
 
-void Subscription::offer(const std::string& topic, const std::string& line) {
+void Subscription::offer(const std::shared_ptr<const Event>& e) {
   {
     std::lock_guard lk(mu_);
-    if (!wanted(topic)) return;
-    queue_.push_back({topic, line});
+    if (!wanted(e->topic)) return;
+    queue_.push_back(e);
     if (queue_.size() > Bus::BUFFER) {
       queue_.pop_front();
       dropped_++;
@@ -74,12 +87,13 @@ void Subscription::offer(const std::string& topic, const std::string& line) {
   signal_->notify();
 }
 
-p9::Status Subscription::request(const std::string& text) {
+p9::Status Subscription::request(std::string_view text) {
+  if (text.size() > MAX_FILTER) return p9::error("filter too long (limit " + std::to_string(MAX_FILTER / 1024) + " KiB)");
   std::vector<Pattern> pats;
   std::size_t i = 0;
   while (i < text.size()) {
     auto j = text.find_first_of(" \t\r\n", i);
-    if (j == std::string::npos) j = text.size();
+    if (j == std::string_view::npos) j = text.size();
     if (j > i) {
       auto p = Pattern::parse(text.substr(i, j - i));
       if (!p) return p.error();
@@ -90,7 +104,7 @@ p9::Status Subscription::request(const std::string& text) {
   }
   std::lock_guard lk(mu_);
   filter_ = std::move(pats);
-  std::erase_if(queue_, [&](const Event& e) { return !wanted(e.topic); });
+  std::erase_if(queue_, [&](const auto& e) { return !wanted(e->topic); });
   return {};
 }
 
@@ -100,18 +114,21 @@ virtfs::Chunk Subscription::read(std::size_t max) {
   if (!partial_.empty()) {  // the rest of a split line first: no line starts inside another
     out = partial_.substr(0, max);
     partial_.erase(0, out.size());
-    return {out, false};
+    if (!partial_.empty()) return {out, false};
   }
   if (dropped_) {  // taken by this read (whole, or split as any line): never left in the queue
-    queue_.push_front({"event.overflow", "event.overflow " + std::to_string(dropped_) + "\n"});
+    const std::string line = "event.overflow " + std::to_string(dropped_) + "\n";
+    if (!out.empty() && out.size() + line.size() > max) return {out, false};  // it begins the next read
+    queue_.push_front(std::make_shared<const Event>(Event{"event.overflow", line}));
     dropped_ = 0;
   }
-  while (!queue_.empty() && out.size() + queue_.front().line.size() <= max) {
-    out += queue_.front().line;
+  // Then as many whole lines as fit (§5.3).
+  while (!queue_.empty() && out.size() + queue_.front()->line.size() <= max) {
+    out += queue_.front()->line;
     queue_.pop_front();
   }
   if (out.empty() && !queue_.empty()) {  // a line longer than the read: split it
-    partial_ = std::move(queue_.front().line);
+    partial_ = queue_.front()->line;
     queue_.pop_front();
     out = partial_.substr(0, max);
     partial_.erase(0, out.size());

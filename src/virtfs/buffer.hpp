@@ -36,6 +36,7 @@ class Buffer {
   std::string take();
   void clear() { (void)take(); }
   bool empty() const { return bytes_.empty(); }
+  std::string_view view() const { return bytes_; }
 
  private:
   std::shared_ptr<std::size_t> conn_;

@@ -354,11 +354,14 @@ class Adapter : public p9::FileServer {
       if (!o.refused.empty()) return p9::Result<std::string>(p9::error(o.refused));
       if (!o.started) {
         o.started = true;
-        if (!o.request.empty())
-          if (auto st = o.cursor->request(o.request.take()); !st) {
+        if (!o.request.empty()) {
+          const auto st = o.cursor->request(o.request.view());
+          o.request.clear();
+          if (!st) {
             o.refused = st.ename();  // every later read says it too, never the stream unfiltered
             return p9::Result<std::string>(st.error());
           }
+        }
       }
       Chunk c = o.cursor->read(count);
       if (c.data.empty() && !c.eof) return std::nullopt;
@@ -406,6 +409,9 @@ class Adapter : public p9::FileServer {
       return st.error();
     }
     o.pending = true;
+    // A filter takes effect as it is written (event, §5.2): events published before the first
+    // read are kept or dropped by it, not by an unfiltered buffer that overflows meanwhile.
+    if (h->node->stream) (void)o.cursor->request(o.request.view());
     return static_cast<std::uint32_t>(data.size());
   }
 

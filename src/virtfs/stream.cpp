@@ -2,7 +2,7 @@
 
 namespace virtfs {
 
-p9::Status Cursor::request(const std::string&) { return p9::error("requests not supported"); }
+p9::Status Cursor::request(std::string_view) { return p9::error("requests not supported"); }
 
 asio::awaitable<Chunk> Cursor::wait(std::size_t max) {
   auto sig = signal();

@@ -29,8 +29,10 @@ class Cursor {
   /// reads; a cursor over another server's stream overrides it to wait for that server's read.
   /// Throws operation_aborted when the awaiting coroutine is cancelled (Tflush).
   virtual asio::awaitable<Chunk> wait(std::size_t max);
-  /// A Streaming Rdwr's request (e.g. event's filter), written before the first read.
-  virtual p9::Status request(const std::string& req);
+  /// A Streaming Rdwr's request (e.g. event's filter), written before the first read: given
+  /// after every write with all written so far (an error there leaves the last one in force),
+  /// and at the first read, where an error is the read's.
+  virtual p9::Status request(std::string_view req);
 };
 
 /// An append-only byte sequence with a notifier; cursors read it from any position.

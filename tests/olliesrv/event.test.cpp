@@ -32,6 +32,15 @@ TEST(Pattern, BadPatterns) {
   EXPECT_EQ(Pattern::parse("a*").ename(), "bad pattern: a*");
   EXPECT_EQ(Pattern::parse(".a").ename(), "bad pattern: .a");
   EXPECT_EQ(Pattern::parse("a.").ename(), "bad pattern: a.");
+  // Bounded: a pattern past 256 bytes or 8 segments (topics have 3) is refused before it is
+  // split (4 million segments pinned hundreds of MB per fid), and named cut to 64 bytes.
+  const std::string segments = "a.a.a.a.a.a.a.a.a";
+  EXPECT_EQ(Pattern::parse(segments).ename(), "bad pattern: " + segments);
+  std::string huge;
+  for (int i = 0; i < 1000000; i++) huge += "a.";
+  huge += "a";
+  EXPECT_EQ(Pattern::parse(huge).ename(), "bad pattern: " + huge.substr(0, 64) + "…");
+  EXPECT_TRUE(Pattern::parse(std::string(256, 'x')));
 }
 
 TEST(Bus, SubscriptionSeesOnlyLaterEvents) {
@@ -64,6 +73,7 @@ TEST(Bus, BadFilterIsRefused) {
   std::string many;
   for (std::size_t i = 0; i <= ollie::Subscription::MAX_PATTERNS; i++) many += "t." + std::to_string(i) + " ";
   EXPECT_EQ(s->request(many).ename(), "too many patterns (limit 256)");
+  EXPECT_EQ(s->request(std::string(64 * 1024 + 1, ' ')).ename(), "filter too long (limit 64 KiB)");
 }
 
 TEST(Bus, ReadsReturnWholeLinesThatFitAndSplitOnlyLongOnes) {
@@ -75,6 +85,11 @@ TEST(Bus, ReadsReturnWholeLinesThatFitAndSplitOnlyLongOnes) {
   EXPECT_EQ(s->read(5).data, "b.2.y");
   EXPECT_EQ(s->read(5).data, " 6789");
   EXPECT_EQ(s->read(100).data, "0\n");
+  // The rest of a split line, then whole lines in the room left (§5.3).
+  bus.publish("c.3.z", "abcde");
+  bus.publish("d.4.w", "fghij");
+  EXPECT_EQ(s->read(3).data, "c.3");
+  EXPECT_EQ(s->read(100).data, ".z abcde\nd.4.w fghij\n");
 }
 
 TEST(Bus, OverflowDropsTheOldestAndSaysHowMany) {
@@ -95,7 +110,7 @@ TEST(Bus, AnOverflowDuringASplitLineFollowsThatLineWithItsCount) {
   bus.publish("long.1.x", std::string(100, 'p'));
   EXPECT_EQ(s->read(10).data, "long.1.x p");
   for (int i = 0; i < 1003; i++) bus.publish("t." + std::to_string(i) + ".x");  // 3 dropped
-  EXPECT_EQ(s->read(1000).data, std::string(99, 'p') + "\n");
+  EXPECT_EQ(s->read(100).data, std::string(99, 'p') + "\n");  // no room left for the overflow line
   bus.publish("t.late.x");  // the buffer is full: one more dropped, counted
   auto next = s->read(64).data;
   EXPECT_EQ(next.substr(0, next.find('\n') + 1), "event.overflow 4\n") << next;
@@ -242,6 +257,22 @@ TEST(EventBus, FiltersSelectTopicsAndOverflowIsAlwaysDelivered) {
   ASSERT_EQ(first.size(), 2u);
   EXPECT_EQ(first[0], "event.overflow 5");
   EXPECT_EQ(first[1], "session." + id_of(w, "session/b") + ".rename session/b session/play");  // the 6th
+}
+
+// A filter takes effect as it is written: the events published before the first read that it
+// does not select never fill the fid's buffer (1001 renames pushed out the one event asked for,
+// and the read began with a false overflow).
+TEST(EventBus, AFilterWrittenBeforeTheFirstReadSelectsFromTheStart) {
+  World w;
+  auto s = w.session("work");
+  ASSERT_FALSE(w.agent(s, "a").empty());
+  auto f = w.walk("event");
+  ASSERT_TRUE(f && f->open(p9::ORDWR));
+  ASSERT_TRUE(f->write("session.*.new"));
+  auto fresh = w.session("fresh");
+  for (int i = 0; i < 1001; i++) ASSERT_TRUE(w.write(s + "/agent/" + (i % 2 ? "b" : "a") + "/name", i % 2 ? "a" : "b"));
+  std::string pending;
+  EXPECT_EQ(next_lines(*f, 1, pending), (std::vector<std::string>{"session." + id_of(w, fresh) + ".new session/fresh"}));
 }
 
 TEST(EventBus, BadPatternIsTheErrorOfTheFirstRead) {

@@ -97,8 +97,8 @@ class DemoCursor : public virtfs::Cursor {
     }
   }
   std::shared_ptr<virtfs::Signal> signal() override { return inner_->signal(); }
-  p9::Status request(const std::string& req) override {
-    if (req.find('*') != std::string::npos) return p9::error("bad pattern: " + req);
+  p9::Status request(std::string_view req) override {
+    if (req.find('*') != std::string_view::npos) return p9::error("bad pattern: " + std::string(req));
     prefix_ = req;
     while (!prefix_.empty() && prefix_.back() == '\n') prefix_.pop_back();
     return {};
