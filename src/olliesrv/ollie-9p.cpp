@@ -12,9 +12,11 @@
 // $OLLIE_AUTH when the server asks for it. Exit status: 0 done, 1 an error (printed as
 // `ollie-9p: <what>: <reason>`), 2 a usage error.
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -109,6 +111,9 @@ std::string nobody_there(const std::string& why) {
 void check_socket_dir(const std::string& address) {
   auto a = p9::parse_address(address);
   if (!a || a->kind != p9::Address::Unix) return;  // dial reports a bad address
+  // No socket: that is what to say (not its directory's mode), and nothing is dialed.
+  if (struct stat st {}; ::lstat(a->path.c_str(), &st) != 0 && errno == ENOENT)
+    fail(address, nobody_there("dial " + a->path + ": No such file or directory"));
   if (auto st = p9::check_private_dir(p9::socket_dir(a->path)); !st) fail(address, nobody_there(st.ename()));
 }
 
@@ -298,7 +303,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string address = env("OLLIE_ADDR");
   if (address.empty()) address = "ollie";
-  if (args.size() >= 2 && args[0] == "-a") {
+  if (!args.empty() && args[0] == "-a") {
+    if (args.size() < 2) usage("-a needs an address (a socket path, unix!<path> or tcp!<host>!<port>)");
     address = args[1];
     args.erase(args.begin(), args.begin() + 2);
   }
@@ -309,8 +315,25 @@ int main(int argc, char** argv) {
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) help(name);
   const auto v = std::find_if(std::begin(verbs), std::end(verbs), [&](const Verb& x) { return name == x.name; });
   if (v == std::end(verbs)) usage("unknown verb: " + name);
-  const bool dash_l = v->dash_l && !args.empty() && args[0] == "-l";
-  if (dash_l) args.erase(args.begin());
+  // Options before the path: -l where the verb takes it; `--` ends them (a path may start with -).
+  bool dash_l = false;
+  std::vector<std::string> operands;
+  for (std::size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      operands.insert(operands.end(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      break;
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      if (a == "-l" && v->dash_l && !dash_l) {
+        dash_l = true;
+        continue;
+      }
+      usage(name + ": " + (a == "-l" && v->dash_l ? "-l given twice" : "unknown option: " + a));
+    }
+    operands.push_back(a);
+  }
+  args = std::move(operands);
   if (args.empty() && v->path_needed) usage(name + ": a path is needed");
   if (args.size() > 1)
     usage(name + ": unexpected argument: " + args[1] + (v->from_stdin ? " (what is sent comes from stdin)" : ""));

@@ -67,6 +67,10 @@ TEST_F(Daemon, ReadDashLOnAPlainFileEndsAfterOneCopy) {
   auto r = o9p({"read", "-l", "help"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, once.out);
+  // `--` ends the options.
+  r = o9p({"read", "--", "help"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, once.out);
 }
 
 TEST(Ollie9p, HelpForEachVerbAndUsageErrors) {
@@ -131,6 +135,11 @@ TEST(Ollie9p, UsageErrorsSayWhatWasWrong) {
            {{"read", "-l"}, "read: a path is needed"},
            {{"ls", "a", "b"}, "ls: unexpected argument: b"},
            {{"rdwr", "session/new", "name=x cwd=/"}, "rdwr: unexpected argument: name=x cwd=/ (what is sent comes from stdin)"},
+           {{"-a"}, "-a needs an address (a socket path, unix!<path> or tcp!<host>!<port>)"},
+           {{"ls", "-x"}, "ls: unknown option: -x"},
+           {{"read", "-x", "session/idx"}, "read: unknown option: -x"},
+           {{"read", "-l", "-l", "event"}, "read: -l given twice"},
+           {{"stat", "-l", "event"}, "stat: unknown option: -l"},
        }) {
     std::vector<std::string> argv{built("bin/ollie-9p")};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -138,6 +147,14 @@ TEST(Ollie9p, UsageErrorsSayWhatWasWrong) {
     EXPECT_EQ(r.status, 2) << why;
     EXPECT_EQ(r.err.rfind("ollie-9p: " + why + "\nusage: ollie-9p", 0), 0u) << r.err;
   }
+}
+
+// No socket: said so, with the likely cause, and not the mode of the directory it would be in
+// (`/: mode 0755, not 0700: chmod 700 /` for -a /nonexistent).
+TEST(Ollie9p, AMissingSocketIsSaidToBeMissing) {
+  auto r = run({built("bin/ollie-9p"), "-a", "/nonexistent", "read", "session/idx"}, "");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "ollie-9p: unix!/nonexistent: dial /nonexistent: No such file or directory: is olliesrv running?\n");
 }
 
 TEST_F(Daemon, UnknownUserIsRefused) {
