@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backend/json.hpp"
+#include "bypass_policy.hpp"
 
 namespace ollie {
 
@@ -130,7 +131,9 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
 }
 
 std::string unknown_tool(const std::string& name, const std::vector<ToolInfo>& catalog) {
-  std::string out = "error: unknown tool: " + name;
+  // The model's name as it wrote it, but what a terminal would obey escaped: the result shows in
+  // chat and log (§2.8.7), as its call line does.
+  std::string out = "error: unknown tool: " + bypass::escape(name);
   for (const auto& t : catalog)
     if (t.name == name) return out + "; it exists but is not loaded: call tool_load with " + name + " first";
   std::vector<std::string> near;

@@ -237,7 +237,15 @@ TEST(Conversation, AToolNameCannotForgeAnEventLine) {
   EXPECT_NE(seen.find("agent." + aid + ".state calling: x\\nsession.forged.kill session/x\\ty\n"), std::string::npos) << seen;
   const auto results = contents(w, a, "tool");
   ASSERT_EQ(results.size(), 1u);
-  EXPECT_EQ(results[0].rfind("error: unknown tool: ", 0), 0u) << results[0];
+  EXPECT_EQ(results[0].rfind("error: unknown tool: x\\nsession.forged.kill session/x\\ty", 0), 0u) << results[0];
+  // Nor write to the terminal of whoever reads chat.
+  w.fake.push({{"tool_calls", json::array({{{"id", "c2"}, {"name", "#(touch x)\x1b[31m"}, {"arguments", "{}"}}})}});
+  w.fake.push({{"text", "sorry"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "again"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const std::string chat = *w.read(a + "/log");
+  EXPECT_EQ(chat.find('\x1b'), std::string::npos) << chat;
+  EXPECT_NE(chat.find("error: unknown tool: #(touch x)\\x1b[31m"), std::string::npos) << chat;
 }
 
 // §8.3.4: a result decided without running anything quotes the model (an unknown tool's name), and
