@@ -346,5 +346,23 @@ TEST_F(BackendStreaming, ManyConcurrentStreamsShareOneEngine) {
   EXPECT_EQ(texts.size(), static_cast<std::size_t>(n));
 }
 
+// The fake provider's `loop: true` repeats its list forever, each `when` still only for its own
+// requests (a queue left with only a `when` for other requests answered 500 to the rest).
+TEST(FakeProvider, ALoopRepeatsEveryResponseWithItsWhen) {
+  fakeprovider::Server fake({{"loop", true}, {"responses", json::array({{{"when", "apple"}, {"text", "A"}}, {{"text", "B"}}})}});
+  HttpEngine engine;
+  auto b = make_backend(test::fake_settings("openai", fake.url()), engine);
+  ASSERT_TRUE(b.ok());
+  std::string got;
+  for (const char* prompt : {"apple pie", "plain", "plain", "apple tart", "apple", "plain"}) {
+    Collector col;
+    auto s = (*b)->stream(test::simple_request(prompt), col.sink());  // held: dropping it cancels
+    ASSERT_TRUE(s.ok());
+    const auto c = col.wait();
+    got += c.is_error() ? "!" : c.text;
+  }
+  EXPECT_EQ(got, "ABBABB");  // the first in the queue that is for it: B is for any
+}
+
 }  // namespace
 }  // namespace ollie::backend

@@ -249,12 +249,10 @@ json Server::next_response(const std::string& body) {
     if (!when.empty() && body.find(when) == std::string::npos) continue;
     auto r = std::move(*it);
     queue_.erase(it);
+    if (script_.value("loop", false)) queue_.push_back(r);  // it comes round again
     return r;
   }
-  if (!queue_.empty()) return json{{"fault", "no_script"}};  // only responses for other requests
-  const auto& all = script_.value("responses", json::array());
-  if (script_.value("loop", false) && !all.empty()) return all[cursor_++ % all.size()];
-  return json{{"fault", "no_script"}};
+  return json{{"fault", "no_script"}};  // none left, or only responses for other requests
 }
 
 std::size_t Server::answered() const {

@@ -75,7 +75,6 @@ class Server {
   std::condition_variable answered_cv_;
   std::size_t answered_ = 0, wake_at_ = 0;
   std::deque<nlohmann::json> queue_;
-  std::size_t cursor_ = 0;  // loop mode: index into script_["responses"]
   std::deque<Recorded> requests_;  // kept where they are: a connection reads its own while others append
   std::vector<int> conns_;
   std::size_t accepted_ = 0;
