@@ -213,12 +213,16 @@ Reply verb_tools(AgentCall& c, const virtfs::Command&) {
 Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
   // Refused, nothing changes; wanted for want of a toolsrv (its error), they are the agent's
   // from toolsrv's next start on, and saved as such.
-  const auto st = co_await c.s->host->load(c.a->id, cmd.args);
-  if (!st && !c.s->host->wants(c.a->id, cmd.args[0])) co_return st.error();
+  // A name given twice is loaded, and answered, once.
+  std::vector<std::string> names;
+  for (const auto& t : cmd.args)
+    if (std::find(names.begin(), names.end(), t) == names.end()) names.push_back(t);
+  const auto st = co_await c.s->host->load(c.a->id, names);
+  if (!st && !c.s->host->wants(c.a->id, names[0])) co_return st.error();
   std::string out;
   {
     std::lock_guard lock(c.a->mu);
-    for (const auto& t : cmd.args) {
+    for (const auto& t : names) {
       if (std::find(c.a->tools.begin(), c.a->tools.end(), t) == c.a->tools.end()) c.a->tools.push_back(t);
       out += t + "\n";
     }

@@ -99,6 +99,7 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
   // A description with a TAB and a newline stays on its line (one item per line, §3).
   write_file(w.own_dir("tools") + "/odd.meta", R"({"description": "one\ttwo\nthree", "cmd": "true"})");
   EXPECT_EQ(ctl(w, a, "tool_load odd"), "odd\n");
+  EXPECT_EQ(ctl(w, a, "tool_load odd file_read odd"), "odd\nfile_read\n");  // each name once
   auto tools = ctl(w, a, "tools");
   EXPECT_NE(tools.find("file_read\t"), std::string::npos) << tools;
   EXPECT_NE(tools.find("\nshell\t"), std::string::npos) << tools;
