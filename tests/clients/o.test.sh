@@ -67,6 +67,8 @@ clients() { [ "$(tmux list-clients -t "$t:" | wc -l)" -ge "$1" ]; }
 within 10 clients 1 || fail "o did not attach: $(cat "$root/term.out")"
 ollie-9p read session/idx | grep -q "^work	.*	$root/project/my proj	" || fail "session cwd: $(ollie-9p read session/idx)"
 ollie-9p read session/work/agent/idx | grep -q '^main	' || fail "agent main not created"
+grep -qF 'works in' "$root/term.out" && fail "o made the session here, yet says it works elsewhere"
+t=$(tmux display -p -t "$t:" '#{session_id}')  # the tmux session whatever its name (renames below)
 
 chat() { tmux capture-pane -p -J -S - -t "$t:0.0"; }
 has() { chat | grep -qF -- "$1"; }
@@ -75,6 +77,18 @@ has() { chat | grep -qF -- "$1"; }
 tmux send-keys -t "$t:0.1" 'what is here?' Enter
 within 20 has 'Hello from the fake model.' || fail "no answer in the chat pane: $(chat)"
 has 'what is here?' || fail "the prompt is not in the chat pane"
+
+# Ctrl-C in the prompt line clears what is typed, as in a shell; in either pane it ends nothing
+panes() { tmux list-panes -t "$t:" -F '#{pane_id}' | tr '\n' ' '; }
+before=$(panes)
+prompt_pane() { tmux capture-pane -p -J -t "$t:0.1"; }
+reading() { [ "$(prompt_pane | sed '/^$/d' | tail -n 1)" = 'main> ' ]; }  # the next line is read
+within 10 reading || fail "no new prompt line: $(prompt_pane)"
+tmux send-keys -t "$t:0.1" 'half typed' && tmux send-keys -t "$t:0.1" C-c && tmux send-keys -t "$t:0.0" C-c
+tmux send-keys -t "$t:0.1" 'after ctrl-c' Enter || fail "the prompt pane is gone after Ctrl-C"
+within 20 has 'user: after ctrl-c' || fail "no prompt after Ctrl-C: $(chat)"
+has 'half typed' && fail "the line cleared by Ctrl-C was sent: $(chat)"
+[ "$(panes)" = "$before" ] || fail "Ctrl-C ended a pane: $before, now $(panes)"
 
 # the status line follows the agent: the model and the context
 status_shows() { tmux show -v -t "$t:" status-right | grep -q "$1"; }
@@ -120,6 +134,9 @@ tmux kill-session -t '=o-a-b/c'; tmux kill-session -t '=o-a/b-c'
 pids+=($!)
 within 10 clients 2 || fail "a second o did not attach: $(tmux list-clients)"
 [ "$(tmux list-sessions | wc -l)" -eq 1 ] || fail "a second tmux session: $(tmux list-sessions)"
+# from another directory than the session's: o says where the session works
+grep -qF "o: session work works in $root/project/my proj, not here" "$root/term2.out" ||
+  fail "no notice of the session's directory: $(cat "$root/term2.out")"
 
 # the agent killed under it: the chat pane says so
 echo name=gone | ollie-9p rdwr session/work/agent/new >/dev/null
@@ -129,11 +146,44 @@ within 10 tmux has-session -t "$g" 2>/dev/null || fail "o work gone did not open
 echo kill | ollie-9p rdwr session/work/agent/gone/ctl >/dev/null
 gone_said() { tmux capture-pane -p -J -S - -t "$g:0.0" | grep -qF '!q leaves]'; }
 within 10 gone_said || fail "the chat pane of a killed agent: $(tmux capture-pane -p -J -S - -t "$g:0.0")"
+# o again makes the agent anew and shows its chat, not the old one's end; whoever looked at the
+# old one looks at the new one
+(cd "$root/project/my proj" && script -qfec "o work gone" /dev/null <"$root/keys" >"$root/term3.out" 2>&1 &)
+renewed() {  # the tmux session of that name shows the agent of that name
+  local shows; shows=$(tmux show -v -t "$g:" @ollie-agent 2>/dev/null) &&
+    [ "$shows" = "$(ollie-9p read session/work/agent/gone/id 2>/dev/null)" ]
+}
+within 10 renewed || fail "o work gone again kept the dead agent's tmux session: $(tmux capture-pane -p -J -t "$g:0.0")"
+gone_said && fail "the chat pane shows the old agent's end"
+tmux send-keys -t "$g:0.1" 'are you new?' Enter
+new_answer() { tmux capture-pane -p -J -S - -t "$g:0.0" | grep -qF 'Hello from the fake model.'; }
+within 20 new_answer || fail "the new agent's chat is not shown: $(tmux capture-pane -p -J -S - -t "$g:0.0")"
+gclients() { [ "$(tmux list-clients -t "$g:" | wc -l)" -eq 2 ]; }
+within 10 gclients || fail "clients of the old tmux session: $(tmux list-clients)"
+grep -qF 'works in' "$root/term3.out" && fail "a notice of the directory from the session's own"
 tmux kill-session -t "$g"
+
+# renamed under it, the pair keeps working (o addresses it by id); the names shown follow, the
+# tmux session's too, and no error reaches the prompt line
+echo job | ollie-9p write session/work/name
+echo lead | ollie-9p write session/job/agent/main/name
+tmux send-keys -t "$t:0.1" 'after the rename' Enter
+within 20 has 'user: after the rename' || fail "a prompt after the rename: $(chat)"
+renamed() { [ "$(tmux show -v -t "$t:" status-left)" = '[job/lead] ' ] && tmux has-session -t '=o-job/lead' 2>/dev/null; }
+within 10 renamed || fail "the names shown after the rename: $(tmux show -v -t "$t:" status-left) $(tmux list-sessions)"
+named() { prompt_pane | grep -q '^lead> '; }
+tmux send-keys -t "$t:0.1" Enter  # an empty line: the next prompt
+within 10 named || fail "the prompt line does not show the new name: $(prompt_pane)"
+prompt_pane | grep -q 'ollie-9p:' && fail "errors in the prompt line: $(prompt_pane)"
+within 10 status_shows 'idle · fake-model' || fail "status line after the rename: $(tmux show -v -t "$t:" status-right)"
+# o with the new names attaches to the same tmux session
+(cd "$root" && script -qfec "o job lead" /dev/null <"$root/keys" >/dev/null 2>&1 &)
+within 10 clients 3 || fail "o job lead did not attach to the pair's tmux session: $(tmux list-clients)"
+[ "$(tmux list-sessions | wc -l)" -eq 1 ] || fail "another tmux session for the renamed pair: $(tmux list-sessions)"
 
 # !q leaves: the tmux session ends and o's terminals close; the agent stays
 tmux send-keys -t "$t:0.1" '!q' Enter
 gone() { ! tmux has-session -t "$t" 2>/dev/null; }
 within 10 gone || fail "!q did not close the tmux session"
-ollie-9p read session/work/agent/main/log.raw | grep -q '"role":"assistant"' || fail "the agent lost its history"
+ollie-9p read session/job/agent/lead/log.raw | grep -q '"role":"assistant"' || fail "the agent lost its history"
 echo "o: ok"
