@@ -8,7 +8,12 @@
 ;; ellie drives olliesrv through its files, as every other client does: each stream (an agent's
 ;; `chat', the `event' file) is one long-running `ollie-9p read' or `ollie-9p rdwr' process
 ;; whose output arrives through a process filter, each request is one short `ollie-9p' call.
-;; Nothing polls.
+;; Nothing polls.  What timers and process filters read is read by a process of its own, never
+;; waited for: Emacs takes no input (not even C-g) while they run, and an olliesrv that takes
+;; the connection but does not answer would otherwise hold Emacs for good.
+;;
+;; A chat addresses its agent by the session's and the agent's ids (walks take ids), so it keeps
+;; working when either is renamed; the names it shows follow the rename events.
 ;;
 ;;   M-x ellie            pick or create a session and an agent, and chat with it
 ;;   M-x ellie-sessions   the sessions and their agents, live; RET opens, k kills
@@ -42,6 +47,11 @@
   "The olliesrv address given to ollie-9p as -a.
 nil: $OLLIE_ADDR, else the service `ollie' of the plan9port namespace."
   :type '(choice (const :tag "Default" nil) string))
+
+(defcustom ellie-timeout 10
+  "Seconds a read from a timer or a process filter may take; then it is given up.
+It runs in a process of its own: Emacs does not wait for it meanwhile."
+  :type 'number)
 
 (defcustom ellie-complete-context 4000
   "Characters of code sent on each side of point by `ellie-complete'."
@@ -116,6 +126,23 @@ With INPUT, that is written to its stdin, which is then closed
       (process-send-eof proc))
     proc))
 
+(defun ellie--read-async (path callback)
+  "Read the olliesrv file PATH without waiting; CALLBACK gets the content.
+It gets nil when the read failed or took more than `ellie-timeout'
+seconds.  For timers and process filters, which must never block."
+  (let* ((out "")
+         (timer nil)
+         (proc (ellie--follow "ellie-read" (list "read" path) nil
+                              (lambda (_proc text) (setq out (concat out text)))
+                              (lambda (proc _event)
+                                (unless (process-live-p proc)
+                                  (cancel-timer timer)
+                                  (funcall callback (and (eq (process-status proc) 'exit)
+                                                         (eql (process-exit-status proc) 0)
+                                                         out)))))))
+    (setq timer (run-at-time ellie-timeout nil (lambda () (when (process-live-p proc) (delete-process proc)))))
+    proc))
+
 (defun ellie--quote (s)
   "S as one token of olliesrv's request grammar."
   (concat "'" (replace-regexp-in-string "'" "''" s) "'"))
@@ -133,36 +160,62 @@ With INPUT, that is written to its stdin, which is then closed
 (defun ellie--agents (session)
   (mapcar #'car (ignore-errors (ellie--rows (ellie-read (format "session/%s/agent/idx" session))))))
 
+(defun ellie--id (path)
+  "The id in the olliesrv file PATH (an `id' file), or nil."
+  (ignore-errors (string-trim (ellie-read path))))
+
 (defun ellie--ensure (session agent)
   "Create SESSION (working in `default-directory') and its AGENT if missing.
-A session made here for an agent the server refuses is removed again."
-  (let ((made nil))
-    (unless (member session (ellie--sessions))
-      (ellie-rdwr "session/new" (format "name=%s cwd=%s\n" (ellie--quote session)
-                                        (ellie--quote (directory-file-name (expand-file-name default-directory)))))
-      (setq made t))
-    (unless (member agent (ellie--agents session))
-      (condition-case err
-          (ellie-rdwr (format "session/%s/agent/new" session) (format "name=%s\n" (ellie--quote agent)))
-        (user-error
-         (when made (ignore-errors (ellie-rdwr (format "session/%s/ctl" session) "kill")))
-         (signal (car err) (cdr err)))))))
+Return their ids, (SESSION-ID . AGENT-ID).  A session made here for an
+agent the server refuses is removed again; an existing session that works
+in another directory is said."
+  (let* ((made nil)
+         (sid (or (ellie--id (format "session/%s/id" session))
+                  (prog1 (string-trim
+                          (ellie-rdwr "session/new" (format "name=%s cwd=%s\n" (ellie--quote session)
+                                                            (ellie--quote (directory-file-name (expand-file-name default-directory))))))
+                    (setq made t)))))
+    (unless made (ellie--say-where session sid))
+    (cons sid
+          (or (ellie--id (format "session/%s/agent/%s/id" sid agent))
+              (condition-case err
+                  (string-trim (ellie-rdwr (format "session/%s/agent/new" sid) (format "name=%s\n" (ellie--quote agent))))
+                (user-error
+                 (when made (ignore-errors (ellie-rdwr (format "session/%s/ctl" sid) "kill")))
+                 (signal (car err) (cdr err))))))))
 
-(defun ellie--when-back (check then)
-  "Call THEN once CHECK succeeds, or once olliesrv answers and CHECK fails.
-CHECK (a function) is tried once a second; THEN gets t when it succeeded,
-else nil.  For the streams a restart of olliesrv cut."
-  (let (timer)
-    (setq timer (run-at-time 1 1 (lambda ()
-                                   (let ((ok (ignore-errors (funcall check) t)))
-                                     (when (or ok (ignore-errors (ellie-read "session/idx") t))
-                                       (cancel-timer timer)
-                                       (funcall then ok))))))))
+(defun ellie--say-where (session sid)
+  "Say so when SESSION (id SID) works elsewhere than `default-directory'.
+What its agents do happens there, not in the directory ellie was called from."
+  (pcase-let ((`(,_name ,_id ,cwd ,remote) (cl-find sid (ignore-errors (ellie--rows (ellie-read "session/idx")))
+                                                    :key #'cadr :test #'equal)))
+    (when (and cwd (not (and (equal remote "-") (file-equal-p cwd default-directory))))
+      (message "ellie: session %s works in %s%s, not here" session cwd
+               (if (member remote '(nil "-")) "" (concat " on " remote))))))
+
+(defun ellie--when-back (path then)
+  "Call THEN once olliesrv answers: with t when PATH can be read, else nil.
+Tried once a second, each try a process of its own (`ellie--read-async'):
+this runs from timers and sentinels.  For the streams a restart of
+olliesrv cut."
+  (run-at-time 1 nil
+               (lambda ()
+                 (ellie--read-async path
+                                    (lambda (content)
+                                      (if content
+                                          (funcall then t)
+                                        (ellie--read-async "session/idx"
+                                                           (lambda (idx)
+                                                             (if idx
+                                                                 (funcall then nil)
+                                                               (ellie--when-back path then))))))))))
 
 ;;;; Chat buffers
 
-(defvar-local ellie--session nil "The chat buffer's session name.")
-(defvar-local ellie--agent nil "The chat buffer's agent name.")
+(defvar-local ellie--session nil "The chat buffer's session name (as shown: it follows renames).")
+(defvar-local ellie--agent nil "The chat buffer's agent name (as shown: it follows renames).")
+(defvar-local ellie--session-id nil "The chat buffer's session id.")
+(defvar-local ellie--agent-id nil "The chat buffer's agent id.")
 (defvar-local ellie--stream nil "The `ollie-9p read chat' process.")
 (defvar-local ellie--output nil "Marker: where the chat's output goes.")
 (defvar-local ellie--input nil "Marker: the start of the text being typed.")
@@ -182,7 +235,11 @@ Its chat streams above; the prompt is typed below.
   (setq-local buffer-undo-list t))
 
 (defun ellie--path (&optional file)
-  (concat (format "session/%s/agent/%s" ellie--session ellie--agent) (and file (concat "/" file))))
+  "The path of the chat's agent (of its FILE), by ids: a rename changes nothing."
+  (concat (format "session/%s/agent/%s" ellie--session-id ellie--agent-id) (and file (concat "/" file))))
+
+(defun ellie--buffer-name (session agent)
+  (format "*ellie %s/%s*" session agent))
 
 (defun ellie--insert-output (buffer text &optional face)
   "Insert TEXT in chat BUFFER above its prompt, keeping what is being typed."
@@ -194,9 +251,24 @@ Its chat streams above; the prompt is typed below.
           (goto-char ellie--output)
           (insert (propertize text 'read-only t 'front-sticky t 'rear-nonsticky t
                               'face face)))
+        (ellie--prompt-on-its-line)
         (when at-end
           (dolist (w (get-buffer-window-list buffer nil t))
             (set-window-point w (max (window-point w) ellie--input))))))))
+
+(defun ellie--prompt-on-its-line ()
+  "Keep the prompt at the start of a line.
+A line the chat has not finished yet (a streamed answer) is followed by a
+line break of ellie's own, taken away again once the chat ends the line."
+  (let ((has (get-text-property ellie--output 'ellie-break))
+        (needs (and (> ellie--output (point-min)) (/= (char-before ellie--output) ?\n))))
+    (cond ((and needs (not has))
+           (save-excursion
+             (goto-char ellie--output)
+             (insert (propertize "\n" 'ellie-break t 'read-only t 'front-sticky t 'rear-nonsticky t)))
+           (set-marker ellie--output (1- ellie--output)))  ; the chat's text goes before it
+          ((and has (not needs))
+           (delete-region ellie--output (1+ ellie--output))))))
 
 (defun ellie--chat-sentinel (proc event)
   "Say why the chat of PROC ended (EVENT).
@@ -207,16 +279,18 @@ read again once it is back: its last 64 KiB replace the old text."
       (if (equal event "finished\n")
           (ellie--insert-output buffer "\n[chat ended: the agent is gone]\n" 'ellie-notice)
         (ellie--insert-output buffer "\n[chat lost: olliesrv went away; it comes back with olliesrv]\n" 'ellie-notice)
-        (let ((path (with-current-buffer buffer (ellie--path "id"))))
-          (ellie--when-back (lambda () (ellie-read path))
-                            (lambda (ok)
-                              (when (buffer-live-p buffer)
-                                (if (not ok)
-                                    (ellie--insert-output buffer "[chat ended: the agent is gone]\n" 'ellie-notice)
-                                  (with-current-buffer buffer
-                                    (let ((inhibit-read-only t))
-                                      (delete-region (point-min) ellie--output))
-                                    (ellie--open-stream buffer)))))))))))
+        (ellie--when-back (with-current-buffer buffer (ellie--path "id"))
+                          (lambda (ok)
+                            (when (buffer-live-p buffer)
+                              (cond ((not ok)
+                                     (ellie--insert-output buffer "[chat ended: the agent is gone]\n" 'ellie-notice))
+                                    ;; not when the chat was opened again meanwhile (M-x ellie)
+                                    ((not (process-live-p (buffer-local-value 'ellie--stream buffer)))
+                                     (with-current-buffer buffer
+                                       (let ((inhibit-read-only t))
+                                         (delete-region (point-min) ellie--output)
+                                         (ellie--prompt-on-its-line))
+                                       (ellie--open-stream buffer)))))))))))
 
 (defun ellie--open-stream (buffer)
   "Start following the chat of BUFFER's agent, and the session's bypass requests."
@@ -226,15 +300,27 @@ read again once it is back: its last 64 KiB replace the old text."
                          (lambda (proc text) (ellie--insert-output (process-get proc 'ellie-buffer) text))
                          #'ellie--chat-sentinel))
     (process-put ellie--stream 'ellie-buffer buffer)
-    (ellie--watch-bypass)))
+    (ellie--watch-events)))
 
-(defun ellie--chat-buffer (session agent)
-  "The chat buffer of SESSION's AGENT, streaming its `chat'."
-  (let ((buffer (get-buffer-create (format "*ellie %s/%s*" session agent))))
+(defun ellie--chat-buffers (&optional pred)
+  "The chat buffers (for which PRED, called in each, holds)."
+  (cl-remove-if-not (lambda (b) (with-current-buffer b
+                                  (and ellie--agent-id (or (null pred) (funcall pred)))))
+                    (buffer-list)))
+
+(defun ellie--chat-buffer (session agent ids)
+  "The chat buffer of SESSION's AGENT, streaming its `chat'.
+IDS: their ids, (SESSION-ID . AGENT-ID).  A buffer is the agent's, whatever
+its name says; one left by a killed agent of the same name is taken over."
+  (let* ((name (ellie--buffer-name session agent))
+         (buffer (or (car (ellie--chat-buffers (lambda () (equal ellie--agent-id (cdr ids)))))
+                     (let ((b (get-buffer name)))
+                       (and b (not (process-live-p (buffer-local-value 'ellie--stream b))) b))
+                     (generate-new-buffer name))))
     (with-current-buffer buffer
       (unless (and (derived-mode-p 'ellie-chat-mode) (process-live-p ellie--stream))
         (ellie-chat-mode)
-        (setq ellie--session session ellie--agent agent)
+        (setq ellie--session session ellie--agent agent ellie--session-id (car ids) ellie--agent-id (cdr ids))
         (let ((inhibit-read-only t))
           (erase-buffer)
           (insert (propertize "> " 'read-only t 'front-sticky t 'rear-nonsticky t 'field 'prompt)))
@@ -244,7 +330,7 @@ read again once it is back: its last 64 KiB replace the old text."
         (ellie--open-stream buffer)
         (add-hook 'kill-buffer-hook (lambda () (when (process-live-p ellie--stream) (delete-process ellie--stream)))
                   nil t)
-        (ellie--show-pending session buffer)))
+        (ellie--show-pending (car ids) buffer)))
     buffer))
 
 (defvar ellie--name-map
@@ -265,9 +351,8 @@ A new session works in `default-directory'."
                                     nil nil nil nil (ellie--default-session)))
           (agent (completing-read (format-prompt "Agent" "main") (ellie--agents session) nil nil nil nil "main")))
      (list session agent)))
-  (ellie--watch-bypass)  ; first: it subscribes while the session and agent are made
-  (ellie--ensure session agent)
-  (pop-to-buffer (ellie--chat-buffer session agent)))
+  (ellie--watch-events)  ; first: it subscribes while the session and agent are made
+  (pop-to-buffer (ellie--chat-buffer session agent (ellie--ensure session agent))))
 
 (defun ellie-send (&optional queue)
   "Send the typed text as a prompt.
@@ -292,65 +377,83 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
     (message "%s" (string-join (split-string stats "\n" t) "  "))
     stats))
 
-;;;; Bypass requests
+;;;; Events: bypass requests, renames
 
-(defvar ellie--bypass-watch nil "The process following bypass events.")
-(defvar ellie--bypass-partial "" "An unfinished event line.")
+(defvar ellie--events nil "The process following bypass requests and renames.")
+(defvar ellie--events-partial "" "An unfinished event line.")
 
-(defun ellie--bypass-filter (_proc text)
-  (setq text (concat ellie--bypass-partial text))
+(defun ellie--events-filter (_proc text)
+  "Show bypass requests in their session's chats; show names as renamed.
+Nothing here waits for olliesrv (`ellie--read-async'): this is a process filter."
+  (setq text (concat ellie--events-partial text))
   (let ((lines (split-string text "\n")))
-    (setq ellie--bypass-partial (car (last lines)))
+    (setq ellie--events-partial (car (last lines)))
     (dolist (line (butlast lines))
-      ;; bypass.<sid>.request <reqid> session/<s>/agent/<a> <tool>
-      (when (string-match "\\`bypass\\.[^.]+\\.request \\([0-9]+\\) session/\\([^/]+\\)/agent/\\([^ ]+\\) \\(.*\\)\\'" line)
-        (let ((reqid (match-string 1 line)) (session (match-string 2 line))
+      (cond
+       ;; bypass.<sid>.request <reqid> session/<s>/agent/<a> <tool>
+       ((string-match "\\`bypass\\.\\([^.]+\\)\\.request \\([0-9]+\\) session/[^/]+/agent/\\([^ ]+\\) \\(.*\\)\\'" line)
+        (let ((sid (match-string 1 line)) (reqid (match-string 2 line))
               (agent (match-string 3 line)) (tool (match-string 4 line)))
-          (ellie--note-bypass session reqid agent tool
-                              (or (ellie--pending-summary session reqid) tool)))))))
+          (ellie--read-async (format "bypass/pending/%s" sid)
+                             (lambda (pending)  ; nil: not read in time; the tool is all that is known
+                               (ellie--note-bypass sid reqid agent tool
+                                                   (or (nth 3 (assoc reqid (and pending (ellie--rows pending))))
+                                                       tool))))))
+       ;; session.<sid>.rename session/<old> session/<new>
+       ((string-match "\\`session\\.\\([^.]+\\)\\.rename session/[^ ]+ session/\\([^ /]+\\)\\'" line)
+        (let ((sid (match-string 1 line)) (name (match-string 2 line)))
+          (dolist (b (ellie--chat-buffers (lambda () (equal ellie--session-id sid))))
+            (with-current-buffer b (setq ellie--session name) (ellie--rename-buffer)))))
+       ;; agent.<aid>.rename session/<s>/agent/<old> session/<s>/agent/<new>
+       ((string-match "\\`agent\\.\\([^.]+\\)\\.rename [^ ]+ session/[^/]+/agent/\\([^ /]+\\)\\'" line)
+        (let ((aid (match-string 1 line)) (name (match-string 2 line)))
+          (dolist (b (ellie--chat-buffers (lambda () (equal ellie--agent-id aid))))
+            (with-current-buffer b (setq ellie--agent name) (ellie--rename-buffer)))))))))
 
-(defun ellie--note-bypass (session reqid agent tool summary &optional only)
-  "Show bypass request REQID of SESSION in its chat buffers, or in ONLY.
+(defun ellie--rename-buffer ()
+  "Name the chat buffer after its current names."
+  (rename-buffer (ellie--buffer-name ellie--session ellie--agent) t))
+
+(defun ellie--note-bypass (sid reqid agent tool summary &optional only)
+  "Show bypass request REQID of session SID in its chat buffers, or in ONLY.
 AGENT asks to run TOOL as SUMMARY."
   (let ((note (format "[bypass %s] %s wants to run %s outside the sandbox: %s  (C-c C-b to decide)\n"
                       reqid agent tool summary)))
-    (dolist (buffer (if only (list only) (buffer-list)))
-      (when (equal (buffer-local-value 'ellie--session buffer) session)
-        (ellie--insert-output buffer note 'ellie-notice)))
+    (dolist (buffer (if only (list only) (ellie--chat-buffers (lambda () (equal ellie--session-id sid)))))
+      (ellie--insert-output buffer note 'ellie-notice))
     (message "ellie: %s" (string-trim note))))
 
-(defun ellie--show-pending (session buffer)
-  "Show SESSION's pending requests in its chat BUFFER, which has just opened.
+(defun ellie--show-pending (sid buffer)
+  "Show the pending requests of session SID in its chat BUFFER, just opened.
 Their events came before the watch began; buffers open before have them."
-  (pcase-dolist (`(,reqid ,agent ,tool ,summary) (ignore-errors (ellie--pending session)))
-    (ellie--note-bypass session reqid agent tool summary buffer)))
+  (pcase-dolist (`(,reqid ,agent ,tool ,summary) (ignore-errors (ellie--pending sid)))
+    (ellie--note-bypass sid reqid agent tool summary buffer)))
 
-(defun ellie--watch-bypass ()
-  "Follow bypass requests of every session (once per Emacs)."
-  (unless (process-live-p ellie--bypass-watch)
-    (setq ellie--bypass-partial "")
-    (setq ellie--bypass-watch
-          (ellie--follow "ellie-bypass" (list "rdwr" "event") "bypass.*.request\n" #'ellie--bypass-filter
+(defun ellie--watch-events ()
+  "Follow bypass requests and renames of every session (once per Emacs)."
+  (unless (process-live-p ellie--events)
+    (setq ellie--events-partial "")
+    (setq ellie--events
+          (ellie--follow "ellie-events" (list "rdwr" "event") "bypass.*.request session.*.rename agent.*.rename\n"
+                         #'ellie--events-filter
                          (lambda (proc _event)
                            ;; cut by a restart while chats are open: followed again once it is back
                            (when (and (not (process-live-p proc)) (/= (process-exit-status proc) 0)
-                                      (cl-some (lambda (b) (buffer-local-value 'ellie--session b)) (buffer-list)))
-                             (ellie--when-back (lambda () (ellie-read "session/idx")) (lambda (_) (ellie--watch-bypass)))))))))
+                                      (ellie--chat-buffers))
+                             (ellie--when-back "session/idx" (lambda (_) (ellie--watch-events)))))))))
 
 (defun ellie--pending (session)
-  "SESSION's pending bypass requests: (reqid agent tool summary) lists."
+  "SESSION's pending bypass requests: (reqid agent tool summary) lists.
+SESSION is a name or an id."
   (ellie--rows (ellie-read (format "bypass/pending/%s" session))))
 
-(defun ellie--pending-summary (session reqid)
-  (nth 3 (assoc reqid (ignore-errors (ellie--pending session)))))
-
 (defun ellie-bypass (session)
-  "Decide each pending bypass request of SESSION.
+  "Decide each pending bypass request of SESSION (a name, or in a chat its id).
 Each question shows exactly what would run."
-  (interactive (list (or ellie--session (completing-read "Session: " (ellie--sessions)))))
+  (interactive (list (or ellie--session-id (completing-read "Session: " (ellie--sessions)))))
   (let ((pending (ellie--pending session)) (decided 0))
     (if (null pending)
-        (message "ellie: no bypass request is pending in %s" session)
+        (message "ellie: no bypass request is pending in %s" (or ellie--session session))
       (pcase-dolist (`(,reqid ,agent ,tool ,summary) pending)
         (let ((answer (read-char-choice
                        (format "%s wants to run %s outside the sandbox:\n  %s\ny: allow once, a: allow always, n: deny, s: skip "
@@ -417,14 +520,45 @@ TAB accepts it, any other key dismisses it."
 ;;;; The session list
 
 (defvar-local ellie--list-watch nil "The process following the events.")
+(defvar-local ellie--list-reads 0 "How many times the list was read again: only the last one shows.")
 
-(defun ellie--list-entries ()
-  (cl-loop for (session) in (ellie--rows (ellie-read "session/idx"))
-           for agents = (ignore-errors (ellie--rows (ellie-read (format "session/%s/agent/idx" session))))
-           if agents
-           append (cl-loop for (agent _id state _profile _backend model cwd) in agents
+(defun ellie--list-rows (sessions agents)
+  "The list's entries: SESSIONS (rows of `session/idx') and their AGENTS.
+AGENTS is a function: the rows of a session's `agent/idx' (its id given)."
+  (cl-loop for (session sid) in sessions
+           for rows = (funcall agents sid)
+           if rows
+           append (cl-loop for (agent _id state _profile _backend model cwd) in rows
                            collect (list (cons session agent) (vector session agent state (or model "") (or cwd ""))))
            else collect (list (cons session nil) (vector session "-" "" "" ""))))
+
+(defun ellie--list-entries ()
+  "The list's entries, read now (for commands: C-g stops them)."
+  (ellie--list-rows (ellie--rows (ellie-read "session/idx"))
+                    (lambda (sid) (ignore-errors (ellie--rows (ellie-read (format "session/%s/agent/idx" sid)))))))
+
+(defun ellie--list-refresh (buffer)
+  "Read BUFFER's session list again and show it, without waiting for olliesrv.
+For the event filter and the timers; several at once show the last one only."
+  (let ((n (cl-incf (buffer-local-value 'ellie--list-reads buffer))))
+    (ellie--read-async
+     "session/idx"
+     (lambda (idx)
+       (let* ((sessions (and idx (ellie--rows idx)))
+              (agents (make-hash-table :test #'equal))
+              (left (length sessions))
+              (show (lambda ()
+                      (when (and (buffer-live-p buffer) (= n (buffer-local-value 'ellie--list-reads buffer)))
+                        (with-current-buffer buffer
+                          (setq tabulated-list-entries (ellie--list-rows sessions (lambda (sid) (gethash sid agents))))
+                          (tabulated-list-print t))))))
+         (cond ((null idx))  ; not read: the list stays as it was
+               ((zerop left) (funcall show))
+               (t (pcase-dolist (`(,_session ,sid) sessions)
+                    (ellie--read-async (format "session/%s/agent/idx" sid)
+                                       (lambda (rows)
+                                         (puthash sid (and rows (ellie--rows rows)) agents)
+                                         (when (zerop (cl-decf left)) (funcall show))))))))))))
 
 (defvar ellie-sessions-mode-map
   (let ((map (make-sparse-keymap)))
@@ -463,15 +597,14 @@ TAB accepts it, any other key dismisses it."
       (setq ellie--list-watch
             (ellie--follow "ellie-sessions" (list "rdwr" "event") "session.* agent.*\n"
                            (lambda (_proc _text)
-                             (when (buffer-live-p buffer)
-                               (with-current-buffer buffer (revert-buffer))))
+                             (when (buffer-live-p buffer) (ellie--list-refresh buffer)))
                            (lambda (proc _event)
                              (when (and (not (process-live-p proc)) (/= (process-exit-status proc) 0)
                                         (buffer-live-p buffer))
-                               (ellie--when-back (lambda () (ellie-read "session/idx"))
+                               (ellie--when-back "session/idx"
                                                  (lambda (_)
                                                    (when (buffer-live-p buffer)
-                                                     (with-current-buffer buffer (revert-buffer))
+                                                     (ellie--list-refresh buffer)
                                                      (ellie--watch-list buffer)))))))))))
 
 (defun ellie-sessions-open ()

@@ -234,4 +234,137 @@ In BODY, `root' is the world's directory and `project' the session's working dir
         (execute-kbd-macro (kbd "k")))
       (should-not (member "alpha" (ellie--sessions))))))
 
+;;;; An olliesrv that does not answer, renames, partial lines, another directory
+
+(defconst ellie-test-mute-server "
+import os, select, socket, sys
+path = sys.argv[1]
+if os.path.exists(path): os.unlink(path)
+srv = socket.socket(socket.AF_UNIX); srv.bind(path); srv.listen(64)
+print('listening', flush=True)
+held = []
+while sys.stdin not in select.select([srv, sys.stdin], [], [])[0]:
+    held.append(srv.accept()[0])
+os.unlink(path)
+"
+  "A server that takes every connection and never answers; it ends when its stdin does.")
+
+(defun ellie-test-seconds (fn)
+  "How long FN took."
+  (let ((start (float-time))) (funcall fn) (- (float-time) start)))
+
+(defun ellie-test-longest-pause (seconds)
+  "Process output for SECONDS; the longest time Emacs was held up (by a timer or a filter)."
+  (let* ((end (+ (float-time) seconds)) (last (float-time)) (longest 0))
+    (while (< (float-time) end)
+      (accept-process-output nil 0.05)
+      (setq longest (max longest (- (float-time) last)) last (float-time)))
+    longest))
+
+(ert-deftest ellie-stays-responsive-while-olliesrv-does-not-answer ()
+  ;; Timers and process filters run with C-g inhibited: none of them may wait for olliesrv.
+  (ellie-test-with-world (list '(:text "Back again."))
+    (ellie-sessions)
+    (ellie "work" "main")  ; last: keys go to the selected window's buffer
+    (let* ((chat (get-buffer "*ellie work/main*"))
+           (sid (string-trim (ellie-read "session/work/id")))
+           (watch (buffer-local-value 'ellie--list-watch (get-buffer "*ellie sessions*")))
+           (events (cl-find-if (lambda (p) (and (member "event" (process-command p)) (not (eq p watch))))
+                               (process-list)))  ; the chats' watch: bypass requests
+           (ellie-timeout 1))
+      (should (ellie-test-until (lambda () (ellie-test-contains "*ellie sessions*" "main"))))
+      (signal-process (car procs) 'SIGKILL)
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "[chat lost:"))))
+      ;; the timer waiting for olliesrv meets one that takes the connection and never answers
+      ;; (`timeout': an ellie that waits for it is held 10 s, not for good)
+      (let ((mute (make-process :name "mute" :buffer (generate-new-buffer " *mute*") :noquery t
+                                :connection-type 'pipe
+                                :command (list "timeout" "10" "python3" "-c" ellie-test-mute-server
+                                               (concat root "/ns/ollie")))))
+        (push mute procs)
+        (should (ellie-test-until (lambda () (ellie-test-contains (process-buffer mute) "listening")) 10))
+        ;; the filters return at once: the bypass watch's, the session list's
+        (should (< (ellie-test-seconds
+                    (lambda () (funcall (process-filter events) events
+                                        (format "bypass.%s.request 7 session/work/agent/main shell\n" sid))))
+                   0.5))
+        (should (< (ellie-test-seconds
+                    (lambda () (funcall (process-filter watch) watch "session.x.new session/x\n")))
+                   0.5))
+        ;; and the timers: Emacs is never held up meanwhile
+        (should (< (ellie-test-longest-pause 2.5) 0.5))
+        ;; the request is shown, with the tool for the summary that could not be read
+        (should (ellie-test-until
+                 (lambda () (ellie-test-contains chat "[bypass 7] main wants to run shell outside the sandbox: shell"))
+                 5))
+        (delete-process mute))
+      ;; olliesrv back: the chat comes back and answers
+      (funcall start-olliesrv)
+      (should (ellie-test-until (lambda () (not (ellie-test-contains chat "[chat lost:")))))
+      (ellie-test-type chat "again")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "Back again.")))))))
+
+(ert-deftest ellie-a-renamed-pair-keeps-working ()
+  (ellie-test-with-world
+      (list '(:text "Before the rename.")
+            '(:tool_calls [(:id "c1" :name "shell" :arguments (:cmd "echo renamed > out.txt" :bypass t))])
+            '(:text "It ran."))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (ellie-test-type chat "one")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "Before the rename."))))
+      (ellie-write "session/work/name" "job\n")
+      (ellie-write "session/job/agent/main/name" "lead\n")
+      ;; the buffer takes the new names
+      (should (ellie-test-until (lambda () (equal (buffer-name chat) "*ellie job/lead*")) 10))
+      ;; prompts, stats and bypass requests still reach the agent: it is addressed by id
+      (ellie-test-type chat "escape please")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "[bypass "))))
+      (should (ellie-test-contains chat "lead wants to run shell outside the sandbox: echo renamed > out.txt"))
+      (cl-letf (((symbol-function 'read-char-choice) (lambda (_prompt _chars) ?y)))
+        (ellie-test-type chat "" "C-c C-b"))
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "It ran."))))
+      (with-current-buffer chat
+        (should (string-match-p "^requests=3$" (ellie-stats))))
+      ;; M-x ellie with the new names finds the same buffer
+      (ellie "job" "lead")
+      (should (eq (current-buffer) chat)))))
+
+(ert-deftest ellie-the-prompt-starts-its-own-line ()
+  (ellie-test-with-world (list '(:text "a slow answer, streamed in pieces" :chunk 4 :delay_ms 300))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (cl-flet ((prompt-at-bol () (with-current-buffer chat
+                                    (save-excursion (goto-char (- ellie--input 2))
+                                                    (and (bolp) (looking-at-p "> ")))))
+                (partial () (with-current-buffer chat
+                              (and (ellie-test-contains chat "a slow")
+                                   (not (ellie-test-contains chat "in pieces"))))))
+        (ellie-test-type chat "take your time")
+        ;; an answer half streamed: its line is not ended, the prompt is below it all the same
+        (should (ellie-test-until #'partial))
+        (should (prompt-at-bol))
+        (should (ellie-test-until (lambda () (ellie-test-contains chat "in pieces"))))
+        (should (prompt-at-bol))
+        ;; typing goes to the prompt line, not into the answer
+        (with-current-buffer chat
+          (goto-char (point-max))
+          (insert "next")
+          (should (equal (buffer-substring-no-properties ellie--input (point-max)) "next")))))))
+
+(ert-deftest ellie-says-when-a-session-works-elsewhere ()
+  (ellie-test-with-world (list '(:text "hi"))
+    (let ((said nil))
+      (cl-letf (((symbol-function 'message)
+                 (lambda (format &rest args) (when format (push (apply #'format-message format args) said)))))
+        ;; made here, opened again from here: nothing to say
+        (ellie "here" "main")
+        (ellie "here" "main")
+        (should-not (cl-find-if (lambda (m) (string-match-p "works in" m)) said))
+        ;; made elsewhere: said, and the chat opens all the same
+        (ellie-rdwr "session/new" (format "name=there cwd=%s\n" (ellie--quote root)))
+        (ellie "there" "main")
+        (should (member (format "ellie: session there works in %s, not here" root) said))
+        (should (get-buffer "*ellie there/main*"))))))
+
 ;;; ellie-test.el ends here
