@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -127,9 +128,11 @@ std::size_t count_lines(std::string_view text) {
 void replace_file(const std::string& abs, std::string_view content, mode_t mode) {
   const auto slash = abs.rfind('/');
   const std::string dir = slash == 0 ? "/" : abs.substr(0, slash);
-  // The name is kept in the temporary's while it fits NAME_MAX (255) with the suffix, so an
-  // interrupted write shows whose it was; a longer one is cut.
-  std::string tmp = dir + (dir == "/" ? "" : "/") + "." + abs.substr(slash + 1, 200) + ".ollie-XXXXXX";
+  // The name is kept in the temporary's while it fits NAME_MAX with the dot and the suffix, so
+  // an interrupted write shows whose it was; a longer one is cut.
+  constexpr std::string_view suffix = ".ollie-XXXXXX";
+  const std::string name = abs.substr(slash + 1, NAME_MAX - 1 - suffix.size());
+  std::string tmp = dir + (dir == "/" ? "" : "/") + "." + name + std::string(suffix);
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) fail(errno, abs, "cannot create a temporary file beside");
   auto abandon = [&](int err, std::string_view what) {
