@@ -223,7 +223,10 @@ Result<BackendSettings> resolve_backend(std::string_view name, const BackendsCon
   out.model = !s.model.empty() ? s.model : env("OLLIE_MODEL").value_or(d->model);
   out.headers = s.headers;
   out.num_ctx = s.num_ctx;
-  if (name == "copilot") out.token_url = "https://api.github.com/copilot_internal/v2/token";
+  // GitHub's exchange serves the default URL; a URL of one's own (GitHub Enterprise's proxy, a
+  // fake provider) serves it too.
+  if (name == "copilot")
+    out.token_url = (out.url == d->url ? "https://api.github.com" : out.url) + "/copilot_internal/v2/token";
 
   if (d->key_vars.empty()) return out;
   std::vector<std::string> vars;

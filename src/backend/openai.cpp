@@ -51,7 +51,7 @@ class OpenAiDecoder : public Decoder {
     }
     if (malformed(f) || failure) return;
     if (auto stop = choice ? f.str(*choice, "finish_reason") : ""; !stop.empty()) {
-      stop_raw = stop;
+      stop_raw = refused_ ? "refusal" : stop;
       done = true;  // some compatible servers never send [DONE]
       flush_calls();
     }
@@ -67,6 +67,12 @@ class OpenAiDecoder : public Decoder {
         break;
       }
     text(f.str(d, "content"));
+    // A refusal comes in a field of its own, and ends as an ordinary `stop`: shown as the
+    // answer's text, and the turn stopped for it (§8.2).
+    if (auto r = f.str(d, "refusal"); !r.empty()) {
+      text(r);
+      refused_ = true;
+    }
     if (auto tc = f.array(d, "tool_calls"))
       for (const auto& t : *tc) {
         const json* e = f.element(t, "a tool call");
@@ -131,6 +137,7 @@ class OpenAiDecoder : public Decoder {
   SseParser sse_;
   std::map<std::int64_t, Pending> pending_;
   std::optional<std::int64_t> unindexed_;  ///< the slot of the last call that came without an index
+  bool refused_ = false;
 };
 
 }  // namespace

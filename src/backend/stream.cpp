@@ -168,9 +168,13 @@ struct Run {
   StreamContext ctx;
   long status = 0;
   std::string retry_after;
+  std::string content_type;
   std::string error_body;
   bool stopped = false;  // the decoder failed; ignore the rest
 };
+
+/// `text/html; charset=utf-8` → `text/html`.
+std::string media_type(std::string_view content_type) { return lower(trim(content_type.substr(0, content_type.find(';')))); }
 
 void finish(Run& r, const TransferEnd& end) {
   if (r.stopped) return;
@@ -198,6 +202,18 @@ void finish(Run& r, const TransferEnd& end) {
     spdlog::warn("{} ({})", d.failure->message, class_name(d.failure->cls));
     r.c->fail(*d.failure);
     return;
+  }
+  if (!d.done && d.out_bytes == 0 && d.calls == 0) {
+    // A page or one JSON object (a proxy's, a server that ignored `stream`) is no stream that
+    // dropped, to be tried again: an unparsable response (§8.2).
+    const std::string type = media_type(r.content_type);
+    if (type == "text/html" || type == "application/json") {
+      Error e{ErrorClass::client, r.ctx.backend + ": unparsable response: " + type + ", not a stream",
+              static_cast<int>(r.status), {}};
+      spdlog::warn("{}", e.message);
+      r.c->fail(std::move(e));
+      return;
+    }
   }
   if (!d.done) {
     Error e{ErrorClass::stream_drop,
@@ -235,6 +251,7 @@ bool start_stream(const std::shared_ptr<StreamControl>& c, HttpRequest req,
   h.on_head = [run](const HttpHead& head) {
     run->status = head.status;
     run->retry_after = std::string(head.header("retry-after"));
+    run->content_type = std::string(head.header("content-type"));
   };
   h.on_body = [run](std::string_view b) {
     if (run->stopped) return;

@@ -409,8 +409,4 @@ void Agent::kill() {
   feed_signal_->notify();
 }
 
-void Agent::save() {
-  if (auto s = session.lock()) s->save_soon();
-}
-
 }  // namespace ollie

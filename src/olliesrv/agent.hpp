@@ -161,8 +161,6 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void clear();
   /// Kill: interrupt, readers EOF; the caller removes it from its session.
   void kill();
-  /// The session is saved (persistence moment).
-  void save();
 
   /// §8.10.3: a sub-agent's turn spent `u` (totals, cost in cost_session): added to these
   /// totals, its cost to the running turn's (shown in costLast at its end), else to costSession.

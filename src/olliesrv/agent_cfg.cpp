@@ -5,6 +5,7 @@
 #include "agent.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
+#include "lifecycle.hpp"
 #include "off_io.hpp"
 #include "session.hpp"
 
@@ -138,7 +139,7 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
     co_await a->resolve_prompts();
   }
   if (c.profile || c.cwd) render_again(*a);
-  a->save();
+  co_await save_now(hub, s);
   co_return p9::Status{};
 }
 
@@ -240,7 +241,6 @@ p9::Status set_agent_name(Hub& hub, const std::shared_ptr<Session>& s, const std
   const std::string sn = s->current_name();
   hub.bus.publish("agent." + a->id + ".rename", "session/" + sn + "/agent/" + old + " session/" + sn + "/agent/" + n);
   render_again(*a);  // the Environment section names the agent (§7.6)
-  a->save();
   return {};
 }
 

@@ -54,7 +54,6 @@ p9::Status write_feed(Ctx& c, std::string text) {
     a.feed = text;
   }
   a.feed_signal()->notify();
-  a.save();
   if (a.subagent) return {};  // a consumer is a persistent agent's (§8.12)
   return a.submit({std::move(text), "feed"});
 }
@@ -77,7 +76,6 @@ p9::Status write_plan(Ctx& c, std::string text) {
     c.agent->plan_version++;
     c.agent->plan_changed = std::time(nullptr);
   }
-  c.agent->save();
   return {};
 }
 
@@ -135,13 +133,13 @@ virtfs::Node<Ctx> fifo_file() {
 virtfs::Node<Ctx> feed_file() {
   using namespace virtfs;
   return D::Leaf("feed", Mode{0600}, Doc{"one value; a write that changes it submits it; a read waits for a new value (nothing after 5 s)"},
-                 BlockOnce(read_feed, [](Ctx& c) { return c.agent->feed_signal(); }), Write(write_feed));
+                 BlockOnce(read_feed, [](Ctx& c) { return c.agent->feed_signal(); }), Write(saved(write_feed)));
 }
 
 virtfs::Node<Ctx> plan_file() {
   using namespace virtfs;
   return D::Leaf("plan", Mode{0640}, Owner(owner), Doc{"the agent's plan (a markdown checklist); write to replace it"},
-                 Read(read_plan), Write(write_plan),
+                 Read(read_plan), Write(saved(write_plan)),
                  Vers([](const Ctx& c) {
                    std::lock_guard lock(c.agent->mu);
                    return c.agent->plan_version;

@@ -240,7 +240,6 @@ p9::Status Bypass::set_session_policy(Session& s, std::string text) {
     std::lock_guard lock(s.mu);
     s.bypass = std::move(text);
   }
-  s.save_soon();
   return {};
 }
 

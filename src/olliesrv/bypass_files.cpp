@@ -47,7 +47,7 @@ virtfs::Node<Ctx> bypass_dir() {
 virtfs::Node<Ctx> session_bypass_file() {
   using namespace virtfs;
   return D::Leaf("bypass", Mode{0600}, Doc{"the session's bypass policy, before the global one; write to replace it"},
-                 Read(read_session_policy), Write(write_session_policy));
+                 Read(read_session_policy), Write(saved(write_session_policy)));
 }
 
 }  // namespace ollie

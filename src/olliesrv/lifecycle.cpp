@@ -105,7 +105,7 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
     s->kill();
     co_return st.error();
   }
-  s->save_soon();
+  co_await save_now(hub, s);
   hub.bus.publish("session." + id + ".new", "session/" + name);
   co_return id + "\n";
 }
@@ -381,7 +381,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
   destroy.release();
-  s->save_soon();
+  co_await save_now(hub, s);
   co_return id + "\n";
 }
 
@@ -403,6 +403,11 @@ asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, st
   co_return p9::Status{};
 }
 
+asio::awaitable<void> save_now(Hub& hub, std::shared_ptr<Session> s) {
+  auto save = [s] { (void)s->save(); };  // named: see off_io
+  co_await off_io<void>(hub, save);
+}
+
 asio::awaitable<void> kill_session(Hub& hub, std::shared_ptr<Session> s) {
   const std::string name = s->current_name();
   if (!s->kill()) co_return;  // a kill at the same moment published it
@@ -421,11 +426,11 @@ asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shar
   const std::string path = agent_path(*s, *a);
   a->kill();
   const bool shown = s->remove(a->id);  // false: a concurrent kill was first
-  // Its files on the blocking pool, then the save and the event (there too: a flushed `ctl kill`
-  // still ends with them).
+  // The save, its files and the event on the blocking pool (a flushed `ctl kill` still ends
+  // with them).
   auto remove = [&hub, s, aid = a->id, path, shown] {
+    (void)s->save();  // first: a kill -9 between the two must not restore the agent without its blocks
     if (auto st = hub.store.remove_agent(s->id, aid); !st) spdlog::error("agent {}: remove: {}", aid, st.ename());
-    s->save_soon();
     if (shown) hub.bus.publish("agent." + aid + ".kill", path);
   };
   co_await off_io<void>(hub, remove);

@@ -39,6 +39,22 @@ p9::Status gone(const Ctx& c) {
   return {};
 }
 
+virtfs::WriteCoFn<Ctx> saved(std::function<p9::Status(Ctx&, std::string)> f) {
+  return [f = std::move(f)](Ctx& c, std::string text) -> asio::awaitable<p9::Status> {
+    const p9::Status st = f(c, std::move(text));
+    if (st) co_await save_now(c.srv->hub(), c.session);
+    co_return st;
+  };
+}
+
+virtfs::RenameFn<Ctx> saved_soon(virtfs::RenameFn<Ctx> f) {
+  return [f = std::move(f)](Ctx& c, std::string name) {
+    const p9::Status st = f(c, std::move(name));
+    if (st) c.session->save_soon();
+    return st;
+  };
+}
+
 std::vector<std::string> session_names(Ctx& c) {
   std::vector<std::string> out;
   for (const auto& s : c.srv->hub().sessions()) out.push_back(s->current_name());
@@ -94,7 +110,6 @@ p9::Status rename_session(Ctx& c, std::string text) {
     std::lock_guard lock(a->mu);
     a->render_due = true;
   }
-  c.session->save_soon();
   return {};
 }
 
@@ -133,6 +148,7 @@ std::optional<virtfs::Instance<Ctx>> agent_lookup(const Ctx& c, const std::strin
 // §8.13: stored as written (never rewritten by the workflow), then submitted to `conductor`.
 asio::awaitable<p9::Status> set_goal(Ctx& c, std::string text) {
   if (auto st = write_goal(*c.session, text); !st) co_return st;
+  co_await save_now(c.srv->hub(), c.session);
   co_return co_await submit_goal(c.srv->hub(), c.session, std::move(text));
 }
 
@@ -180,14 +196,14 @@ virtfs::Node<Ctx> declare() {
   using namespace virtfs;
   auto agent_dir = D::Template(
       "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup),
-      Rename(rename_agent, [](const Ctx& c) { return c.agent->current_name(); }),
+      Rename(saved_soon(rename_agent), [](const Ctx& c) { return c.agent->current_name(); }),
       Mtime([](const Ctx& c) {
         std::lock_guard lock(c.agent->mu);
         return c.agent->created;
       }),
       D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read([](Ctx& c) { return Text(c.agent->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the agent's name; write to rename"},
-              Read([](Ctx& c) { return Text(c.agent->current_name() + "\n"); }), Write(rename_agent)),
+              Read([](Ctx& c) { return Text(c.agent->current_name() + "\n"); }), Write(saved(rename_agent))),
       D::Leaf("ctl", Mode{0600}, Owner(agent_owner), Doc{"agent control; verbs: stop kill compact clear inject agent model models backend tools tool_load cwd name systemprompt peeradd peerdel"},
               Rdwr(agent_ctl_file)),
       D::Leaf("cfg", Mode{0644}, Doc{"the effective configuration, key=value; write key=value tokens to change it (idle only)"},
@@ -226,18 +242,18 @@ virtfs::Node<Ctx> declare() {
 
   auto session_dir = D::Template(
       "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
-      Rename(rename_session, [](const Ctx& c) { return c.session->current_name(); }),
+      Rename(saved_soon(rename_session), [](const Ctx& c) { return c.session->current_name(); }),
       Mtime([](const Ctx& c) {
         std::lock_guard lock(c.session->mu);
         return c.session->created;
       }),
       D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read([](Ctx& c) { return Text(c.session->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
-              Read([](Ctx& c) { return Text(c.session->current_name() + "\n"); }), Write(rename_session)),
+              Read([](Ctx& c) { return Text(c.session->current_name() + "\n"); }), Write(saved(rename_session))),
       D::Leaf("ctl", Mode{0600}, Doc{"session control; verbs: kill save invalidate"}, Rdwr(session_ctl_file)),
       D::Leaf("env", Mode{0600}, Doc{"the tools' environment additions, KEY=VALUE; write KEY=VALUE tokens, KEY= unsets"},
               Read([](Ctx& c) { return Text(read_env(*c.session)); }),
-              Write([](Ctx& c, std::string text) { return write_env(*c.session, text); })),
+              Write(saved([](Ctx& c, std::string text) { return write_env(*c.session, text); }))),
       D::Leaf("goal", Mode{0644}, Doc{"the session's goal, exactly as last written; a write sets it and submits it to the agent conductor"},
               Read([](Ctx& c) { return Text(read_goal(*c.session)); }),
               Write(set_goal)),

@@ -46,7 +46,7 @@ Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
       std::erase(a->tools, tool);
     }
     a->note("info", "tool " + tool + " not loaded again: " + why);
-    a->save();
+    s->save_soon();
   };
   host = ToolHost::make(ex, std::move(c));
 }

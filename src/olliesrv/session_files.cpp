@@ -74,7 +74,6 @@ p9::Status write_env(Session& s, const std::string& request) {
     s.env = std::move(next);
   }
   for (const auto& [k, v] : changes) s.host->set_env(k, v);
-  s.save_soon();
   return {};
 }
 
@@ -91,7 +90,6 @@ p9::Status write_goal(Session& s, std::string text) {
     if (s.killed) return p9::error("session killed");
     s.goal = std::move(text);
   }
-  s.save_soon();
   return {};
 }
 

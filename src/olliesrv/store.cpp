@@ -29,6 +29,8 @@ using ojson = nlohmann::ordered_json;
 using backend::Role;
 
 constexpr auto replace = nlohmann::json::error_handler_t::replace;
+constexpr std::int64_t max_total = std::int64_t{1} << 53;
+constexpr double max_cost = 1e12;
 
 /// A file descriptor closed on scope exit.
 struct Fd {
@@ -229,6 +231,20 @@ struct Parser {
     into = v->get<double>();
     return true;
   }
+  // A usage total or a block counter: 0 to 2^53. A file that says more was not written by
+  // olliesrv, and the next turn's sums would overflow from it.
+  bool count(const ojson& o, const char* key, const std::string& path, std::int64_t& into) {
+    if (!i64(o, key, path, into)) return false;
+    return into >= 0 && into <= max_total ? true : fail(path + key, "out of range");
+  }
+  bool count(const ojson& o, const char* key, const std::string& path, std::uint64_t& into) {
+    if (!u64(o, key, path, into)) return false;
+    return into <= static_cast<std::uint64_t>(max_total) ? true : fail(path + key, "out of range");
+  }
+  bool cost(const ojson& o, const char* key, const std::string& path, double& into) {
+    if (!num(o, key, path, into)) return false;
+    return into >= 0 && into <= max_cost ? true : fail(path + key, "out of range");
+  }
   bool strings(const ojson& o, const char* key, const std::string& path, std::vector<std::string>& into) {
     auto* v = get(o, key);
     if (!v) return true;
@@ -318,7 +334,7 @@ struct Parser {
     if (!str(j, "id", p, a.id) || !str(j, "name", p, a.name) || !str(j, "profile", p, a.profile) ||
         !i64(j, "created", p, a.created) || !str(j, "backend", p, a.backend) || !str(j, "model", p, a.model) ||
         !str(j, "cwd", p, a.cwd) || !strings(j, "tools", p, a.tools) || !strings(j, "peers", p, a.peers) ||
-        !str(j, "plan", p, a.plan) || !u64(j, "blockCounter", p, a.block_counter) || !str(j, "feed", p, a.feed))
+        !str(j, "plan", p, a.plan) || !count(j, "blockCounter", p, a.block_counter) || !str(j, "feed", p, a.feed))
       return false;
     if (a.id.empty()) return fail(p + "id", "empty");
     auto* params = object(j, "params", p);
@@ -329,10 +345,10 @@ struct Parser {
     if (u) {
       std::string up = p + "usage.";
       auto& r = a.usage;
-      if (!i64(*u, "input", up, r.input) || !i64(*u, "output", up, r.output) ||
-          !i64(*u, "cachedInput", up, r.cached_input) || !i64(*u, "cacheCreation", up, r.cache_creation) ||
-          !i64(*u, "requests", up, r.requests) || !boolean(*u, "estimated", up, r.estimated) ||
-          !num(*u, "costLast", up, r.cost_last) || !num(*u, "costSession", up, r.cost_session))
+      if (!count(*u, "input", up, r.input) || !count(*u, "output", up, r.output) ||
+          !count(*u, "cachedInput", up, r.cached_input) || !count(*u, "cacheCreation", up, r.cache_creation) ||
+          !count(*u, "requests", up, r.requests) || !boolean(*u, "estimated", up, r.estimated) ||
+          !cost(*u, "costLast", up, r.cost_last) || !cost(*u, "costSession", up, r.cost_session))
         return false;
     }
     auto* ms = array(j, "messages", p);
@@ -472,6 +488,21 @@ p9::Status make_dirs(const std::string& path) {
 int open_regular(int dirfd, const std::string& name) {
   const int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;
+    return -1;
+  }
+  return fd;
+}
+
+/// A session directory's JSONL file, opened to append (made if missing): a regular file, or -1
+/// with errno set as open_regular does. A FIFO planted in its place would hold the writing
+/// thread, and the store's lock with it, until someone read it.
+int open_append(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  if (fd < 0) return errno == ENXIO ? (errno = EINVAL, -1) : -1;  // ENXIO: a FIFO without a reader
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -699,13 +730,12 @@ p9::Status Store::append_block(const std::string& session_id, const std::string&
     }
     held_.erase(it);
   }
-  constexpr int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
-  Fd fd(::open(path.c_str(), flags, 0600));
+  Fd fd(open_append(path));
   if (!fd && errno == ENOENT) {  // the session's directory is made by its first save; this is before it
     if (auto st = make_dirs(dir); !st) return st;
-    fd.fd = ::open(path.c_str(), flags, 0600);
+    fd.fd = open_append(path);
   }
-  if (!fd) return sys_error(path);
+  if (!fd) return p9::error(open_error(path));
   if (::fchmod(fd.fd, 0600) != 0) return sys_error(path);
   if (!write_all(fd.fd, buf)) return sys_error(path);
   if (held_.size() >= held_max) held_.erase(held_.begin());
@@ -729,8 +759,8 @@ p9::Status Store::append_compaction(const std::string& session_id, const std::st
   j["messages"] = messages_json(messages);
   std::string buf = j.dump(-1, ' ', false, replace) + "\n";
   std::string path = dir + "/" + agent_id + ".compaction.jsonl";
-  Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd) return sys_error(path);
+  Fd fd(open_append(path));
+  if (!fd) return p9::error(open_error(path));
   if (::fchmod(fd.fd, 0600) != 0 || !write_all(fd.fd, buf)) return sys_error(path);
   return {};
 }

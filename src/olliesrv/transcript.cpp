@@ -138,6 +138,7 @@ struct Transcript::State {
   std::int64_t changed = 0;                             // when version last moved (seconds), 0: not since the start
   bool closed = false;
   std::deque<Block> finals;                             // finalized, awaiting on_final
+  std::size_t persisted = 0;                            // blocks[0, persisted) went through on_final
   bool delivering = false;
   std::shared_ptr<virtfs::Signal> signal = std::make_shared<virtfs::Signal>();
 
@@ -257,10 +258,13 @@ class RawCursor : public virtfs::Cursor {
     if (pending_.size() == done_) {
       pending_.clear();
       done_ = 0;
-      if (next_ < s_->blocks.size()) {
+      // A finalized block is sent once it is in its agent's blocks file: a reader never holds
+      // one that kill -9 could take back (§7.7). A killed agent's blocks are all there is.
+      const std::size_t ready = s_->closed ? s_->blocks.size() : s_->persisted;
+      if (next_ < ready) {
         pending_ = s_->blocks[next_++].json();
         pending_ += '\n';
-      } else if (s_->open && s_->open_seq != seen_seq_) {
+      } else if (next_ == s_->blocks.size() && s_->open && s_->open_seq != seen_seq_) {
         // One snapshot of the whole content so far, however many deltas came since the last.
         seen_seq_ = s_->open_seq;
         pending_ = s_->open->json(true);
@@ -298,7 +302,17 @@ Transcript::~Transcript() { close(); }
 void Transcript::restore(std::vector<Block> blocks, std::uint64_t stored_counter) {
   {
     std::lock_guard lk(s_->mu);
-    s_->counter = std::max<std::uint64_t>(stored_counter, blocks.size());
+    // Past the last stored block's number, which restarts before this one may have put above
+    // the count of lines (below), and past one more: the block in flight at a kill -9 had shown
+    // its id to chat.raw's readers, and an id is never given again (§2.8.8).
+    std::uint64_t last = stored_counter;
+    if (!blocks.empty())
+      for (std::uint64_t n = stored_counter; n < stored_counter + 4096; n++)
+        if (block_id(s_->session_id, s_->agent_id, n) == blocks.back().id) {
+          last = n;
+          break;
+        }
+    s_->counter = last + 1;
     // Only the tail of the rendered text is kept: render from the newest block back until the
     // window is full. Offsets are internal, so the window starts at 0.
     std::vector<std::string> tail;
@@ -318,6 +332,7 @@ void Transcript::restore(std::vector<Block> blocks, std::uint64_t stored_counter
       s_->raw_size += blocks[i].json().size() + 1;
     }
     s_->blocks = std::move(blocks);
+    s_->persisted = s_->blocks.size();
     s_->bump();
   }
   s_->signal->notify();
@@ -345,12 +360,18 @@ void Transcript::deliver() {
       b = std::move(s_->finals.front());
       s_->finals.pop_front();
     }
-    if (!on_final) continue;
-    try {
-      on_final(b);
-    } catch (const std::exception& e) {
-      spdlog::error("transcript {}: persisting block {}: {}", s_->agent_id, b.id, e.what());
+    if (on_final) {
+      try {
+        on_final(b);
+      } catch (const std::exception& e) {
+        spdlog::error("transcript {}: persisting block {}: {}", s_->agent_id, b.id, e.what());
+      }
     }
+    {
+      std::lock_guard lk(s_->mu);
+      s_->persisted++;  // saved or failed (logged): chat.raw's readers may have it now
+    }
+    s_->signal->notify();
   }
 }
 

@@ -60,8 +60,9 @@ class Transcript {
   Transcript(const Transcript&) = delete;
   Transcript& operator=(const Transcript&) = delete;
 
-  /// Restore (§7.7): the finalized blocks of blocks.jsonl, oldest first, and the stored counter;
-  /// the counter resumes above both the stored one and blocks.size(). Before any other use.
+  /// Restore (§7.7): the finalized blocks of blocks.jsonl, oldest first, and a floor (the stored
+  /// counter, at least the file's line count); the counter resumes above the floor and the last
+  /// block's number, skipping one. Before any other use.
   void restore(std::vector<Block> blocks, std::uint64_t stored_counter);
   /// The per-agent block counter (persisted as blockCounter).
   std::uint64_t counter() const;

@@ -117,7 +117,7 @@ Reply verb_clear(AgentCall& c, const virtfs::Command& cmd) {
   if (!held.ok) co_return running(cmd);
   c.a->clear();
   c.a->note("info", "cleared");
-  c.a->save();
+  co_await save_now(c.hub, c.s);
   co_return std::string("cleared\n");
 }
 
@@ -227,7 +227,7 @@ Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
       out += t + "\n";
     }
   }
-  c.a->save();
+  co_await save_now(c.hub, c.s);
   if (!st) co_return st.error();
   co_return out;
 }
@@ -251,8 +251,10 @@ Reply verb_cwd(AgentCall& c, const virtfs::Command& cmd) {
 }
 
 Reply verb_name(AgentCall& c, const virtfs::Command& cmd) {
-  if (!cmd.args.empty())
+  if (!cmd.args.empty()) {
     if (auto st = set_agent_name(c.hub, c.s, c.a, cmd.args[0]); !st) co_return st.error();
+    co_await save_now(c.hub, c.s);
+  }
   co_return c.a->current_name() + "\n";
 }
 
@@ -282,7 +284,7 @@ Reply verb_peeradd(AgentCall& c, const virtfs::Command& cmd) {
     c.a->peers.push_back(p->id);
     if (std::find(p->peers.begin(), p->peers.end(), c.a->id) == p->peers.end()) p->peers.push_back(c.a->id);
   }
-  c.a->save();
+  co_await save_now(c.hub, c.s);
   co_return "peer " + p->current_name() + "\n";
 }
 
@@ -295,7 +297,7 @@ Reply verb_peerdel(AgentCall& c, const virtfs::Command& cmd) {
     std::erase(c.a->peers, p->id);
     std::erase(p->peers, c.a->id);
   }
-  c.a->save();
+  co_await save_now(c.hub, c.s);
   co_return "unpeered " + p->current_name() + "\n";
 }
 

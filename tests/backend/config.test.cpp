@@ -116,6 +116,14 @@ TEST(BackendConfig, OllieVariableBeforeTheProvidersOwn) {
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->key_var, "GOOGLE_API_KEY");
   auto c = resolve_backend("copilot", BackendsConf{}, env_of({{"GITHUB_TOKEN", "gh"}}));
+  // The exchange is GitHub's for the default URL, and the URL's own for any other (GitHub
+  // Enterprise's, a fake provider's): it used to be GitHub's always.
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->token_url, "https://api.github.com/copilot_internal/v2/token");
+  auto own = resolve_backend("copilot", BackendsConf{},
+                             env_of({{"GITHUB_TOKEN", "gh"}, {"OLLIE_COPILOT_URL", "http://127.0.0.1:9/"}}));
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->token_url, "http://127.0.0.1:9/copilot_internal/v2/token");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->key, "gh");
 }

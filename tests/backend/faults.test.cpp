@@ -45,6 +45,7 @@ std::vector<Fault> all_faults() {
     v.push_back({p, "tool_unsupported", ErrorClass::tool_unsupported});
     v.push_back({p, "auth", ErrorClass::auth});
     v.push_back({p, "bad_request", ErrorClass::client});
+    v.push_back({p, "not_a_stream", ErrorClass::client});  // §8.2: unparsable, not a drop to retry
   }
   return v;
 }
@@ -84,8 +85,14 @@ TEST_P(BackendFaults, IsClassified) {
   if (f.expected == ErrorClass::tool_unsupported) {
     EXPECT_EQ(e.message, "model does not support tool calls: " + test::fake_settings(name, "").model);
   }
-  if (f.expected == ErrorClass::client) {
+  if (std::string(f.fault) == "bad_request") {
     EXPECT_GT(e.http_status, 399);
+  }
+  if (std::string(f.fault) == "not_a_stream") {  // ollama's and kiro's parsers say why themselves
+    EXPECT_EQ(e.message.rfind(name + ": unparsable response", 0), 0u) << e.message;
+    if (name != "ollama" && name != "kiro") {
+      EXPECT_EQ(e.message, name + ": unparsable response: text/html, not a stream");
+    }
   }
 }
 
@@ -245,6 +252,23 @@ TEST_F(BackendStreaming, OllamasInStreamToolRefusalReadsAsTheHttpOne) {
   ASSERT_TRUE(got.is_error());
   EXPECT_EQ(got.error().cls, ErrorClass::tool_unsupported);
   EXPECT_EQ(got.error().message, "model does not support tool calls: " + s.model);
+}
+
+// OpenAI streams a refusal in `delta.refusal` and ends it with an ordinary `stop`: it is the
+// answer's text, and the stop is the refusal (§8.2: the turn ends `stopped: refusal`). It used
+// to be dropped: the turn ended with nothing shown.
+TEST_F(BackendStreaming, AnOpenaiRefusalIsTheTextAndTheStop) {
+  for (const char* name : {"openai", "openrouter", "copilot"}) {
+    fake.push({{"text", "Well. "}, {"refusal", "I can't help with that."}});
+    auto b = make_backend(test::fake_settings(name, fake.url()), engine);
+    Collector col;
+    auto st = (*b)->stream(test::simple_request(), col.sink());
+    auto got = col.wait(5s);
+    ASSERT_TRUE(got.end && !got.is_error()) << name << ": " << (got.end ? got.error().message : "no end");
+    EXPECT_EQ(got.text, "Well. I can't help with that.") << name;
+    EXPECT_EQ(got.end->stop_raw, "refusal") << name;
+    EXPECT_EQ(got.end->stop, StopReason::filtered) << name;
+  }
 }
 
 // §8.2: an error event inside the stream is classed by the code it carries, as an HTTP answer

@@ -161,6 +161,12 @@ Reply fault_reply(Dialect d, const std::string& fault, const json& resp, const R
       case Dialect::kiro: return aws_err(403, "AccessDeniedException", "The bearer token included in the request is invalid. " + shown);
     }
   }
+  if (fault == "not_a_stream") {  // a proxy's page where the stream should be
+    Reply page;
+    page.body = "<html><head><title>Sign in</title></head><body>Welcome to the proxy</body></html>\n";
+    page.headers.emplace_back("Content-Type", "text/html; charset=utf-8");
+    return page;
+  }
   if (fault == "bad_request") {
     switch (d) {
       case Dialect::openai: return openai_err(400, padded("Invalid value for 'temperature': must be between 0 and 2.", resp), "invalid_request_error", nullptr);
@@ -190,6 +196,9 @@ std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, 
   for (const auto& p : pieces(s.reasoning, s.chunk))
     f.push_back(both ? chunk({{"reasoning_content", p}, {"reasoning", p}}) : chunk({{router ? "reasoning" : "reasoning_content", p}}));
   for (const auto& p : pieces(s.stamp ? std::string() : s.text, s.chunk)) f.push_back(chunk({{"content", p}}));
+  // As OpenAI streams a refusal: in a field of its own, ended by an ordinary `stop`.
+  const std::string refusal = resp.value("refusal", "");
+  for (const auto& p : pieces(refusal, s.chunk)) f.push_back(chunk({{"refusal", p}}));
   if (s.stamp)
     for (int i = 0; i < resp.value("events", 100); ++i) f.push_back(chunk({{"content", "@@STAMP@@"}}));
   if (resp.value("calls_without_index", false) && !s.calls.empty()) {
@@ -211,7 +220,7 @@ std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, 
     for (const auto& p : pieces(c.args, s.chunk))
       f.push_back(chunk({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", p}}}}})}}));
   }
-  const std::string stop = s.stop == "end" ? "stop" : s.stop == "tool_calls" ? (legacy ? "function_call" : "tool_calls")
+  const std::string stop = s.stop == "end" || !refusal.empty() ? "stop" : s.stop == "tool_calls" ? (legacy ? "function_call" : "tool_calls")
                            : s.stop == "length" ? "length" : "content_filter";
   f.push_back(chunk(json::object(), stop));
   const bool include = req.body.value("stream_options", json::object()).value("include_usage", false);

@@ -758,6 +758,33 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   EXPECT_NE(body.dump().find("remember me"), std::string::npos);
 }
 
+// §7.7, §4.2: a write that changes what is persisted is answered once session.json holds the
+// change, so kill -9 right after the reply keeps it. The writes used to be answered first and
+// saved just after: a new agent, with the blocks of the prompt written to it, or a rename was
+// lost in about a third of such kills.
+TEST(Conversation, KillNineRightAfterAReplyKeepsWhatItAcknowledged) {
+  World w;
+  for (int i = 0; i < 3; i++) {
+    const std::string n = std::to_string(i);
+    auto s = w.session("s" + n);
+    auto a = w.agent(s, "a");
+    w.fake.push({{"text", "answer " + n}, {"delay_ms", 5000}});
+    ASSERT_TRUE(w.write(a + "/prompt", "question " + n));
+    ASSERT_TRUE(w.write(a + "/plan", "plan " + n));
+    ASSERT_TRUE(w.write(s + "/env", "K" + n + "=v"));
+    ASSERT_TRUE(w.write(a + "/name", "b" + n));
+    w.stop_server(SIGKILL);
+    w.kill_toolsrvs();
+    w.start();
+    const std::string b = s + "/agent/b" + n;
+    auto plan = w.read(b + "/plan");
+    ASSERT_TRUE(plan) << plan.ename() << w.log_text();
+    EXPECT_EQ(*plan, "plan " + n);
+    EXPECT_NE(w.read(s + "/env")->find("K" + n + "=v\n"), std::string::npos);
+    EXPECT_NE(w.read(b + "/log.raw")->find("question " + n), std::string::npos);
+  }
+}
+
 // §7.7: session.json is written after every tool round, but a round's write starts no sooner
 // than save_spacing (20 ms) after the last one began; the turn's end writes at once. Counted with
 // inotify: the temporary files created during a turn of 60 instant rounds (each has its own

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -246,6 +247,18 @@ TEST(StoreJson, WrongTypesNameTheField) {
             "session.json: agents[0].blockCounter: expected an integer");
   EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","usage":{"costLast":"1"}}]})"),
             "session.json: agents[0].usage.costLast: expected a number");
+  // Totals the next turn's sums would overflow from, or print as nonsense, are not olliesrv's.
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","usage":{"input":9223372036854775807}}]})"),
+            "session.json: agents[0].usage.input: out of range");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","usage":{"requests":-1}}]})"),
+            "session.json: agents[0].usage.requests: out of range");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","usage":{"costSession":1e300}}]})"),
+            "session.json: agents[0].usage.costSession: out of range");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","usage":{"costLast":-2}}]})"),
+            "session.json: agents[0].usage.costLast: out of range");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","blockCounter":18446744073709551615}]})"),
+            "session.json: agents[0].blockCounter: out of range");
+  EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","usage":{"input":9007199254740992,"costSession":1000000000000}}]})"), "ok");
   EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","messages":[{"role":"robot"}]}]})"),
             "session.json: agents[0].messages[0].role: unknown role");
   EXPECT_EQ(e(R"({"id":"x","agents":[{"id":"a","messages":[{"role":"assistant","tool_calls":[{"arguments":3}]}]}]})"),
@@ -457,6 +470,39 @@ TEST(Store, AFifoInASessionDirectoryIsSkippedNotWaitedOn) {
   std::sort(skipped.begin(), skipped.end());
   EXPECT_EQ(skipped[0], blocks.id + ": " + blocks.agents[0].id + ".blocks.jsonl: not a regular file");
   EXPECT_EQ(skipped[1], "piped: session.json: not a regular file");
+}
+
+// A model whose cwd holds the data directory can put a FIFO where its blocks file was: the next
+// block is not saved (an error, no wait for a reader that never comes, which held every thread
+// of olliesrv behind the store's lock), and a later line goes on once the file is regular again.
+TEST(Store, AFifoInPlaceOfABlocksFileFailsTheAppendAtOnce) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  const auto& aid = s.agents[0].id;
+  const std::string file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
+  ASSERT_TRUE(st.append_block(s.id, aid, R"({"n":1})"));
+  std::filesystem::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  auto r = st.append_block(s.id, aid, R"({"n":2})");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.ename(), file + ": not a regular file");
+  // With a reader waiting on it too.
+  const int reader = ::open(file.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  r = st.append_block(s.id, aid, R"({"n":3})");
+  ::close(reader);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.ename(), file + ": not a regular file");
+  r = st.append_compaction(s.id, aid, {});
+  ASSERT_TRUE(r);  // the compaction file is its own
+  std::filesystem::remove(dir_of(t, s.id) + "/" + aid + ".compaction.jsonl");
+  ASSERT_EQ(::mkfifo((dir_of(t, s.id) + "/" + aid + ".compaction.jsonl").c_str(), 0600), 0);
+  EXPECT_FALSE(st.append_compaction(s.id, aid, {}));
+  std::filesystem::remove(file);
+  ASSERT_TRUE(st.append_block(s.id, aid, R"({"n":4})"));
+  EXPECT_EQ(slurp(file), "{\"n\":4}\n");
 }
 
 // A restored session's directory is made 0700 again and loses the temp files of saves a kill -9

@@ -75,35 +75,45 @@ TEST(TranscriptIds, StreamedBlocksTakeTheirIdWhenTheyOpen) {
   EXPECT_FALSE(t.finish_stream());
 }
 
-TEST(TranscriptIds, RestoreResumesAboveTheCounterAndTheLineCount) {
-  std::vector<Block> three;
-  for (int i = 1; i <= 3; i++) {
-    auto b = blk("user", "m");
-    b.id = block_id("s", "a", i);
-    three.push_back(b);
+// §2.8.8: an id is never given again. The block in flight at a kill -9 showed its id to
+// chat.raw's readers and is in no file: the restored counter skips one past everything stored.
+TEST(TranscriptIds, RestoreResumesPastTheFloorAndTheLastBlockSkippingOne) {
+  auto numbered = [](std::vector<int> ns) {
+    std::vector<Block> out;
+    for (int n : ns) {
+      auto b = blk("user", "m");
+      b.id = block_id("s", "a", static_cast<unsigned long long>(n));
+      out.push_back(b);
+    }
+    return out;
+  };
+  {
+    Transcript t("s", "a");
+    t.restore(numbered({1, 2, 3}), 10);  // the saved counter is past the file
+    EXPECT_EQ(t.append(blk("info", "x")).id, block_id("s", "a", 12));
   }
   {
     Transcript t("s", "a");
-    t.restore(three, 10);
-    EXPECT_EQ(t.append(blk("info", "x")).id, block_id("s", "a", 11));
+    t.restore(numbered({1, 2, 3}), 3);  // blocks appended after the last save: the line count
+    EXPECT_EQ(t.append(blk("info", "x")).id, block_id("s", "a", 5));
+    EXPECT_EQ(t.counter(), 5u);
   }
   {
-    // More lines than the saved counter: blocks appended after the last save.
+    // Earlier restarts skipped 3 and 5: the last block's number is past the line count.
     Transcript t("s", "a");
-    t.restore(three, 1);
-    EXPECT_EQ(t.append(blk("info", "x")).id, block_id("s", "a", 4));
-    EXPECT_EQ(t.counter(), 4u);
+    t.restore(numbered({1, 2, 4, 6}), 4);
+    EXPECT_EQ(t.append(blk("info", "x")).id, block_id("s", "a", 8));
   }
 }
 
 TEST(TranscriptIds, AnIdAlreadyUsedIsSkipped) {
-  // The restored block carries the id counter 2 would give: the next block must take 3.
+  // The restored block carries the id counter 2 gives: past it, one skipped, the next takes 4.
   auto b = blk("user", "m");
   b.id = block_id("s", "a", 2);
   Transcript t("s", "a");
-  t.restore({b}, 0);
-  EXPECT_EQ(t.append(blk("info", "x")).id, block_id("s", "a", 3));
-  EXPECT_EQ(t.counter(), 3u);
+  t.restore({b}, 1);
+  EXPECT_EQ(t.append(blk("info", "x")).id, block_id("s", "a", 4));
+  EXPECT_EQ(t.counter(), 4u);
 }
 
 TEST(TranscriptRender, EveryRole) {
@@ -364,6 +374,29 @@ TEST(Transcript, OnFinalGetsEveryBlockInOrderAndMayCallBack) {
   t.stream("assistant", "y");
   t.finish_stream();
   EXPECT_EQ(seen, (std::vector<std::string>{"user:first", "info:nested", "assistant:xy"}));
+}
+
+// §7.7: a reader of chat.raw gets a finalized block only once on_final (its append to the
+// agent's blocks file) has returned, so kill -9 cannot take back a block a client holds. A block
+// used to reach the readers first: a reader that killed olliesrv on seeing it found it lost.
+TEST(Transcript, ChatRawGivesAFinalizedBlockOnlyAfterOnFinal) {
+  Transcript t("s", "a");
+  auto raw = t.chat_raw();
+  std::vector<std::string> during;  // what the reader had while each block was being persisted
+  t.on_final = [&](const Block& b) { during.push_back(b.id + " " + drain(*raw)); };
+  const auto user = t.append(blk("user", "q"));
+  t.stream("assistant", "partial");
+  const auto answer = t.finish_stream();
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(during.size(), 2u);
+  EXPECT_EQ(during[0], user.id + " ");  // nothing before the user block was persisted
+  // While the answer is persisted: the user block, not the answer's final line.
+  const std::string had = during[1].substr(answer->id.size() + 1);
+  EXPECT_NE(had.find("\"id\":\"" + user.id + "\""), std::string::npos) << had;
+  EXPECT_EQ(had.find("\"id\":\"" + answer->id + "\""), std::string::npos) << had;
+  const std::string after = drain(*raw);
+  EXPECT_NE(after.find("\"id\":\"" + answer->id + "\""), std::string::npos) << after;
+  EXPECT_EQ(after.find("\"partial\":true"), std::string::npos) << after;
 }
 
 TEST(Transcript, ConcurrentStreamAndReaderSeeEveryByte) {
