@@ -117,7 +117,7 @@ asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> h
     if (!a) co_return;
     // Delivered like any prompt: a turn at once when idle, else queued (§6.10).
     Submission interrupt;
-    interrupt.text = proc_interrupt(p->pid, cmd, e.status, e.code, e.output, e.total);
+    interrupt.text = proc_interrupt(p->pid, cmd, e.status, e.code, redacted(e.output, a->secret), e.total);
     interrupt.origin = "proc";
     if (auto st = a->submit(std::move(interrupt)); !st)
       spdlog::warn("agent {}: interrupt of process {} not delivered: {}", a->id, p->pid, st.ename());

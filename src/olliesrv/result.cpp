@@ -130,6 +130,13 @@ std::string valid_utf8(std::string_view s) {
   return out;
 }
 
+std::string redacted(std::string text, std::string_view secret) {
+  if (secret.empty()) return text;
+  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at))
+    text.replace(at, secret.size(), "[redacted]");
+  return text;
+}
+
 Converted convert_reply(const ProcReply& r, int timeout) {
   const std::string status = header(r, "status");
   const std::string out = valid_utf8(r.out), err = valid_utf8(r.err);

@@ -19,6 +19,11 @@ struct ProcReply {
 /// Parses a reply: header lines, an empty line, stdout then stderr by their byte counts.
 p9::Result<ProcReply> parse_proc_reply(std::string_view text);
 
+/// `text` with every occurrence of the agent's secret replaced by `[redacted]`: a tool that
+/// prints its environment (`env`) shows it OLLIE_AUTH, and its output becomes blocks that other
+/// agents may read (§1.5: the secret is never persisted nor served).
+std::string redacted(std::string text, std::string_view secret);
+
 /// `text` with every invalid UTF-8 sequence replaced by U+FFFD.
 std::string valid_utf8(std::string_view text);
 

@@ -1,5 +1,6 @@
 #include "store.hpp"
 
+#include "backend/json.hpp"
 #include "backend/wire.hpp"
 
 #include <dirent.h>
@@ -52,8 +53,11 @@ bool plain_component(std::string_view s) {
          s.find('\0') == std::string_view::npos;
 }
 
-/// Parses JSON text kept as text in the records; nullopt when it is not JSON.
+/// Parses JSON text kept as text in the records; nullopt when it is not JSON, or nests deeper
+/// than the backends accept (a model's call arguments, kept as they came: dumping them nested
+/// 30,000 deep overflowed the stack of the thread saving the session).
 std::optional<ojson> parse_text(std::string_view text) {
+  if (backend::too_deep(text)) return std::nullopt;
   auto j = ojson::parse(text, nullptr, false);
   if (j.is_discarded()) return std::nullopt;
   return j;

@@ -1161,6 +1161,8 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   }
   auto p = parse_proc_reply(*r);
   if (!p) co_return ToolOutcome{"error: " + p.ename(), true};
+  p->out = redacted(std::move(p->out), req.auth);
+  p->err = redacted(std::move(p->err), req.auth);
   auto c = convert_reply(*p, timeout);
   ToolOutcome out{std::move(c.text), c.error};
   if (auto o = p->header.find("override"); o != p->header.end() && o->second.ends_with(" ignored"))

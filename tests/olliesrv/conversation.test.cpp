@@ -2,10 +2,12 @@
 // the shipped tools under Landlock, the fake provider over real HTTP, read through chat,
 // chat.raw, log, log.raw and block.
 #include <gtest/gtest.h>
+
 #include <sys/inotify.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -185,6 +187,31 @@ TEST(Conversation, AToolRoundRunsTheShippedToolUnderToolsrv) {
   EXPECT_FALSE(msgs[1].contains("reasoningBackend")) << msgs[1].dump();
 }
 
+// §1.5: an agent's secret is never persisted nor served. A tool that prints its environment
+// shows it OLLIE_AUTH: its result used to keep it, in log.raw (which every agent may read), the
+// blocks file and session.json, and another agent could attach as this one with it.
+TEST(Conversation, AToolPrintingItsEnvironmentDoesNotLeakTheAgentsSecret) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "e1"}, {"name", "shell"}, {"arguments", {{"cmd", "env; env >&2"}}}}})}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "show the environment"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto tool = contents(w, a, "tool");
+  ASSERT_EQ(tool.size(), 1u);
+  EXPECT_NE(tool[0].find("OLLIE_AUTH=[redacted]"), std::string::npos) << tool[0];
+  EXPECT_NE(tool[0].find("OLLIE_UNAME="), std::string::npos) << tool[0];
+  ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
+  const std::regex secret("OLLIE_AUTH=[0-9a-f]{64}");
+  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_FALSE(std::regex_search(read_file(e.path().string()), secret)) << e.path();
+  EXPECT_FALSE(std::regex_search(*w.read(a + "/log.raw"), secret));
+  EXPECT_FALSE(std::regex_search(request_body(w, 1).dump(), secret));
+}
+
 TEST(Conversation, UnknownToolsAndBadArgumentsBecomeErrorResults) {
   World w;
   auto s = w.session("work");
@@ -211,14 +238,22 @@ TEST(Conversation, ArgumentsNestedAMillionDeepAreAnErrorResult) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
-  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "file_read"}, {"arguments", "{\"path\": " + deep + "}"}}})}, {"chunk", 4 << 20}});
+  // 30,000 deep fits the backend's bounds on a call (60 KB): kept in the history as it came, its
+  // save dumped it, one stack frame a level, and took olliesrv down.
+  for (int depth : {1'000'000, 30'000}) {
+    const std::string deep = std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
+    w.fake.push({{"tool_calls", json::array({{{"id", "c" + std::to_string(depth)}, {"name", "file_read"}, {"arguments", "{\"path\": " + deep + "}"}}})}, {"chunk", 4 << 20}});
+  }
   w.fake.push({{"text", "ok"}});
   ASSERT_TRUE(w.write(a + "/prompt", "go"));
-  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; })) << w.log_text();
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; })) << w.log_text();
   ASSERT_TRUE(w.wait_state(a, "idle"));
-  EXPECT_EQ(contents(w, a, "tool"), (std::vector<std::string>{"error: invalid arguments: not JSON"}));
+  EXPECT_EQ(contents(w, a, "tool"), (std::vector<std::string>(2, "error: invalid arguments: not JSON")));
   EXPECT_TRUE(w.read("session/idx"));
+  ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
+  w.stop_server(SIGKILL);
+  w.start();
+  EXPECT_EQ(w.read_state(a), "idle") << w.log_text();
 }
 
 // A tool name is the model's text: control characters in it are escaped in the state, so it can
