@@ -7,12 +7,14 @@
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <vector>
 
 namespace virtfs {
 
 struct Signal::Waiter {
   explicit Waiter(const asio::any_io_executor& ex) : timer(ex) {}
   asio::steady_timer timer;
+  std::list<std::weak_ptr<Waiter>>::iterator at;  // in waiters_ until a notify takes them all
 };
 
 std::uint64_t Signal::version() const {
@@ -21,7 +23,7 @@ std::uint64_t Signal::version() const {
 }
 
 void Signal::notify() {
-  std::vector<std::weak_ptr<Waiter>> wake;
+  std::list<std::weak_ptr<Waiter>> wake;
   {
     std::lock_guard lk(mu_);
     version_++;
@@ -51,7 +53,7 @@ asio::awaitable<bool> Signal::wait(std::uint64_t seen, duration timeout) {
     std::lock_guard lk(mu_);
     if (version_ != seen) co_return true;
     w->timer.expires_after(timeout);
-    waiters_.push_back(w);
+    w->at = waiters_.insert(waiters_.end(), w);
   }
   co_await w->timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   bool changed;
@@ -59,8 +61,8 @@ asio::awaitable<bool> Signal::wait(std::uint64_t seen, duration timeout) {
     std::lock_guard lk(mu_);
     changed = version_ != seen;
     // A notify since we queued took every entry, ours too: only a timeout or a cancellation
-    // leaves ours behind (and the expired ones of frames destroyed unresumed go with it).
-    if (!changed) std::erase_if(waiters_, [&](const std::weak_ptr<Waiter>& x) { return x.expired() || x.lock() == w; });
+    // leaves ours behind.
+    if (!changed) waiters_.erase(w->at);
   }
   auto cs = co_await asio::this_coro::cancellation_state;
   if (cs.cancelled() != asio::cancellation_type::none) throw std::system_error(asio::error::operation_aborted);
