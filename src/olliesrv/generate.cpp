@@ -129,6 +129,35 @@ asio::awaitable<Built> make(Hub& hub, BackendChoice choice) {
   co_return co_await asio::co_spawn(hub.blocking, build, asio::use_awaitable);
 }
 
+/// One of a principal's `generate`/`complete` requests under way, or none left: an agent that
+/// opened a thousand of them took every descriptor olliesrv had, and locked everyone out.
+constexpr int max_asking = 16;
+class Asking {
+ public:
+  Asking(Hub& hub, std::string who) : hub_(hub), who_(std::move(who)) {
+    std::lock_guard lock(hub_.asking_mu);
+    int& n = hub_.asking[who_];
+    ok_ = n < max_asking;
+    if (ok_) n++;
+    else if (n == 0) hub_.asking.erase(who_);
+  }
+  ~Asking() {
+    if (!ok_) return;
+    std::lock_guard lock(hub_.asking_mu);
+    if (--hub_.asking[who_] == 0) hub_.asking.erase(who_);
+  }
+  Asking(const Asking&) = delete;
+  Asking& operator=(const Asking&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  Hub& hub_;
+  std::string who_;
+  bool ok_ = false;
+};
+
+const std::string too_many = "too many requests at once (limit " + std::to_string(max_asking) + ")";
+
 /// Sends `req` and waits for the whole answer. A cancelled wait (Tflush) destroys the stream,
 /// which aborts the HTTP transfer.
 Reply ask(Hub& hub, BackendChoice choice, backend::ChatRequest req) {
@@ -211,6 +240,8 @@ Reply generate(Ctx& c, std::string request) {
   if (backend::trim(r->body).empty()) co_return p9::error("empty prompt");
   auto choice = choose(hub, r->header.get("backend"), r->header.get("model"));
   if (!choice) co_return choice.error();
+  Asking slot(hub, c.who.uname);
+  if (!slot.ok()) co_return p9::error(too_many);
   co_return co_await ask(hub, *choice, chat(r->header.get("system"), std::move(r->body)));
 }
 
@@ -234,6 +265,8 @@ Reply complete(Ctx& c, std::string request) {
   if (!choice) co_return choice.error();
   std::string system = complete_prompt();
   if (const auto lang = r->header.get("lang"); !lang.empty()) system += "\n\nThe code is " + lang + ".";
+  Asking slot(hub, c.who.uname);
+  if (!slot.ok()) co_return p9::error(too_many);
   auto answer = co_await ask(hub, *choice, chat(std::move(system), std::move(r->body)));
   if (!answer) co_return answer.error();
   co_return strip_fences(std::move(*answer));

@@ -60,6 +60,10 @@ struct Hub {
   /// Seconds of the retry table (§8.2) are this long: shortened by tests only.
   std::chrono::milliseconds retry_unit{1000};
   std::atomic<bool> stopping{false};
+  /// `generate` and `complete` requests under way, by principal: each holds a connection to a
+  /// provider, so one principal's are bounded (generate.cpp).
+  std::mutex asking_mu;
+  std::map<std::string, int> asking;
   Bypass bypass;  ///< the bypass broker and policies (§6.9.2), after what it uses
 
   /// backends.conf as last read (root `ctl invalidate` re-reads it).

@@ -323,6 +323,27 @@ TEST(Generate, EmptyPromptsAndBackendErrorsAreRerrors) {
   EXPECT_EQ(r.ename().find("sk-test"), std::string::npos) << r.ename();
 }
 
+// Each request under way holds a connection to the provider: a principal has 16 at once, the
+// next is refused until one ends (an agent that opened a thousand took every descriptor of
+// olliesrv's and locked everyone out).
+TEST(Generate, APrincipalHasSixteenRequestsUnderWayAtOnce) {
+  World w;
+  for (int i = 0; i < 17; i++) w.fake.push({{"text", "slow " + std::to_string(i)}, {"delay_ms", 300}});
+  std::vector<std::future<p9::Result<std::string>>> asked;
+  for (int i = 0; i < 16; i++)
+    asked.push_back(std::async(std::launch::async, [&w, i] { return w.rdwr("generate", "question " + std::to_string(i)); }));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 16; })) << chat_requests(w);
+  auto refused = w.rdwr("generate", "one more");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.ename(), "too many requests at once (limit 16)");
+  for (auto& a : asked) {
+    auto r = a.get();
+    ASSERT_TRUE(r) << r.ename();
+    EXPECT_EQ(r->rfind("slow ", 0), 0u) << *r;
+  }
+  EXPECT_EQ(*w.rdwr("generate", "now there is room"), "slow 16");
+}
+
 TEST(Generate, AFlushedReadAbortsTheTransfer) {
   World w;
   w.fake.push({{"fault", "hang"}});
