@@ -62,9 +62,17 @@ void Bus::publish(const std::string& topic, const std::string& payload) {
   for (auto& s : live) s->offer(e);
 }
 
-std::shared_ptr<Subscription> Bus::subscribe() {
+p9::Result<std::shared_ptr<Subscription>> Bus::subscribe(const std::string& who, bool hostowner) {
   auto s = std::make_shared<Subscription>();
   std::lock_guard lk(mu_);
+  if (!hostowner) {
+    auto& held = held_[who];
+    if (!held) held = std::make_shared<std::atomic<std::size_t>>(0);
+    if (held->load() >= MAX_PER_PRINCIPAL)
+      return p9::error("too many event fids (limit " + std::to_string(MAX_PER_PRINCIPAL) + ")");
+    held->fetch_add(1);
+    s->held_ = held;
+  }
   subs_.push_back(s);
   return s;
 }

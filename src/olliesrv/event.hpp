@@ -2,7 +2,9 @@
 /// The event bus (spec §5): publish `<kind>.<id>.<verb>` topics; every open `event` fid is a
 /// subscription with its own filter and a buffer of at most 1000 undelivered events.
 
+#include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,13 +34,20 @@ class Bus {
 
   /// Delivers `<topic> <payload>` (or `<topic>` alone) to every matching subscription.
   void publish(const std::string& topic, const std::string& payload = "");
-  /// A new subscription; it sees events published from now on.
-  std::shared_ptr<Subscription> subscribe();
+  /// Open `event` fids a principal other than the hostowner may hold: each costs every publish
+  /// a match of its filter and keeps up to BUFFER events (an agent holding 32,000 made every
+  /// state change of the server take most of a second).
+  static constexpr std::size_t MAX_PER_PRINCIPAL = 64;
+
+  /// A new subscription of `who`; it sees events published from now on. Past MAX_PER_PRINCIPAL
+  /// of an agent's: `too many event fids (limit 64)`.
+  p9::Result<std::shared_ptr<Subscription>> subscribe(const std::string& who, bool hostowner);
 
  private:
   friend class Subscription;
   std::mutex mu_;
   std::vector<std::weak_ptr<Subscription>> subs_;
+  std::map<std::string, std::shared_ptr<std::atomic<std::size_t>>> held_;  // by principal
 };
 
 /// One `event` fid: a Streaming Rdwr cursor whose request is the filter.
@@ -47,6 +56,9 @@ class Subscription : public virtfs::Cursor {
   static constexpr std::size_t MAX_PATTERNS = 256;  ///< every publish matches each of them
   static constexpr std::size_t MAX_FILTER = 64 * 1024;  ///< bytes of a filter, blanks included
 
+  ~Subscription() override {
+    if (held_) held_->fetch_sub(1);
+  }
   virtfs::Chunk read(std::size_t max) override;
   std::shared_ptr<virtfs::Signal> signal() override { return signal_; }
   /// Sets the filter: patterns separated by blanks or newlines; events already buffered that do
@@ -63,6 +75,7 @@ class Subscription : public virtfs::Cursor {
   void offer(const std::shared_ptr<const Event>& e);
   bool wanted(const std::string& topic) const;
 
+  std::shared_ptr<std::atomic<std::size_t>> held_;  // its principal's count, or none
   std::mutex mu_;
   std::vector<Pattern> filter_;
   std::deque<std::shared_ptr<const Event>> queue_;

@@ -267,7 +267,11 @@ virtfs::Node<Ctx> declare() {
 
   return D::Dir("/", Mode{0555}, Doc{"the olliesrv namespace"}, root_files(),
       D::Leaf("event", Mode{0666}, Doc{"events from open on, one per line; write topic patterns first to filter"},
-              StreamRdwr([](Ctx& c) { return p9::Result<std::shared_ptr<Cursor>>(c.srv->bus().subscribe()); })),
+              StreamRdwr([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> {
+                auto s = c.srv->bus().subscribe(c.who.uname, c.who.hostowner);
+                if (!s) return s.error();
+                return std::shared_ptr<Cursor>(std::move(*s));
+              })),
       generate_files(), bypass_dir(),
       D::Dir("session", Mode{0555}, Doc{"the sessions"},
              D::Leaf("new", Mode{0600}, Doc{"create a session: cwd= (required) name= backend= model= remote=; reply: its id"},

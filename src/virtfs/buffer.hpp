@@ -21,11 +21,36 @@ inline constexpr const char* conn_buffers_full = "write too large: 64 MiB alread
 inline constexpr std::size_t MAX_ALL_BUFFERED = 512u << 20;  ///< per process, all connections together
 /// The refusal of a write past MAX_ALL_BUFFERED.
 inline constexpr const char* all_buffers_full = "write too large: 512 MiB already buffered on this server";
+/// The refusals of a read whose content (a snapshot, a reply) would pass the same counts.
+inline constexpr const char* conn_reads_full = "read too large: 64 MiB already held on this connection";
+inline constexpr const char* all_reads_full = "read too large: 512 MiB already held on this server";
+
+/// Bytes charged to a connection's count and the process' count, or none; released when it
+/// goes. The hostowner's connections are charged to their own count only: filling the process'
+/// count from other principals' connections must not refuse the hostowner's `stop` or `kill`.
+class Charge {
+ public:
+  Charge() = default;
+  /// `n` bytes more; refused past either cap (the charge is then unchanged).
+  p9::Status add(const std::shared_ptr<std::size_t>& conn, bool hostowner, std::size_t n, const char* conn_full,
+                 const char* all_full);
+  /// Releases all of it.
+  void clear();
+  ~Charge() { clear(); }
+  Charge(const Charge&) = delete;
+  Charge& operator=(const Charge&) = delete;
+
+ private:
+  std::shared_ptr<std::size_t> conn_;
+  bool hostowner_ = false;
+  std::size_t bytes_ = 0;
+};
 
 class Buffer {
  public:
   /// conn: the connection's count; null when the connection keeps none.
-  explicit Buffer(std::shared_ptr<std::size_t> conn) : conn_(std::move(conn)) {}
+  explicit Buffer(std::shared_ptr<std::size_t> conn, bool hostowner = false)
+      : conn_(std::move(conn)), hostowner_(hostowner) {}
   ~Buffer() { clear(); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -40,6 +65,8 @@ class Buffer {
 
  private:
   std::shared_ptr<std::size_t> conn_;
+  bool hostowner_;
+  Charge charge_;
   std::string bytes_;
 };
 

@@ -46,7 +46,7 @@ TEST(Pattern, BadPatterns) {
 TEST(Bus, SubscriptionSeesOnlyLaterEvents) {
   Bus bus;
   bus.publish("session.0.new", "session/early");
-  auto s = bus.subscribe();
+  auto s = *bus.subscribe("glenda", true);
   bus.publish("session.1.new", "session/a");
   bus.publish("agent.2.state", "idle");
   bus.publish("bare.topic");
@@ -54,9 +54,28 @@ TEST(Bus, SubscriptionSeesOnlyLaterEvents) {
   EXPECT_EQ(s->read(4096).data, "");
 }
 
+// Every open event fid costs each publish a match of its filter and keeps up to 1000 events:
+// an agent holds 64 at most (one holding 32,000 slowed every state change of the server to most
+// of a second); the hostowner is not counted.
+TEST(Bus, AnAgentHoldsSixtyFourSubscriptionsAtMost) {
+  Bus bus;
+  std::vector<std::shared_ptr<ollie::Subscription>> held;
+  for (std::size_t i = 0; i < Bus::MAX_PER_PRINCIPAL; i++) {
+    auto s = bus.subscribe("agent-a", false);
+    ASSERT_TRUE(s) << i << ": " << s.ename();
+    held.push_back(*s);
+  }
+  EXPECT_EQ(bus.subscribe("agent-a", false).ename(), "too many event fids (limit 64)");
+  EXPECT_TRUE(bus.subscribe("agent-b", false));  // another principal has its own
+  held.pop_back();                                // a clunked fid gives its place back
+  EXPECT_TRUE(bus.subscribe("agent-a", false));
+  std::vector<std::shared_ptr<ollie::Subscription>> hers;
+  for (int i = 0; i < 100; i++) hers.push_back(*bus.subscribe("glenda", true));
+}
+
 TEST(Bus, FilterAppliesToWhatIsBufferedAndWhatComes) {
   Bus bus;
-  auto s = bus.subscribe();
+  auto s = *bus.subscribe("glenda", true);
   bus.publish("session.1.new", "session/a");
   bus.publish("agent.2.state", "idle");
   ASSERT_TRUE(s->request("agent.*.state\nsession.9.*"));
@@ -68,7 +87,7 @@ TEST(Bus, FilterAppliesToWhatIsBufferedAndWhatComes) {
 
 TEST(Bus, BadFilterIsRefused) {
   Bus bus;
-  auto s = bus.subscribe();
+  auto s = *bus.subscribe("glenda", true);
   EXPECT_EQ(s->request("ok.* bad*").ename(), "bad pattern: bad*");
   std::string many;
   for (std::size_t i = 0; i <= ollie::Subscription::MAX_PATTERNS; i++) many += "t." + std::to_string(i) + " ";
@@ -78,7 +97,7 @@ TEST(Bus, BadFilterIsRefused) {
 
 TEST(Bus, ReadsReturnWholeLinesThatFitAndSplitOnlyLongOnes) {
   Bus bus;
-  auto s = bus.subscribe();
+  auto s = *bus.subscribe("glenda", true);
   bus.publish("a.1.x", "12345");  // 12 bytes with its newline
   bus.publish("b.2.y", "67890");
   EXPECT_EQ(s->read(20).data, "a.1.x 12345\n");
@@ -94,7 +113,7 @@ TEST(Bus, ReadsReturnWholeLinesThatFitAndSplitOnlyLongOnes) {
 
 TEST(Bus, OverflowDropsTheOldestAndSaysHowMany) {
   Bus bus;
-  auto s = bus.subscribe();
+  auto s = *bus.subscribe("glenda", true);
   ASSERT_TRUE(s->request("keep.*"));
   for (int i = 0; i < 1005; i++) bus.publish("keep." + std::to_string(i) + ".x");
   auto first = s->read(64).data;
@@ -106,7 +125,7 @@ TEST(Bus, OverflowDropsTheOldestAndSaysHowMany) {
 // exactly how many were dropped, and the buffer stays within its bound.
 TEST(Bus, AnOverflowDuringASplitLineFollowsThatLineWithItsCount) {
   Bus bus;
-  auto s = bus.subscribe();
+  auto s = *bus.subscribe("glenda", true);
   bus.publish("long.1.x", std::string(100, 'p'));
   EXPECT_EQ(s->read(10).data, "long.1.x p");
   for (int i = 0; i < 1003; i++) bus.publish("t." + std::to_string(i) + ".x");  // 3 dropped
@@ -121,8 +140,8 @@ TEST(Bus, AnOverflowDuringASplitLineFollowsThatLineWithItsCount) {
 
 TEST(Bus, SlowReaderNeverSlowsThePublisherOrOtherReaders) {
   Bus bus;
-  auto slow = bus.subscribe();
-  auto fast = bus.subscribe();
+  auto slow = *bus.subscribe("glenda", true);
+  auto fast = *bus.subscribe("glenda", true);
   for (int i = 0; i < 5000; i++) {
     bus.publish("t." + std::to_string(i) + ".x");
     if (i % 100 == 0) (void)fast->read(1 << 20);

@@ -70,9 +70,25 @@ struct Conn : ::testing::Test {
     f->omode = mode;
     return f;
   }
-  p9::Fcall answer(p9::Fid& f, std::uint8_t type, std::string data = {}) {
+  /// The same as agent1, an agent principal, on this connection.
+  std::unique_ptr<p9::Fid> agent_opened(const std::string& name, std::uint8_t mode) {
+    p9::Fid afid;
+    afid.conn_buffered = buffered;
+    EXPECT_TRUE(fs->auth(afid, "agent1", ""));
+    afid.omode = p9::ORDWR;
+    answer(afid, p9::Twrite, "key-agent1");
+    auto f = std::make_unique<p9::Fid>();
+    f->conn_buffered = buffered;
+    EXPECT_TRUE(fs->attach(*f, &afid, "agent1", ""));
+    EXPECT_TRUE(fs->walk1(*f, name));
+    EXPECT_TRUE(fs->open(*f, mode));
+    f->omode = mode;
+    return f;
+  }
+  p9::Fcall answer(p9::Fid& f, std::uint8_t type, std::string data = {}, std::uint32_t count = 100) {
     p9::Fcall t;
     t.type = type;
+    t.count = count;
     t.data = std::move(data);
     auto r = fs->answer_now(f, t);
     EXPECT_TRUE(r);
@@ -117,6 +133,48 @@ TEST_F(Conn, WritesPastTheConnectionCapAreRefusedUntilBuffersGo) {
   fids.clear();
   rdwr.reset();
   EXPECT_EQ(*buffered, 0u);
+}
+
+// What the server made for a fid's reads (a Read's snapshot, an Rdwr's reply) is held as long
+// as the fid: another principal's is charged like written bytes (an agent reading a 4 MB log.raw
+// from thousands of fids pinned gigabytes), the hostowner's is not (a long log.raw stays hers).
+TEST_F(Conn, WhatReadsHoldIsChargedForEveryoneButTheHostowner) {
+  {
+    std::lock_guard lk(st->mu);
+    st->counter_text = std::string(8u << 20, 'x');
+  }
+  std::vector<std::unique_ptr<p9::Fid>> fids;
+  for (int i = 0; i < 8; i++) {
+    fids.push_back(agent_opened("counter", p9::OREAD));
+    EXPECT_EQ(answer(*fids.back(), p9::Tread).type, p9::Rread);
+  }
+  EXPECT_EQ(*buffered, MAX_CONN_BUFFERED);
+  auto ninth = agent_opened("counter", p9::OREAD);
+  EXPECT_EQ(answer(*ninth, p9::Tread).ename, conn_reads_full);
+  fids[0].reset();  // dropped: its snapshot goes, and its charge with it
+  EXPECT_EQ(*buffered, MAX_CONN_BUFFERED - (8u << 20));
+  EXPECT_EQ(answer(*ninth, p9::Tread).type, p9::Rread);
+  auto mine = opened("counter", p9::OREAD);
+  EXPECT_EQ(answer(*mine, p9::Tread).type, p9::Rread);
+  EXPECT_EQ(*buffered, MAX_CONN_BUFFERED);
+  fids.clear();
+  ninth.reset();
+  EXPECT_EQ(*buffered, 0u);
+}
+
+// The process' count refuses other principals' bytes, never the hostowner's: an agent that
+// filled it locked the hostowner out of every write, `stop` and `kill` included.
+TEST(Buffer, TheProcessCapNeverRefusesTheHostowner) {
+  std::vector<std::unique_ptr<Buffer>> held;
+  const std::string chunk(MAX_WRITE, 'x');
+  p9::Status last;
+  while (last) {
+    held.push_back(std::make_unique<Buffer>(std::make_shared<std::size_t>(0)));
+    last = held.back()->append(chunk);
+  }
+  EXPECT_EQ(last.ename(), all_buffers_full);
+  Buffer hostowners(std::make_shared<std::size_t>(0), true);
+  EXPECT_TRUE(hostowners.append(chunk));
 }
 
 // The same bound end to end: the real server gives every fid of a connection one count, so
