@@ -320,8 +320,11 @@ struct HttpEngine::Loop {
       return 0;
     }
     if (l->stopped) return 0;
-    auto& w = l->sockets[s];
-    if (!w) w = std::make_shared<Watch>(l->io, s);
+    auto it = l->sockets.find(s);
+    // Made before it is entered: a Watch that cannot be made (the reactor refused the descriptor)
+    // must leave no empty entry for CURL_POLL_REMOVE to dereference.
+    if (it == l->sockets.end()) it = l->sockets.emplace(s, std::make_shared<Watch>(l->io, s)).first;
+    auto w = it->second;
     w->want = what;
     l->arm(w, s);
     return 0;

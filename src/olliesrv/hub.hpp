@@ -59,6 +59,7 @@ struct Hub {
   p9::Env env = p9::process_env();
   /// Seconds of the retry table (§8.2) are this long: shortened by tests only.
   std::chrono::milliseconds retry_unit{1000};
+  std::chrono::milliseconds toolsrv_idle{30000};  ///< Options::toolsrv_idle
   std::atomic<bool> stopping{false};
   /// `generate` and `complete` requests under way, by principal: each holds a connection to a
   /// provider, so one principal's are bounded (generate.cpp).

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   }
   // Tests shorten the retry waits of §8.2 (a second of the table lasts this many ms).
   if (const char* unit = std::getenv("OLLIE_TEST_RETRY_UNIT_MS")) opt.retry_unit = std::chrono::milliseconds(std::atoi(unit));
+  if (const char* idle = std::getenv("OLLIE_TEST_TOOLSRV_IDLE_MS")) opt.toolsrv_idle = std::chrono::milliseconds(std::atoi(idle));
   auto logger = spdlog::stderr_color_mt("olliesrv");
   spdlog::set_default_logger(logger);
   auto lvl = spdlog::level::from_str(level ? level : "warn");

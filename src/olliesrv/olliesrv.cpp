@@ -156,6 +156,7 @@ p9::Status Olliesrv::start() {
   m.hub = std::make_unique<Hub>(m.bus, p9::data_root(env), p9::config_root(env),
                                 m.opt.toolsrv.empty() ? executable_dir() + "/toolsrv" : m.opt.toolsrv, m.pool.contexts());
   m.hub->retry_unit = m.opt.retry_unit;
+  m.hub->toolsrv_idle = m.opt.toolsrv_idle;
   m.hub->reload_conf();
   for (const auto& text : m.opt.addresses)
     if (text.rfind("unix!", 0) == 0 && m.hub->addr.empty()) m.hub->addr = text;

@@ -20,6 +20,7 @@ struct Options {
   std::optional<std::size_t> max_connections;  ///< connections served at once; default lib9p's (half of RLIMIT_NOFILE)
   std::string toolsrv;                 ///< the toolsrv executable; default: beside olliesrv's
   std::chrono::milliseconds retry_unit{1000};  ///< one second of §8.2's retry waits (tests shorten it)
+  std::chrono::milliseconds toolsrv_idle{30000};  ///< a local session's toolsrv stops after this long unneeded (tests shorten it)
 };
 
 class Olliesrv {

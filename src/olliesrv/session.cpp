@@ -37,6 +37,19 @@ Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
     c.listen_forward = [&hub = hub, sid = id](const std::string& path) {
       return hub.listen_forward ? hub.listen_forward(sid, path) : p9::Status(p9::error("no forwarded socket here"));
     };
+  if (remote.empty()) {  // a remote one's start is a bootstrap over ssh: it stays while the session does
+    c.idle = hub.toolsrv_idle;
+    c.busy = [&hub = hub, sid = id] {
+      auto s = hub.find(sid);
+      if (!s) return false;
+      for (const auto& a : s->agents()) {
+        if (a->state() != "idle") return true;
+        std::lock_guard lock(a->mu);
+        if (!a->procs.empty()) return true;
+      }
+      return false;
+    };
+  }
   c.dropped = [&hub = hub, sid = id](const std::string& agent, const std::string& tool, const std::string& why) {
     auto s = hub.find(sid);
     auto a = s ? s->find(agent) : nullptr;

@@ -233,6 +233,8 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   std::vector<std::shared_ptr<p9::Handoff<bool>>> drained;  // needs waiting for the pushes
   std::function<void(std::uint64_t)> started;               // on_start()
   std::string forward_addr;                                 // a remote start's OLLIE_ADDR
+  std::chrono::steady_clock::time_point last_need = std::chrono::steady_clock::now();
+  int calls = 0;                                            // proc/new requests under way
 
   std::shared_ptr<Instance> current() {
     std::lock_guard lk(mu);
@@ -244,6 +246,10 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   /// The running instance, starting one (or joining the start in progress) when there is none.
   asio::awaitable<StartResult> need() {
     std::shared_ptr<p9::Handoff<StartResult>> h;
+    {
+      std::lock_guard lk(mu);
+      last_need = std::chrono::steady_clock::now();
+    }
     for (;;) {  // a running instance; wishes pushed to it before are sent first (in order)
       std::shared_ptr<p9::Handoff<bool>> d;
       std::shared_ptr<Instance> i;
@@ -328,8 +334,71 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       ws.swap(s->waiters);
     }
     if (!r) spdlog::warn("session {}: toolsrv: {}", s->cfg.session_id, r.ename());
+    if (r) watch_idle(s, *r, s->cfg.idle);
     if (started && r) started((*r)->number);
     for (auto& w : ws) w->set(r);
+  }
+
+  /// A call under way, for the idle watch; its end counts as a need.
+  struct Calling {
+    explicit Calling(State& s) : s(s) {
+      std::lock_guard lk(s.mu);
+      s.calls++;
+    }
+    ~Calling() {
+      std::lock_guard lk(s.mu);
+      s.calls--;
+      s.last_need = std::chrono::steady_clock::now();
+    }
+    State& s;
+  };
+
+  /// Stops the instance once the session has not needed it for cfg.idle and holds no work there.
+  static void watch_idle(std::shared_ptr<State> s, std::shared_ptr<Instance> i, std::chrono::steady_clock::duration wait) {
+    if (s->cfg.idle.count() <= 0 || !s->cfg.busy) return;
+    auto t = std::make_shared<asio::steady_timer>(s->ex, wait);
+    t->async_wait([s, weak = std::weak_ptr<Instance>(i), t](std::error_code ec) {
+      auto i = weak.lock();
+      if (ec || !i || s->current() != i) return;  // stopped, lost or replaced meanwhile
+      std::chrono::steady_clock::time_point last;
+      {
+        std::lock_guard lk(s->mu);
+        last = s->last_need;
+      }
+      const auto quiet = std::chrono::steady_clock::now() - last;
+      if (quiet < s->cfg.idle) return watch_idle(s, i, s->cfg.idle - quiet);
+      {
+        std::lock_guard lk(s->mu);
+        if (s->calls > 0) return watch_idle(s, i, s->cfg.idle);  // a `!` command of an idle agent
+      }
+      if (s->cfg.busy()) return watch_idle(s, i, s->cfg.idle);
+      spdlog::info("session {}: toolsrv stopped: not needed for {} ms", s->cfg.session_id, s->cfg.idle.count());
+      s->stop();
+    });
+  }
+
+  /// Kills toolsrv (SIGTERM, SIGKILL if it lingers); a later need starts a new one.
+  void stop() {
+    std::shared_ptr<Instance> i;
+    {
+      std::lock_guard lk(mu);
+      stops++;
+      i = inst;
+    }
+    if (!i || !i->usable()) return;
+    i->lose("stopped", SIGTERM);
+    // SIGTERM lets toolsrv kill its process groups and remove its socket; SIGKILL if it lingers.
+    // Its exit ends the grace, so a server shutting down is not held for it.
+    auto t = std::make_shared<asio::steady_timer>(ex, term_grace);
+    t->async_wait([i, t](std::error_code ec) {
+      if (!ec && !i->try_reap()) i->signal(SIGKILL);
+    });
+    if (int fd = ::fcntl(i->pidfd, F_DUPFD_CLOEXEC, 0); fd >= 0) {
+      auto d = std::make_shared<asio::posix::stream_descriptor>(ex, fd);
+      d->async_wait(asio::posix::descriptor_base::wait_read, [d, t](std::error_code ec) {
+        if (!ec) t->cancel();
+      });
+    }
   }
 
   /// Kills a previous instance and waits (bounded) until it is reaped: its socket path is ours.
@@ -1134,6 +1203,7 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   if (!req.auth.empty() && !valid_secret(req.auth)) co_return ToolOutcome{"error: invalid auth", true};
   if (req.timeout && *req.timeout < 0) co_return ToolOutcome{"error: invalid timeout: " + std::to_string(*req.timeout), true};
 
+  State::Calling calling(*s);
   auto i = co_await s->need();
   if (!i) co_return ToolOutcome{"error: tool server unavailable: " + i.ename(), true};
   if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return ToolOutcome{"error: " + valid_utf8(st.ename()), true};
@@ -1225,28 +1295,7 @@ std::string ToolHost::forward_addr() const {
   return s_->forward_addr;
 }
 
-void ToolHost::stop() {
-  std::shared_ptr<Instance> i;
-  {
-    std::lock_guard lk(s_->mu);
-    s_->stops++;
-    i = s_->inst;
-  }
-  if (!i || !i->usable()) return;
-  i->lose("stopped", SIGTERM);
-  // SIGTERM lets toolsrv kill its process groups and remove its socket; SIGKILL if it lingers.
-  // Its exit ends the grace, so a server shutting down is not held for it.
-  auto t = std::make_shared<asio::steady_timer>(s_->ex, term_grace);
-  t->async_wait([i, t](std::error_code ec) {
-    if (!ec && !i->try_reap()) i->signal(SIGKILL);
-  });
-  if (int fd = ::fcntl(i->pidfd, F_DUPFD_CLOEXEC, 0); fd >= 0) {
-    auto d = std::make_shared<asio::posix::stream_descriptor>(s_->ex, fd);
-    d->async_wait(asio::posix::descriptor_base::wait_read, [d, t](std::error_code ec) {
-      if (!ec) t->cancel();
-    });
-  }
-}
+void ToolHost::stop() { s_->stop(); }
 
 void ToolHost::release() {
   std::shared_ptr<Instance> i;

@@ -74,6 +74,11 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
     /// A tool of an agent's that a start's sync could not load again (`unknown tool: t`...): it is
     /// no longer wanted; the agent is told (§7.5: an `info` warning, not a failure).
     std::function<void(const std::string& agent, const std::string& tool, const std::string& why)> dropped;
+    /// Whether the session has work its toolsrv holds (a turn, a background process). A toolsrv
+    /// not needed for `idle` while the session has none is stopped, and starts again, synced,
+    /// at the next need: an idle session holds no toolsrv process. Unset: it runs on.
+    std::function<bool()> busy;
+    std::chrono::milliseconds idle{0};
   };
   /// `ex`: where the client and its waits run (a strand of olliesrv's pool).
   static std::shared_ptr<ToolHost> make(asio::any_io_executor ex, Config cfg);

@@ -651,6 +651,31 @@ TEST(Conversation, ToolsrvGetsTheUsersEnvironmentNotOlliesrvsHeapTuning) {
   EXPECT_EQ(tunables(), std::vector<std::string>{"GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
 }
 
+// The issue: an idle session holds no toolsrv process. A local session's toolsrv stops once it
+// has not been needed for a while (30 s; 300 ms here) and nothing holds it (a turn, a call, a
+// background process); the next need starts a new one, synced: the agent's tools work on.
+TEST(Conversation, AnIdleSessionsToolsrvStopsAndTheNextNeedStartsItAgain) {
+  World w;
+  w.restart_with({"OLLIE_TEST_TOOLSRV_IDLE_MS=300"});
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  // A `!` command of the idle agent holds it while the command runs.
+  const std::string marker = w.project + "/slept";
+  ASSERT_TRUE(w.write(a + "/prompt", "!sleep 1.5; touch " + marker));
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(marker); }, 10s)) << w.log_text();
+  ASSERT_TRUE(eventually([&] { return w.toolsrvs().empty(); }, 10s)) << w.log_text();
+  EXPECT_NE(w.log_text().find("toolsrv stopped: not needed for 300 ms"), std::string::npos);
+  write_file(w.project + "/notes.txt", "alpha\n");
+  w.fake.push({{"tool_calls", json::array({{{"id", "r1"}, {"name", "file_read"}, {"arguments", {{"path", "notes.txt"}}}}})}});
+  w.fake.push({{"text", "read it"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "read notes.txt"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto tool = contents(w, a, "tool");
+  ASSERT_EQ(tool.size(), 1u);
+  EXPECT_NE(tool[0].find("alpha"), std::string::npos) << tool[0];
+}
+
 TEST(Conversation, ALostToolsrvFailsTheCallInFlightAndTheNextCallStartsANewOne) {
   World w;
   auto s = w.session("work");
