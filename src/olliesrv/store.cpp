@@ -486,11 +486,8 @@ p9::Status make_dirs(const std::string& path) {
   return {};
 }
 
-/// A file of a session directory, opened to read: a regular file, or -1 with errno set (EINVAL
-/// for anything else: a FIFO someone planted would wait for a writer forever, holding the whole
-/// restore).
-int open_regular(int dirfd, const std::string& name) {
-  const int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+/// `fd` when it is a regular file; else -1 with errno EINVAL (`fd` closed), or open's errno.
+int only_regular(int fd) {
   if (fd < 0) return -1;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -501,19 +498,18 @@ int open_regular(int dirfd, const std::string& name) {
   return fd;
 }
 
-/// A session directory's JSONL file, opened to append (made if missing): a regular file, or -1
-/// with errno set as open_regular does. A FIFO planted in its place would hold the writing
-/// thread, and the store's lock with it, until someone read it.
+/// A file of a session directory, opened to read: a FIFO someone planted would wait for a
+/// writer forever, holding the whole restore.
+int open_regular(int dirfd, const std::string& name) {
+  return only_regular(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+}
+
+/// A session directory's JSONL file, opened to append (made if missing). A FIFO planted in its
+/// place would hold the writing thread, and the store's lock with it, until someone read it.
 int open_append(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-  if (fd < 0) return errno == ENXIO ? (errno = EINVAL, -1) : -1;  // ENXIO: a FIFO without a reader
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    errno = EINVAL;
-    return -1;
-  }
-  return fd;
+  if (fd < 0 && errno == ENXIO) errno = EINVAL;  // a FIFO without a reader
+  return only_regular(fd);
 }
 
 std::string open_error(const std::string& name) {

@@ -235,6 +235,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   std::string forward_addr;                                 // a remote start's OLLIE_ADDR
   std::chrono::steady_clock::time_point last_need = std::chrono::steady_clock::now();
   int calls = 0;                                            // proc/new requests under way
+  std::shared_ptr<asio::steady_timer> idle_wait;            // watch_idle's; stop() cancels it
 
   std::shared_ptr<Instance> current() {
     std::lock_guard lk(mu);
@@ -357,21 +358,23 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   static void watch_idle(std::shared_ptr<State> s, std::shared_ptr<Instance> i, std::chrono::steady_clock::duration wait) {
     if (s->cfg.idle.count() <= 0 || !s->cfg.busy) return;
     auto t = std::make_shared<asio::steady_timer>(s->ex, wait);
+    {
+      std::lock_guard lk(s->mu);
+      s->idle_wait = t;  // a pending wait would hold olliesrv's shutdown
+    }
     t->async_wait([s, weak = std::weak_ptr<Instance>(i), t](std::error_code ec) {
       auto i = weak.lock();
       if (ec || !i || s->current() != i) return;  // stopped, lost or replaced meanwhile
       std::chrono::steady_clock::time_point last;
+      bool calling;  // a call under way: a `!` command of an idle agent
       {
         std::lock_guard lk(s->mu);
         last = s->last_need;
+        calling = s->calls > 0;
       }
       const auto quiet = std::chrono::steady_clock::now() - last;
       if (quiet < s->cfg.idle) return watch_idle(s, i, s->cfg.idle - quiet);
-      {
-        std::lock_guard lk(s->mu);
-        if (s->calls > 0) return watch_idle(s, i, s->cfg.idle);  // a `!` command of an idle agent
-      }
-      if (s->cfg.busy()) return watch_idle(s, i, s->cfg.idle);
+      if (calling || s->cfg.busy()) return watch_idle(s, i, s->cfg.idle);
       spdlog::info("session {}: toolsrv stopped: not needed for {} ms", s->cfg.session_id, s->cfg.idle.count());
       s->stop();
     });
@@ -380,11 +383,14 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   /// Kills toolsrv (SIGTERM, SIGKILL if it lingers); a later need starts a new one.
   void stop() {
     std::shared_ptr<Instance> i;
+    std::shared_ptr<asio::steady_timer> idle;
     {
       std::lock_guard lk(mu);
       stops++;
       i = inst;
+      idle = std::exchange(idle_wait, nullptr);
     }
+    if (idle) asio::post(ex, [idle] { idle->cancel(); });  // a timer is touched on its executor
     if (!i || !i->usable()) return;
     i->lose("stopped", SIGTERM);
     // SIGTERM lets toolsrv kill its process groups and remove its socket; SIGKILL if it lingers.
