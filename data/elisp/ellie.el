@@ -197,18 +197,18 @@ What its agents do happens there, not in the directory ellie was called from."
   "Call THEN once olliesrv answers: with t when PATH can be read, else nil.
 Tried once a second, each try a process of its own (`ellie--read-async'):
 this runs from timers and sentinels.  For the streams a restart of
-olliesrv cut."
+olliesrv cut.  `session/idx' says olliesrv is back (a restarted olliesrv
+serves nothing before its sessions are restored); only then is PATH
+read, so that a read made while it was still away is not taken for
+PATH's absence."
   (run-at-time 1 nil
                (lambda ()
-                 (ellie--read-async path
-                                    (lambda (content)
-                                      (if content
-                                          (funcall then t)
-                                        (ellie--read-async "session/idx"
-                                                           (lambda (idx)
-                                                             (if idx
-                                                                 (funcall then nil)
-                                                               (ellie--when-back path then))))))))))
+                 (ellie--read-async "session/idx"
+                                    (lambda (idx)
+                                      (cond ((not idx) (ellie--when-back path then))
+                                            ((equal path "session/idx") (funcall then t))
+                                            (t (ellie--read-async path (lambda (content)
+                                                                         (funcall then (and content t)))))))))))
 
 ;;;; Chat buffers
 
