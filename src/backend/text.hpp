@@ -12,8 +12,6 @@ std::string lower(std::string_view s);
 std::string_view trim(std::string_view s);
 /// True when `s` starts with `prefix`, ignoring ASCII case.
 bool istarts_with(std::string_view s, std::string_view prefix);
-/// `s` with every invalid UTF-8 sequence replaced by U+FFFD.
-std::string valid_utf8(std::string_view s);
 /// `s` as valid UTF-8 of at most `max` bytes: longer text is cut on a character boundary and
 /// ends in "...".
 std::string clip(std::string_view s, std::size_t max);

@@ -2,8 +2,10 @@
 /// The one vocabulary of error strings, in Plan 9's wording (lib9p's srv.c, spec §1.8).
 
 #include <string>
+#include <string_view>
 
 #include "fcall.hpp"
+#include "utf8.hpp"
 
 namespace p9::err {
 
@@ -42,9 +44,11 @@ inline constexpr const char* string_too_long = "string too long";
 inline constexpr const char* stat_too_long = "stat entry too long";
 inline constexpr const char* message_too_long = "message too long";
 
-/// An error string as it goes out in an Rerror: at most ERRMAX-1 bytes, cut at a character
-/// boundary (never before a UTF-8 continuation byte).
-inline std::string cut(std::string ename) {
+/// An error string as it goes out in an Rerror: UTF-8 (a walked name or another client's bytes
+/// quoted in it need not be: each bad sequence is a U+FFFD) of at most ERRMAX-1 bytes, cut at
+/// a character boundary (never before a UTF-8 continuation byte).
+inline std::string cut(std::string_view text) {
+  std::string ename = valid_utf8(text);
   if (ename.size() < ERRMAX) return ename;
   std::size_t n = ERRMAX - 1;
   while (n > 0 && (static_cast<unsigned char>(ename[n]) & 0xC0) == 0x80) n--;

@@ -19,6 +19,7 @@
 
 #include "agent.hpp"
 #include "backend/json.hpp"
+#include "lib9p/utf8.hpp"
 #include "result.hpp"
 #include "session.hpp"
 
@@ -168,7 +169,7 @@ std::string proc_cmd(const std::string& tool, const std::string& args) {
   std::string cmd;
   if (j.is_object() && j.contains("cmd") && j["cmd"].is_string()) cmd = j["cmd"].get<std::string>();
   else cmd = tool + " " + (j.is_discarded() ? args : j.dump());  // nlohmann's objects keep their keys sorted
-  cmd = valid_utf8(cmd);
+  cmd = p9::valid_utf8(cmd);
   std::size_t chars = 0, at = 0;
   for (; at < cmd.size(); at++) {
     if (continuation(cmd[at])) continue;
@@ -192,7 +193,7 @@ std::string proc_interrupt(int pid, const std::string& cmd, const std::string& s
   std::string body;
   if (tail.size() < total)
     body = "[… " + std::to_string(total - tail.size()) + " bytes omitted; full output in proc/" + std::to_string(pid) + "/out]\n";
-  body += valid_utf8(tail);
+  body += p9::valid_utf8(tail);
   if (!body.empty() && body.back() != '\n') body += '\n';
   return head + body + "</system-proc-interrupt>";
 }

@@ -39,6 +39,7 @@
 #include <tuple>
 
 #include "lib9p/dirs.hpp"
+#include "lib9p/utf8.hpp"
 #include "olliesrv/ids.hpp"
 #include "olliesrv/result.hpp"
 
@@ -249,7 +250,7 @@ asio::awaitable<void> pump_stderr(std::shared_ptr<asio::posix::stream_descriptor
   for (;;) {
     auto line = co_await lines.next();
     if (!line) break;
-    std::string shown = valid_utf8(*line);
+    std::string shown = p9::valid_utf8(*line);
     spdlog::warn("{}: {}", who, shown);
     std::lock_guard lk(talk->mu);
     talk->last = shown;
@@ -491,7 +492,7 @@ bool valid_destination(const std::string& d) {
 
 asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, std::string secret,
                                                std::function<void(pid_t, int)> adopt) {
-  if (!valid_destination(t.destination)) co_return p9::error("remote: invalid destination: " + valid_utf8(t.destination.substr(0, 64)));
+  if (!valid_destination(t.destination)) co_return p9::error("remote: invalid destination: " + p9::valid_utf8(t.destination.substr(0, 64)));
   const std::string fwd_dir = p9::runtime_root() + "/fwd";
   if (auto d = p9::ensure_runtime_dir(fwd_dir); !d) co_return p9::error("remote: " + d.ename());
   const std::string control = fwd_dir + "/" + t.session_id + ".ssh";
@@ -536,13 +537,13 @@ asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, s
       break;
     }
     if (starts_with(*line, "OLLIE_BOOTSTRAP_ERROR ")) {
-      failure = valid_utf8(line->substr(22));
+      failure = p9::valid_utf8(line->substr(22));
       break;
     }
   }
   deadline.cancel();
   if (ready.empty() || ready.find_first_of(":\n") != std::string::npos) {
-    if (failure.empty() && !ready.empty()) failure = "unusable cache directory: " + valid_utf8(ready);
+    if (failure.empty() && !ready.empty()) failure = "unusable cache directory: " + p9::valid_utf8(ready);
     if (failure.empty() && *timed_out) failure = "bootstrap timed out";
     if (failure.empty()) {
       std::string why = co_await last_words(talk);
@@ -573,7 +574,7 @@ asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, s
   }
   // After the forwards: sshd connects to it only when a tool dials, and a failed start leaves
   // no listener behind.
-  if (cwd.empty() || cwd.front() != '/') co_return p9::error("cwd must be absolute: " + valid_utf8(cwd));
+  if (cwd.empty() || cwd.front() != '/') co_return p9::error("cwd must be absolute: " + p9::valid_utf8(cwd));
   if (auto st = t.listen(fwd_sock); !st) co_return p9::error("remote: " + st.ename());
   co_return Started{"unix!" + remote_olliesrv, cwd};
 }

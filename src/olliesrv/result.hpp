@@ -24,9 +24,6 @@ p9::Result<ProcReply> parse_proc_reply(std::string_view text);
 /// agents may read (§1.5: the secret is never persisted nor served).
 std::string redacted(std::string text, std::string_view secret);
 
-/// `text` with every invalid UTF-8 sequence replaced by U+FFFD.
-std::string valid_utf8(std::string_view text);
-
 /// The result of §8.3.4 for a reply; `timeout` is the call's timeout in seconds (for the
 /// `execution timeout after <n> seconds` prefix). `error` is set for every failed call.
 struct Converted {

@@ -44,6 +44,7 @@
 #include "lib9p/dirs.hpp"
 #include "lib9p/errors.hpp"
 #include "lib9p/handoff.hpp"
+#include "lib9p/utf8.hpp"
 #include "olliesrv/ids.hpp"
 #include "olliesrv/remote.hpp"
 #include "olliesrv/result.hpp"
@@ -700,7 +701,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
           else too_long = true;
           continue;
         }
-        std::string shown = valid_utf8(line);
+        std::string shown = p9::valid_utf8(line);
         const auto [level, text] = relayed(shown);
         spdlog::log(level, "toolsrv {}: {}{}", sid, text, too_long ? " […]" : "");
         if (auto i = wi.lock()) {
@@ -713,7 +714,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     if (auto i = wi.lock()) {
       std::lock_guard lk(i->mu);
-      if (!line.empty()) i->last_err = valid_utf8(line);
+      if (!line.empty()) i->last_err = p9::valid_utf8(line);
       i->err_eof = true;
     }
   }
@@ -1204,15 +1205,15 @@ asio::awaitable<p9::Result<std::vector<std::string>>> ToolHost::resolve(std::str
 
 asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   auto s = s_;
-  if (!valid_word(req.tool)) co_return ToolOutcome{"error: unknown tool: " + valid_utf8(req.tool.substr(0, 64)), true};
-  if (!valid_word(req.agent)) co_return ToolOutcome{"error: no such agent: " + valid_utf8(req.agent.substr(0, 64)), true};
+  if (!valid_word(req.tool)) co_return ToolOutcome{"error: unknown tool: " + p9::valid_utf8(req.tool.substr(0, 64)), true};
+  if (!valid_word(req.agent)) co_return ToolOutcome{"error: no such agent: " + p9::valid_utf8(req.agent.substr(0, 64)), true};
   if (!req.auth.empty() && !valid_secret(req.auth)) co_return ToolOutcome{"error: invalid auth", true};
   if (req.timeout && *req.timeout < 0) co_return ToolOutcome{"error: invalid timeout: " + std::to_string(*req.timeout), true};
 
   State::Calling calling(*s);
   auto i = co_await s->need();
   if (!i) co_return ToolOutcome{"error: tool server unavailable: " + i.ename(), true};
-  if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return ToolOutcome{"error: " + valid_utf8(st.ename()), true};
+  if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return ToolOutcome{"error: " + p9::valid_utf8(st.ename()), true};
 
   int timeout = 30;
   if (req.timeout) {
@@ -1233,7 +1234,7 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   if (!r) {
     std::string why;
     if (s->lost(*i, r.ename(), why)) co_return ToolOutcome{"error: tool server lost: " + why, true};
-    co_return ToolOutcome{"error: " + valid_utf8(r.ename()), true};
+    co_return ToolOutcome{"error: " + p9::valid_utf8(r.ename()), true};
   }
   auto p = parse_proc_reply(*r);
   if (!p) co_return ToolOutcome{"error: " + p.ename(), true};
@@ -1249,12 +1250,12 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
 
 asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(ToolCallRequest req) {
   auto s = s_;
-  if (!valid_word(req.tool)) co_return p9::error("unknown tool: " + valid_utf8(req.tool.substr(0, 64)));
-  if (!valid_word(req.agent)) co_return p9::error("no such agent: " + valid_utf8(req.agent.substr(0, 64)));
+  if (!valid_word(req.tool)) co_return p9::error("unknown tool: " + p9::valid_utf8(req.tool.substr(0, 64)));
+  if (!valid_word(req.agent)) co_return p9::error("no such agent: " + p9::valid_utf8(req.agent.substr(0, 64)));
   if (!req.auth.empty() && !valid_secret(req.auth)) co_return p9::error("invalid auth");
   auto i = co_await s->need();
   if (!i) co_return p9::error("tool server unavailable: " + i.ename());
-  if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return p9::error(valid_utf8(st.ename()));
+  if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return p9::error(p9::valid_utf8(st.ename()));
   // No timeout header: background processes have none (§6.5.1).
   std::string request = "tool=" + req.tool + "\nagent=" + req.agent + "\n";
   if (req.bypass) request += "bypass=true\n";
@@ -1264,7 +1265,7 @@ asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(Too
   if (!r) {
     std::string why;
     if (s->lost(*i, r.ename(), why)) co_return p9::error(lost_prefix + why);
-    co_return p9::error(valid_utf8(r.ename()));
+    co_return p9::error(p9::valid_utf8(r.ename()));
   }
   // The reply is `pid=<n>\n`.
   const std::string& t = *r;
@@ -1272,7 +1273,7 @@ asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(Too
   int pid = 0;
   const auto [after, ec] = std::from_chars(t.data() + std::min<std::size_t>(4, t.size()), last, pid);
   if (t.rfind("pid=", 0) != 0 || ec != std::errc{} || pid <= 0 || std::string_view(after, last - after) != "\n")
-    co_return p9::error("bad proc/new.bg reply: " + valid_utf8(t.substr(0, 64)));
+    co_return p9::error("bad proc/new.bg reply: " + p9::valid_utf8(t.substr(0, 64)));
   co_return Background{pid, (*i)->number};
 }
 

@@ -5,14 +5,6 @@
 namespace ollie::backend {
 namespace {
 
-TEST(BackendText, InvalidUtf8BecomesReplacementCharacters) {
-  EXPECT_EQ(valid_utf8("caf\xC3\xA9"), "caf\xC3\xA9");
-  EXPECT_EQ(valid_utf8("caf\xC3"), "caf\xEF\xBF\xBD");
-  EXPECT_EQ(valid_utf8("a\x80" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD") << "no surrogates";
-  EXPECT_EQ(valid_utf8("\xF0\x9F\x99"), "\xEF\xBF\xBD");
-}
-
 TEST(BackendText, ClipNeverSplitsACharacter) {
   EXPECT_EQ(clip("short", 10), "short");
   EXPECT_EQ(clip("\xC3\xA9\xC3\xA9\xC3\xA9", 5), "\xC3\xA9...");  // é is two bytes

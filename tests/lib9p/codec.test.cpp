@@ -274,6 +274,7 @@ TEST(Codec, ErrorStringsAreCutToErrmaxOnACharacterBoundary) {
   cut = err::cut(e);
   EXPECT_EQ(cut.size(), 126u);  // the character across byte 127 is dropped whole
   EXPECT_EQ(cut, e.substr(0, 126));
+  EXPECT_EQ(err::cut("caf\xC3: file not found"), "caf\xEF\xBF\xBD: file not found");  // a client's bytes in it
 }
 
 TEST(Framing, FewerThanFourBytesNeedMore) {

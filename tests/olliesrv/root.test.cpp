@@ -267,6 +267,13 @@ TEST(RootFiles, CtlAnswersItsVerbsAndRefusesOthers) {
   EXPECT_TRUE(eventually([&] { return !std::filesystem::exists(w.sock); }));
 }
 
+TEST(RootFiles, AnErrorQuotingAClientsBytesIsUtf8) {
+  // plan9port's 9p prints an Rerror as it comes: a walked name that is not UTF-8 came back in it.
+  World w;
+  EXPECT_EQ(w.read("caf\xC3").ename(), "caf\xEF\xBF\xBD: file not found");  // the first name of a walk
+  EXPECT_EQ(w.rdwr("ctl", "frob\xFF\xFE").ename(), "unknown command: frob\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
 // ---- generate ----------------------------------------------------------------------------------
 
 TEST(Generate, ReturnsTheWholeAnswerAndCountsInNoAgentsStats) {
