@@ -33,9 +33,9 @@ Status FileServer::clone(const Fid&) { return {}; }
 
 Status FileServer::dir_alive(Fid&) { return {}; }
 
-Status FileServer::wstat(Fid&, const Dir& d) {
-  if (is_null_wstat(d)) return {};
-  return error(err::wstat_not_supported);
+asio::awaitable<Status> FileServer::wstat(Fid&, const Dir& d) {
+  if (is_null_wstat(d)) co_return Status{};
+  co_return error(err::wstat_not_supported);
 }
 Status FileServer::create(Fid&, const std::string&, std::uint32_t, std::uint8_t) {
   return error(err::create_not_supported);
@@ -551,13 +551,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   void swstat(const ReqPtr& req) {
-    auto d = decode_dir(req->t.stat);
-    if (!d) return fail(req, d.ename());
-    if (auto st = fs_->wstat(*req->fid, *d); !st) return fail(req, st.ename());
-    respond(req, reply_to(req->t));
+    if (auto d = decode_dir(req->t.stat); !d) return fail(req, d.ename());
+    answer(req);
   }
 
-  // Read, write and clunk: answered at once when the file system can, else a coroutine waits.
+  // Read, write, clunk and wstat: answered at once when the file system can, else a coroutine waits.
   void answer(const ReqPtr& req) {
     if (auto r = fs_->answer_now(*req->fid, req->t)) {
       if (r->type == Rread && r->data.size() > req->t.count) r->data.resize(req->t.count);
@@ -567,7 +565,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
                    asio::bind_cancellation_slot(req->cancel.slot(), [req](std::exception_ptr) {}));
   }
 
-  // The waiting part of read, write and clunk. Never lets an exception escape: every path responds.
+  // The waiting part of read, write, clunk and wstat. Never lets an exception escape: every path responds.
   // `self` keeps the connection alive while the request waits.
   asio::awaitable<void> run([[maybe_unused]] std::shared_ptr<Conn> self, ReqPtr req) {
     Fcall r;
@@ -595,6 +593,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
       auto n = co_await fs_->write(f, t.offset, std::move(t.data));
       if (!n) co_return rerror(t.tag, n.ename());
       r.count = *n;
+    } else if (t.type == Twstat) {
+      const auto d = decode_dir(t.stat);  // decoded once before, in swstat
+      if (auto st = co_await fs_->wstat(f, *d); !st) co_return rerror(t.tag, st.ename());
     } else if (auto st = co_await fs_->clunk(f); !st) {
       co_return rerror(t.tag, st.ename());
     }

@@ -59,8 +59,8 @@ struct Fid {
   std::uint64_t dir_offset = 0;
 };
 
-/// What a file system implements. Synchronous calls must not block; read, write and clunk may
-/// wait (a blocked read is a suspended coroutine; Tflush cancels it through the coroutine's
+/// What a file system implements. Synchronous calls must not block; read, write, clunk and wstat
+/// may wait (a blocked read is a suspended coroutine; Tflush cancels it through the coroutine's
 /// cancellation slot, so waits must be cancellable asio operations).
 class FileServer {
  public:
@@ -92,7 +92,7 @@ class FileServer {
   virtual asio::awaitable<Status> clunk(Fid& fid);
   virtual Result<Dir> stat(Fid& fid) = 0;
   /// Default: accepts a wstat that changes nothing, else `wstat not supported`.
-  virtual Status wstat(Fid& fid, const Dir& changes);
+  virtual asio::awaitable<Status> wstat(Fid& fid, const Dir& changes);
   /// Any Tcreate on a fid not open. Default: `create not supported`, whatever the fid and name
   /// (spec §1.5: not supported anywhere); a server that creates checks that the fid is a
   /// directory and the name is neither `.` nor `..`.

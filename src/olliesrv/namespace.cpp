@@ -47,14 +47,6 @@ virtfs::WriteCoFn<Ctx> saved(std::function<p9::Status(Ctx&, std::string)> f) {
   };
 }
 
-virtfs::RenameFn<Ctx> saved_soon(virtfs::RenameFn<Ctx> f) {
-  return [f = std::move(f)](Ctx& c, std::string name) {
-    const p9::Status st = f(c, std::move(name));
-    if (st) c.session->save_soon();
-    return st;
-  };
-}
-
 std::vector<std::string> session_names(Ctx& c) {
   std::vector<std::string> out;
   for (const auto& s : c.srv->hub().sessions()) out.push_back(s->current_name());
@@ -196,7 +188,7 @@ virtfs::Node<Ctx> declare() {
   using namespace virtfs;
   auto agent_dir = D::Template(
       "{agent}", Mode{0555}, Doc{"an agent, by name or id"}, List(agent_names), Lookup(agent_lookup),
-      Rename(saved_soon(rename_agent), [](const Ctx& c) { return c.agent->current_name(); }),
+      Rename(saved(rename_agent), [](const Ctx& c) { return c.agent->current_name(); }),
       Mtime([](const Ctx& c) {
         std::lock_guard lock(c.agent->mu);
         return c.agent->created;
@@ -242,7 +234,7 @@ virtfs::Node<Ctx> declare() {
 
   auto session_dir = D::Template(
       "{session}", Mode{0555}, Doc{"a session, by name or id"}, List(session_names), Lookup(session_lookup),
-      Rename(saved_soon(rename_session), [](const Ctx& c) { return c.session->current_name(); }),
+      Rename(saved(rename_session), [](const Ctx& c) { return c.session->current_name(); }),
       Mtime([](const Ctx& c) {
         std::lock_guard lock(c.session->mu);
         return c.session->created;

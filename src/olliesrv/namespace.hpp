@@ -27,11 +27,9 @@ p9::Status gone(const Ctx& c);
 std::vector<std::string> session_names(Ctx& c);
 std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::string& key);
 
-/// A write whose change the session persists (§7.7): `f`, then, when it took, session.json
-/// written before the reply, so kill -9 after the reply cannot lose it.
+/// A write or wstat rename whose change the session persists (§7.7): `f`, then, when it took,
+/// session.json written before the reply, so kill -9 after the reply cannot lose it.
 virtfs::WriteCoFn<Ctx> saved(std::function<p9::Status(Ctx&, std::string)> f);
-/// The same for a wstat rename, which cannot wait: the write follows the reply.
-virtfs::RenameFn<Ctx> saved_soon(virtfs::RenameFn<Ctx> f);
 
 virtfs::Node<Ctx> declare();
 

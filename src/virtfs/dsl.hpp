@@ -48,7 +48,7 @@ template <class Ctx> using OwnerFn = std::function<std::string(const Ctx&)>;
 template <class Ctx> using VersFn = std::function<std::uint32_t(const Ctx&)>;
 template <class Ctx> using LengthFn = std::function<std::uint64_t(const Ctx&)>;
 template <class Ctx> using MtimeFn = std::function<std::int64_t(const Ctx&)>;
-template <class Ctx> using RenameFn = std::function<p9::Status(Ctx&, std::string)>;
+template <class Ctx> using RenameFn = std::function<asio::awaitable<p9::Status>(Ctx&, std::string)>;
 template <class Ctx> using NameFn = std::function<std::string(const Ctx&)>;
 
 /// A template instance as Lookup binds it: the context its handlers see, and the object it is
@@ -170,9 +170,10 @@ template <class F> LengthOpt<F> Length(F f) { return {std::move(f)}; }
 /// seconds since the epoch; 0 while unknown.
 template <class F> MtimeOpt<F> Mtime(F f) { return {std::move(f)}; }
 /// A template directory renamed by a Twstat that changes only its name, from the hostowner
-/// (spec §1.5): the handler gets the new name, exactly as the wstat gives it. `current` gives the
-/// name the instance has now, whatever name or alias a fid was walked by and however it was
-/// renamed since: its stat name, and what a wstat's name is compared with.
+/// (spec §1.5): the handler gets the new name, exactly as the wstat gives it, and the Rwstat waits
+/// for its end (a rename is saved before it is acknowledged). `current` gives the name the
+/// instance has now, whatever name or alias a fid was walked by and however it was renamed since:
+/// its stat name, and what a wstat's name is compared with.
 template <class F, class N> RenameOpt<F, N> Rename(F f, N current) { return {std::move(f), std::move(current)}; }
 
 template <class Ctx> void apply(Node<Ctx>& n, Mode o) { n.mode = o.bits; }

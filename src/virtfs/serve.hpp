@@ -219,10 +219,10 @@ class Adapter : public p9::FileServer {
   /// file the principal may write (what Linux v9fs sends for O_TRUNC and touch, spec §1.5); one
   /// that changes only the name of a template directory with a Rename handler is a rename, the
   /// hostowner's alone (§1.6), and the fid's stat shows the new name.
-  p9::Status wstat(p9::Fid& fid, const p9::Dir& asked) override {
-    if (fid.qid.type & p9::QTAUTH) return p9::is_null_wstat(asked) ? p9::Status{} : p9::error(p9::err::wstat_not_supported);
+  asio::awaitable<p9::Status> wstat(p9::Fid& fid, const p9::Dir& asked) override {
+    if (fid.qid.type & p9::QTAUTH) co_return p9::is_null_wstat(asked) ? p9::Status{} : p9::error(p9::err::wstat_not_supported);
     auto h = handle(fid);
-    if (auto st = access_.gone(h->ctx); !st) return st;  // a sync of a killed agent's file too (§1.5)
+    if (auto st = access_.gone(h->ctx); !st) co_return st;  // a sync of a killed agent's file too (§1.5)
     // A field set to its current value changes nothing (§1.5): `chmod 644` of a 0644 file, `cp -p`.
     const p9::Dir now = dir_of(*h), none = p9::Dir::null();
     p9::Dir d = asked;
@@ -236,25 +236,25 @@ class Adapter : public p9::FileServer {
     if (d.qid == now.qid) d.qid = none.qid;
     if (d.type == now.type) d.type = none.type;
     if (d.dev == now.dev) d.dev = none.dev;
-    if (p9::is_null_wstat(d)) return {};
+    if (p9::is_null_wstat(d)) co_return p9::Status{};
     p9::Dir only_name = p9::Dir::null();
     only_name.name = d.name;
     if (!d.name.empty() && d == only_name) {
-      if (d.name == now.name) return {};  // changes nothing
-      if (!h->node->rename) return p9::error(p9::err::wstat_not_supported);
-      if (!h->who->hostowner) return p9::error(p9::err::permission_denied);
-      if (auto st = h->node->rename(h->ctx, d.name); !st) return st;
+      if (d.name == now.name) co_return p9::Status{};  // changes nothing
+      if (!h->node->rename) co_return p9::error(p9::err::wstat_not_supported);
+      if (!h->who->hostowner) co_return p9::error(p9::err::permission_denied);
+      if (auto st = co_await h->node->rename(h->ctx, d.name); !st) co_return st;
       h->name = d.name;
-      return {};
+      co_return p9::Status{};
     }
     p9::Dir only_truncate = p9::Dir::null();
     only_truncate.length = d.length;
     only_truncate.atime = d.atime;
     only_truncate.mtime = d.mtime;
     bool truncate_or_touch = d == only_truncate && (d.length == 0 || d.length == p9::Dir::null().length);
-    if (!truncate_or_touch || (h->node->is_dir && d.length == 0)) return p9::error(p9::err::wstat_not_supported);
-    if (!(perm(*h) & 2)) return p9::error(p9::err::permission_denied);
-    return {};
+    if (!truncate_or_touch || (h->node->is_dir && d.length == 0)) co_return p9::error(p9::err::wstat_not_supported);
+    if (!(perm(*h) & 2)) co_return p9::error(p9::err::permission_denied);
+    co_return p9::Status{};
   }
 
   p9::Result<p9::Dir> stat(p9::Fid& fid) override {

@@ -350,6 +350,85 @@ TEST_F(Server9p, NoOpWstatSucceedsOtherWstatFails) {
   EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
 }
 
+namespace {
+
+// A file system whose wstat waits (as olliesrv's rename waits for its save) until a write to its
+// file `go`, or for good when the name asked is `never`.
+struct WaitingWstatFs : FileServer {
+  std::shared_ptr<asio::steady_timer> go;
+  Status attach(Fid& f, Fid*, const std::string&, const std::string&) override {
+    f.qid = {QTDIR, 0, 1};
+    return {};
+  }
+  Status walk1(Fid& f, const std::string& name) override {
+    if (name != "go") return error(name + ": file not found");
+    f.qid = {QTFILE, 0, 2};
+    return {};
+  }
+  Status open(Fid&, std::uint8_t) override { return {}; }
+  Result<std::vector<Dir>> readdir(Fid&) override { return std::vector<Dir>{}; }
+  asio::awaitable<Result<std::string>> read(Fid&, std::uint64_t, std::uint32_t) override { co_return std::string(); }
+  asio::awaitable<Result<std::uint32_t>> write(Fid&, std::uint64_t, std::string d) override {
+    if (go) go->cancel();
+    co_return static_cast<std::uint32_t>(d.size());
+  }
+  Result<Dir> stat(Fid& f) override {
+    Dir d;
+    d.qid = f.qid;
+    d.name = "/";
+    return d;
+  }
+  asio::awaitable<Status> wstat(Fid&, const Dir& d) override {
+    auto t = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor, std::chrono::hours(1));
+    if (d.name != "never") go = t;
+    std::error_code ec;
+    co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec && d.name == "never") co_return error("cancelled");  // only a flush ends it
+    co_return Status{};
+  }
+};
+
+Fcall rename_to(std::uint32_t fid, const std::string& name, std::uint16_t tag) {
+  Dir d = Dir::null();
+  d.name = name;
+  Fcall t = req(Twstat, tag);
+  t.fid = fid;
+  t.stat = *encode_dir(d);
+  return t;
+}
+
+}  // namespace
+
+// A wstat may wait for the file system (olliesrv answers a rename once it is saved): the
+// connection's other tags are answered meanwhile, the Rwstat comes when the wait ends, and a
+// Tflush cancels a waiting wstat with no Rwstat.
+TEST(Wstat, AWaitingWstatStallsNoOtherTagAndAFlushEndsIt) {
+  testing_support::TestServer srv(std::make_shared<WaitingWstatFs>(), 1);
+  Raw c(srv.sock);
+  c.version();
+  ASSERT_EQ(c.attach(0, "glenda").type, Rattach);
+  ASSERT_EQ(c.walk(0, 1, {}).type, Rwalk);
+  c.send(rename_to(1, "later", 5));
+  EXPECT_EQ(c.walk(0, 2, {"go"}, 6).type, Rwalk);  // not behind the wstat
+  ASSERT_EQ(c.open(2, OWRITE).type, Ropen);
+  EXPECT_EQ(c.write(2, 0, "go").type, Rwrite);
+  auto r = c.recv();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->type, Rwstat);
+  EXPECT_EQ(r->tag, 5);
+
+  c.send(rename_to(1, "never", 7));
+  auto flush = req(Tflush, 8);
+  flush.oldtag = 7;
+  c.send(flush);
+  r = c.recv();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->type, Rflush);  // nothing for tag 7 before it
+  EXPECT_EQ(r->tag, 8);
+  EXPECT_FALSE(c.recv(300));  // and nothing after it
+  EXPECT_EQ(c.walk(0, 3, {}).type, Rwalk);
+}
+
 TEST_F(Server9p, UnknownMessageTypeGetsRerror) {
   auto c = attached();
   c->send_bytes({12, 0, 0, 0, 98, 3, 0, 1, 0, 0, 0, 0});  // plan9port's Topenfd

@@ -75,7 +75,8 @@ TEST(Build, RefusesBadNames) {
 }
 
 TEST(Build, RefusesRenameOutsideATemplate) {
-  auto rename = Rename([](Ctx&, std::string) { return p9::Status{}; }, [](const Ctx&) { return std::string(); });
+  auto rename = Rename([](Ctx&, std::string) -> asio::awaitable<p9::Status> { co_return p9::Status{}; },
+                       [](const Ctx&) { return std::string(); });
   EXPECT_EQ(refusal(D::Dir("/", Mode{0555}, D::Dir("d", Mode{0555}, rename))),
             "/d: Rename on a node that is not a template directory");
   EXPECT_EQ(refusal(D::Dir("/", Mode{0555}, D::Leaf("f", Mode{0444}, text("x"), rename))),
