@@ -8,7 +8,6 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
@@ -23,6 +22,8 @@
 
 #include "hub.hpp"
 #include "lib9p/fcall.hpp"
+#include "lifecycle.hpp"
+#include "off_io.hpp"
 #include "session.hpp"
 
 namespace ollie {
@@ -159,8 +160,7 @@ p9::Status add_rule(Session& s, const std::string& tool, const bypass::Summary& 
       text = std::move(next);
     }
   }
-  s.save_soon();
-  return {};
+  return {};  // saved by answer() before its reply
 }
 
 json audit_record(const Session& s, std::uint64_t reqid, const std::string& agent, const std::string& agent_name,
@@ -201,25 +201,26 @@ std::string Bypass::policy() const {
   return policy_text_;
 }
 
-p9::Status Bypass::set_policy(std::string text) {
+asio::awaitable<p9::Status> Bypass::set_policy(std::string text) {
   auto p = bypass::parse(text, bypass::Scope::global);
-  if (!p) return p.error();
+  if (!p) co_return p.error();
   const auto pairs = p->sandbox;
   {
     std::lock_guard lock(mu_);
     policy_text_ = text;
     policy_ = std::move(*p);
   }
-  bool post = false;
   {
     std::lock_guard lock(file_->mu);
     file_->text = std::move(text);
-    post = !file_->pending;
     file_->pending = true;
   }
-  if (post) asio::post(hub_.blocking, [f = file_] { persist(f); });
   for (const auto& s : hub_.sessions()) s->host->set_sandbox_ok(pairs);
-  return {};
+  // Written before the reply (a kill -9 after it keeps the policy). A write already under way
+  // holds write_mu: this one waits for it, then writes the newest text unless it took it.
+  auto write = [f = file_] { persist(f); };  // named: see off_io
+  co_await off_io<void>(hub_, write);
+  co_return p9::Status{};
 }
 
 void Bypass::persist(const std::shared_ptr<PolicyFile>& f) {
@@ -498,9 +499,9 @@ std::string Bypass::pending(const Session& s) const {
   return out;
 }
 
-p9::Status Bypass::answer(const std::shared_ptr<Session>& s, std::string_view text, const std::string& who) {
+asio::awaitable<p9::Status> Bypass::answer(std::shared_ptr<Session> s, std::string text, std::string who) {
   auto answers = parse_answers(text);
-  if (!answers) return answers.error();
+  if (!answers) co_return answers.error();
   struct Taken {
     Answer a;
     std::string tool;
@@ -515,7 +516,7 @@ p9::Status Bypass::answer(const std::shared_ptr<Session>& s, std::string_view te
     for (const auto& a : *answers) {
       const bool known = it != sessions_.end() && it->second.entries.count(a.reqid) && it->second.entries.at(a.reqid).listed;
       if (!known || std::find(seen.begin(), seen.end(), a.reqid) != seen.end())
-        return p9::error("no such request: " + std::to_string(a.reqid));
+        co_return p9::error("no such request: " + std::to_string(a.reqid));
       seen.push_back(a.reqid);
     }
     for (const auto& a : *answers) {
@@ -525,12 +526,14 @@ p9::Status Bypass::answer(const std::shared_ptr<Session>& s, std::string_view te
     }
   }
   p9::Status result;
+  bool ruled = false;
   for (auto& t : taken) {
     End end{t.a.allow, "hostowner", t.a.always ? "allow always" : verdict_word(t.a.allow),
             (t.a.allow ? "approved " : "denied ") + std::to_string(t.a.reqid), who};
     if (t.a.always) {
       if (auto st = add_rule(*s, t.tool, t.summary); st) {
         end.extra["rule"] = *bypass::allow_rule(t.tool, t.summary);
+        ruled = true;
       } else {
         end.extra["rule"] = nullptr;
         end.extra["ruleError"] = st.ename();
@@ -539,7 +542,8 @@ p9::Status Bypass::answer(const std::shared_ptr<Session>& s, std::string_view te
     }
     asio::co_spawn(hub_.next_executor(), forward(s, t.a.reqid, t.a.allow, std::move(end)), asio::detached);
   }
-  return result;
+  if (ruled) co_await save_now(hub_, s);  // the session policy's new rules, before the reply (§7.7)
+  co_return result;
 }
 
 asio::awaitable<void> Bypass::forward(std::shared_ptr<Session> s, std::uint64_t reqid, bool allow, End end) {

@@ -48,9 +48,9 @@ class Bypass {
 
   // ---- the global policy: /bypass/policy ----
   std::string policy() const;
-  /// Validated (`policy line <n>: <reason>`), applied at once, persisted atomically on the
-  /// blocking pool; its `sandbox` pairs are pushed to every session's toolsrv.
-  p9::Status set_policy(std::string text);
+  /// Validated (`policy line <n>: <reason>`), applied at once, its `sandbox` pairs pushed to
+  /// every session's toolsrv; done once the file is written (atomically, on the blocking pool).
+  asio::awaitable<p9::Status> set_policy(std::string text);
 
   // ---- a session's policy: session/{s}/bypass ----
   static p9::Status set_session_policy(Session& s, std::string text);
@@ -65,8 +65,9 @@ class Bypass {
   /// `reqid<TAB>agent-name<TAB>tool<TAB>summary` lines, by reqid, the summary escaped.
   std::string pending(const Session& s) const;
   /// Resolution lines `<reqid> allow`, `<reqid> allow always`, `<reqid> deny`; all are checked
-  /// before any is applied. `who`: the hostowner's name, for the audit log.
-  p9::Status answer(const std::shared_ptr<Session>& s, std::string_view text, const std::string& who);
+  /// before any is applied. `who`: the hostowner's name, for the audit log. Done once the
+  /// session's rules added by `allow always` are saved.
+  asio::awaitable<p9::Status> answer(std::shared_ptr<Session> s, std::string text, std::string who);
 
   const std::string& audit_path() const { return audit_.path(); }
 

@@ -15,9 +15,9 @@ Text read_pending(Ctx& c) {
   return c.srv->hub().bypass.pending(*c.session);
 }
 
-p9::Status write_pending(Ctx& c, std::string text) {
-  if (auto st = gone(c); !st) return st;
-  return c.srv->hub().bypass.answer(c.session, text, c.who.uname);
+asio::awaitable<p9::Status> write_pending(Ctx& c, std::string text) {
+  if (auto st = gone(c); !st) co_return st;
+  co_return co_await c.srv->hub().bypass.answer(c.session, std::move(text), c.who.uname);
 }
 
 Text read_session_policy(Ctx& c) {

@@ -199,6 +199,26 @@ TEST(Bypass, AllowAlwaysAddsASessionRuleAndTheNextCallRunsWithoutAsking) {
   EXPECT_EQ(lines[3]["decision"], "allow");
 }
 
+// §7.7: the global policy and a session rule added by `allow always` are on disk when their
+// writes are answered, so a kill -9 right after the reply keeps them.
+TEST(Bypass, KillNineRightAfterAPolicyOrAnAllowAlwaysKeepsIt) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto ev = bypass_events(w);
+  w.fake.push({{"tool_calls", json::array({bypass_shell("c1", "echo 'hi *'")})}});
+  w.fake.push({{"text", "one"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  World::read_until(ev, ".request 1 ");
+  ASSERT_TRUE(w.write("bypass/policy", "allow shell uname -s\n"));
+  ASSERT_TRUE(w.write("bypass/pending/work", "1 allow always\n"));
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  w.start();
+  EXPECT_EQ(*w.read("bypass/policy"), "allow shell uname -s\n");
+  EXPECT_EQ(*w.read(s + "/bypass"), "allow shell echo 'hi \\*'\n");
+}
+
 TEST(Bypass, PolicyRulesDecideWithNoPersonAndTheGlobalPolicyIsPersisted) {
   World w;
   auto s = w.session("work");
@@ -207,7 +227,7 @@ TEST(Bypass, PolicyRulesDecideWithNoPersonAndTheGlobalPolicyIsPersisted) {
   const std::string policy = "# headless\nallow shell uname -s\ndeny * *secret*\nmode deny\n";
   ASSERT_TRUE(w.write("bypass/policy", policy));
   EXPECT_EQ(*w.read("bypass/policy"), policy);
-  ASSERT_TRUE(eventually([&] { return read_file(w.config + "/bypass.policy") == policy; }));
+  EXPECT_EQ(read_file(w.config + "/bypass.policy"), policy);  // written before the reply
   struct stat st{};
   ASSERT_EQ(::stat((w.config + "/bypass.policy").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
