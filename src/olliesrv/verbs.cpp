@@ -109,6 +109,7 @@ Reply verb_compact(AgentCall& c, const virtfs::Command& cmd) {
   if (!compactable(*c.a)) co_return std::string("nothing to compact\n");
   auto n = co_await compact(c.a, c.s);
   if (!n) co_return n.error();
+  co_await save_now(c.hub, c.s);  // the compacted history, before the reply (§7.7)
   co_return "compacted " + std::to_string(*n) + " messages\n";
 }
 

@@ -80,6 +80,12 @@ TEST(Compaction, CtlCompactReplacesTheOldPartWithTheSummary) {
   for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
   w.fake.push({{"text", "**Goal** testing\n\n"}});
   EXPECT_EQ(ctl(w, a, "compact"), "compacted 4 messages\n");
+  // Saved before the reply (§7.7): session.json already holds the summary and the hot zone.
+  json saved;
+  for (const auto& d : std::filesystem::directory_iterator(w.data + "/sessions"))
+    saved = json::parse(read_file(d.path().string() + "/session.json"), nullptr, false);
+  ASSERT_TRUE(saved.is_object());
+  EXPECT_EQ(saved["agents"][0]["messages"].size(), 9u) << saved["agents"][0]["messages"].dump();
   auto b = chat_bodies(w);
   ASSERT_EQ(b.size(), 7u);
   const json& sum = b[6];
