@@ -550,10 +550,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     respond(req, std::move(r));  // send() refuses it if it does not fit msize
   }
 
-  void swstat(const ReqPtr& req) {
-    if (auto d = decode_dir(req->t.stat); !d) return fail(req, d.ename());
-    answer(req);
-  }
+  // The stat is decoded once, where the wstat may wait (wait()).
+  void swstat(const ReqPtr& req) { answer(req); }
 
   // Read, write, clunk and wstat: answered at once when the file system can, else a coroutine waits.
   void answer(const ReqPtr& req) {
@@ -594,7 +592,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       if (!n) co_return rerror(t.tag, n.ename());
       r.count = *n;
     } else if (t.type == Twstat) {
-      const auto d = decode_dir(t.stat);  // decoded once before, in swstat
+      const auto d = decode_dir(t.stat);
+      if (!d) co_return rerror(t.tag, d.ename());
       if (auto st = co_await fs_->wstat(f, *d); !st) co_return rerror(t.tag, st.ename());
     } else if (auto st = co_await fs_->clunk(f); !st) {
       co_return rerror(t.tag, st.ename());

@@ -348,6 +348,11 @@ TEST_F(Server9p, NoOpWstatSucceedsOtherWstatFails) {
   d.name = "renamed";
   t.stat = *encode_dir(d);
   EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
+  t.stat = {1, 2, 3};  // a stat entry that does not decode: an Rerror, and the connection goes on
+  auto bad = c->rpc(t);
+  EXPECT_EQ(bad.type, Rerror);
+  EXPECT_FALSE(bad.ename.empty());
+  EXPECT_EQ(c->walk(0, 2, {"hello"}).type, Rwalk);
 }
 
 namespace {
