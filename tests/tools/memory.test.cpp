@@ -160,7 +160,8 @@ TEST(Memory, TextSizeAndHitLimits) {
 
 // The first calls of a project, remembers (scope global: one at a time) and recalls (scope read:
 // beside them), while the store is being made: each waits for the one creating the schema (a
-// read of the version still open made BEGIN IMMEDIATE fail at once: `database is locked`).
+// read of the version still open made BEGIN IMMEDIATE fail at once: `database is locked`), and
+// for the one switching it to WAL (SQLite refuses a second switch at once, without waiting).
 TEST(Memory, ConcurrentFirstCallsOfNewStoresAllLand) {
   Memory m;
   for (int project = 0; project < 4; project++) {

@@ -130,8 +130,16 @@ std::optional<Db> Db::open(bool create) {
   }
   Db db(h, std::move(project));
   // Concurrent calls (several agents of a session) wait for each other's writes.
-  sqlite3_busy_timeout(h, 5000);
-  db.exec("PRAGMA journal_mode = WAL");
+  constexpr int busy_ms = 5000;
+  sqlite3_busy_timeout(h, busy_ms);
+  // The first calls of a new store race to switch it to WAL, and SQLite answers a loser
+  // SQLITE_BUSY at once instead of waiting (it skips the busy handler where a wait could
+  // deadlock: two readers both asking for the write lock), so the switch is tried again
+  // within the same bound. Seen as `database is locked` in about 1 of 150 concurrent first calls.
+  int rc = SQLITE_OK;
+  for (int ms = 0; (rc = sqlite3_exec(h, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr)) == SQLITE_BUSY && ms < busy_ms; ms += 5)
+    ::usleep(5000);
+  if (rc != SQLITE_OK) throw tool::Error(std::string("memory store: ") + sqlite3_errmsg(h));
   // The version is read in a statement of its own, done before the write: a read transaction
   // still open would make BEGIN IMMEDIATE fail at once (SQLITE_BUSY, no busy wait) while
   // another call creates the schema.
