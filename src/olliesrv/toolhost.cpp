@@ -66,8 +66,10 @@ constexpr auto term_grace = 5s;
 constexpr std::size_t max_listing = 16u << 20;
 /// Longest line of toolsrv's stderr kept (logged, and the reason of a failed start).
 constexpr std::size_t max_err_line = 1024;
-/// What a request to an instance that hung up answers, before the reason (§6.1).
+/// What a request to an instance that hung up answers, and one that finds none that can start,
+/// before the reason (§6.1).
 constexpr const char* lost_prefix = "tool server lost: ";
+constexpr const char* unavailable_prefix = "tool server unavailable: ";
 
 /// §6.1 and §7.4: the backend secrets toolsrv never gets.
 const char* const secret_vars[] = {
@@ -279,7 +281,9 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   /// An error of a request on inst: a lost connection marks it dead (the reason is returned in
   /// `lost`); anything else is toolsrv's answer.
   bool lost(const std::shared_ptr<Instance>& i, const std::string& ename, std::string& why) {
-    bool gone = starts_with(ename, p9::err::hung_up);
+    // A toolsrv that stops by itself (SIGTERM, SIGINT, its idle timeout) answers what it is
+    // asked meanwhile `server shutting down` until it hangs up.
+    bool gone = starts_with(ename, p9::err::hung_up) || ename == p9::err::shutting_down;
     if (!gone) {
       std::lock_guard lk(i->mu);
       gone = i->dead;
@@ -862,17 +866,23 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     co_return st;
   }
 
+  /// One Rdwr exchange with `i`; a lost connection is `tool server lost: <reason>`. toolsrv
+  /// answers none of its Rdwr files with nothing: an empty reply is its server ending the read
+  /// as it stops, a loss like the hang-up that follows.
+  asio::awaitable<p9::Result<std::string>> exchange(const std::shared_ptr<Instance>& i, std::string path, std::string request) {
+    auto r = co_await i->root->call(std::move(path), std::move(request));
+    if (r && !r->empty()) co_return r;
+    std::string why;
+    if (lost(i, r ? std::string(p9::err::shutting_down) : r.ename(), why)) co_return p9::error(lost_prefix + why);
+    co_return r.error();
+  }
+
   /// One Rdwr exchange as a need.
   asio::awaitable<p9::Result<std::string>> need_rdwr(std::string path, std::string request) {
     auto i = co_await need();
     if (!i) co_return i.error();
-    auto r = co_await (*i)->root->call(std::move(path), std::move(request));
-    if (!r) {
-      std::string why;
-      if (lost(*i, r.ename(), why)) co_return p9::error(lost_prefix + why);
-      co_return r.error();
-    }
-    if (r->size() > max_listing) co_return p9::error("reply too large");
+    auto r = co_await exchange(*i, std::move(path), std::move(request));
+    if (r && r->size() > max_listing) co_return p9::error("reply too large");
     co_return r;
   }
 
@@ -1056,27 +1066,19 @@ asio::awaitable<p9::Status> ToolHost::load(std::string agent, std::vector<std::s
     if (!valid_word(t)) co_return p9::error("unknown tool: " + t.substr(0, 64));
     line += " " + t;
   }
-  // Wished whatever toolsrv answers but a refusal: one that could not start, or was lost, loads
-  // them at its next start (§6.1), as it does a restored agent's.
-  auto wish = [&] {
+  auto i = co_await s->need();
+  if (!i) co_return p9::error(unavailable_prefix + i.ename());
+  auto st = co_await s->ctl_on(*i, line);
+  if (st) {  // toolsrv took them: every later start loads them too
     std::lock_guard lk(s->mu);
     s->agent_tools[agent].insert(tools.begin(), tools.end());
     s->changed();
-  };
-  auto i = co_await s->need();
-  if (!i) {
-    wish();
-    co_return p9::error("tool server unavailable: " + i.ename());
   }
-  auto st = co_await s->ctl_on(*i, line);
-  if (st || starts_with(st.ename(), lost_prefix)) wish();
   co_return st;
 }
 
-bool ToolHost::wants(const std::string& agent, const std::string& tool) const {
-  std::lock_guard lk(s_->mu);
-  auto it = s_->agent_tools.find(agent);
-  return it != s_->agent_tools.end() && it->second.contains(tool);
+bool ToolHost::unreachable(const std::string& ename) {
+  return starts_with(ename, unavailable_prefix) || starts_with(ename, lost_prefix);
 }
 
 asio::awaitable<p9::Status> ToolHost::unload(std::string agent, std::vector<std::string> tools) {
@@ -1192,6 +1194,7 @@ asio::awaitable<p9::Result<std::vector<FileStamp>>> ToolHost::stat(std::string a
 asio::awaitable<p9::Result<std::vector<std::string>>> ToolHost::resolve(std::string agent, std::vector<std::string> paths) {
   auto s = s_;
   if (!valid_word(agent)) co_return p9::error("no such agent: " + agent.substr(0, 64));
+  if (paths.empty()) co_return std::vector<std::string>{};
   std::string req = "resolve " + agent;
   for (const auto& p : paths) req += " " + quote(p);
   auto r = co_await s->need_rdwr("info", req);
@@ -1212,7 +1215,7 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
 
   State::Calling calling(*s);
   auto i = co_await s->need();
-  if (!i) co_return ToolOutcome{"error: tool server unavailable: " + i.ename(), true};
+  if (!i) co_return ToolOutcome{"error: " + (unavailable_prefix + i.ename()), true};
   if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return ToolOutcome{"error: " + p9::valid_utf8(st.ename()), true};
 
   int timeout = 30;
@@ -1230,12 +1233,8 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
 
   // Cancellation of this coroutine flushes the request (toolsrv kills the process group) and
   // throws operation_aborted out of the co_await.
-  auto r = co_await (*i)->root->call("proc/new", std::move(request));
-  if (!r) {
-    std::string why;
-    if (s->lost(*i, r.ename(), why)) co_return ToolOutcome{"error: tool server lost: " + why, true};
-    co_return ToolOutcome{"error: " + p9::valid_utf8(r.ename()), true};
-  }
+  auto r = co_await s->exchange(*i, "proc/new", std::move(request));
+  if (!r) co_return ToolOutcome{"error: " + p9::valid_utf8(r.ename()), true};
   auto p = parse_proc_reply(*r);
   if (!p) co_return ToolOutcome{"error: " + p.ename(), true};
   p->out = redacted(std::move(p->out), req.auth);
@@ -1254,19 +1253,15 @@ asio::awaitable<p9::Result<ToolHost::Background>> ToolHost::start_background(Too
   if (!valid_word(req.agent)) co_return p9::error("no such agent: " + p9::valid_utf8(req.agent.substr(0, 64)));
   if (!req.auth.empty() && !valid_secret(req.auth)) co_return p9::error("invalid auth");
   auto i = co_await s->need();
-  if (!i) co_return p9::error("tool server unavailable: " + i.ename());
+  if (!i) co_return p9::error(unavailable_prefix + i.ename());
   if (auto st = co_await s->cwd_taken(*i, req.agent); !st) co_return p9::error(p9::valid_utf8(st.ename()));
   // No timeout header: background processes have none (§6.5.1).
   std::string request = "tool=" + req.tool + "\nagent=" + req.agent + "\n";
   if (req.bypass) request += "bypass=true\n";
   if (!req.auth.empty()) request += "auth=" + req.auth + "\n";
   request += "\n" + (req.args.empty() ? std::string("{}") : req.args);
-  auto r = co_await (*i)->root->call("proc/new.bg", std::move(request));
-  if (!r) {
-    std::string why;
-    if (s->lost(*i, r.ename(), why)) co_return p9::error(lost_prefix + why);
-    co_return p9::error(p9::valid_utf8(r.ename()));
-  }
+  auto r = co_await s->exchange(*i, "proc/new.bg", std::move(request));
+  if (!r) co_return p9::error(p9::valid_utf8(r.ename()));
   // The reply is `pid=<n>\n`.
   const std::string& t = *r;
   const char* const last = t.data() + t.size();

@@ -89,7 +89,8 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   void set_env(const std::string& key, const std::string& value);
   /// An agent's cwd override ("" clears it). Never starts toolsrv.
   void set_agent_cwd(const std::string& agent, const std::string& dir);
-  /// The tools an agent should have loaded at the next start (restore). Never starts toolsrv.
+  /// The tools an agent should have loaded at the next start (restore; a profile's autoLoad while
+  /// no toolsrv can start). Never starts toolsrv.
   void want_tools(const std::string& agent, std::vector<std::string> tools);
   /// The approved project sandbox overrides (`ctl sandboxok`, §7.3.3): (sha256, absolute dir)
   /// pairs, replacing the previous set. Never starts toolsrv.
@@ -105,8 +106,12 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   asio::awaitable<p9::Status> set_cwd(std::string dir);
   /// `ctl agentcwd` checked now (ctl cwd of an agent): toolsrv's error on a bad dir.
   asio::awaitable<p9::Status> check_agent_cwd(std::string agent, std::string dir);
-  /// `ctl load <agent> <tools...>`: all or nothing; remembered for later starts on success.
+  /// `ctl load <agent> <tools...>`: all or nothing; remembered for later starts once toolsrv
+  /// took them. Refused, or no toolsrv to ask (`unreachable`), nothing changes.
   asio::awaitable<p9::Status> load(std::string agent, std::vector<std::string> tools);
+  /// Whether a need's error says toolsrv could not be asked (`tool server unavailable: …`,
+  /// `tool server lost: …`), not what it answered.
+  static bool unreachable(const std::string& ename);
   /// `ctl unload`.
   asio::awaitable<p9::Status> unload(std::string agent, std::vector<std::string> tools);
   /// `ctl forget <agent>` (agent killed); forgets it for later starts too. Never starts toolsrv.
@@ -116,9 +121,6 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// The version of what the session wants of toolsrv (loaded tools, env, cwds): a `tools`
   /// reply read under one version is the list under it.
   std::uint64_t wishes() const;
-  /// Whether `tool` is among the tools the session wants loaded for `agent` (loaded, or to be
-  /// loaded at toolsrv's next start).
-  bool wants(const std::string& agent, const std::string& tool) const;
   /// The catalog (`tools *`), invalid tools included.
   asio::awaitable<p9::Result<std::vector<ToolInfo>>> catalog();
   /// `info` (agent "" = session scope): key → value.

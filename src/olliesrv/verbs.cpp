@@ -212,14 +212,13 @@ Reply verb_tools(AgentCall& c, const virtfs::Command&) {
 }
 
 Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
-  // Refused, nothing changes; wanted for want of a toolsrv (its error), they are the agent's
-  // from toolsrv's next start on, and saved as such.
+  // All or nothing (§3.3): refused, or no toolsrv to take them, nothing changes.
   // A name given twice is loaded, and answered, once.
   std::vector<std::string> names;
   for (const auto& t : cmd.args)
     if (std::find(names.begin(), names.end(), t) == names.end()) names.push_back(t);
   const auto st = co_await c.s->host->load(c.a->id, names);
-  if (!st && !c.s->host->wants(c.a->id, names[0])) co_return st.error();
+  if (!st) co_return st.error();
   std::string out;
   {
     std::lock_guard lock(c.a->mu);
@@ -229,7 +228,6 @@ Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
     }
   }
   co_await save_now(c.hub, c.s);
-  if (!st) co_return st.error();
   co_return out;
 }
 

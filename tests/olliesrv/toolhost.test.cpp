@@ -290,6 +290,49 @@ TEST_F(Host, LostToolsrvEndsTheCallAndTheNextStartsAFreshSyncedOne) {
   EXPECT_TRUE(host->running());
 }
 
+// §6.1: a toolsrv that stops by itself (SIGTERM or SIGINT from outside) first ends the read of the
+// call in flight and answers `server shutting down` for a moment: that is a loss as a hang-up is,
+// and the next need starts another at once.
+TEST_F(Host, ToolsrvStoppedByASignalIsLostAndTheNextNeedStartsAnother) {
+  host->set_env("FOO", "kept");
+  ASSERT_TRUE(t.run(host->load(agent, {"sleeper", "envcwd", "ppid"})).ok());
+  for (int sig : {SIGTERM, SIGINT}) {
+    const std::string before = call(*host, "ppid").text;
+    const std::string file = sleeper_file();
+    auto done = t.start(host->call(ToolCallRequest{"sleeper", agent, "", R"({"file":")" + file + R"("})", {}}));
+    ASSERT_TRUE(eventually([&] { return exists(file); }));
+    auto p = pids(file);
+    ASSERT_EQ(p.size(), 3u);
+    ::kill(p[2], sig);
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    auto r = done.get();
+    EXPECT_TRUE(r.error);
+    EXPECT_EQ(r.text.rfind("error: tool server lost: ", 0), 0u) << r.text;
+    auto again = call(*host, "envcwd");  // within the stopping one's last moment
+    EXPECT_FALSE(again.error) << again.text;
+    EXPECT_EQ(again.text, "FOO=kept\ncwd=" + w.cwd + "\nkey=\n");
+    EXPECT_NE(call(*host, "ppid").text, before);
+    EXPECT_TRUE(eventually([&] { return gone(p[0]) && gone(p[1]) && gone(p[2]); }));
+  }
+}
+
+// §3.3 and §6.1: a load that finds no toolsrv to take it fails and loads nothing, then or at the
+// next start.
+TEST_F(Host, ALoadWithNoToolsrvLoadsNothing) {
+  const std::string bin = w.root + "/bin-" + sid + "/toolsrv";
+  auto h = make(sid, bin);
+  EXPECT_EQ(t.run(h->load(agent, {"echo", "nosuch"})).ename(),
+            "tool server unavailable: " + bin + ": No such file or directory");
+  EXPECT_TRUE(ToolHost::unreachable("tool server unavailable: " + bin + ": No such file or directory"));
+  EXPECT_FALSE(ToolHost::unreachable("unknown tool: nosuch"));
+  std::filesystem::create_directories(std::filesystem::path(bin).parent_path());
+  std::filesystem::create_symlink(testing_support::built("bin/toolsrv"), bin);
+  auto listed = t.run(h->tools(agent));
+  ASSERT_TRUE(listed) << listed.ename();
+  EXPECT_TRUE(listed->empty()) << listed->front().name;
+  h->stop();
+}
+
 // §6.1: toolsrv's environment lacks every key_env of backends.conf, those of the file as
 // olliesrv loaded it too: a file unreadable at the start (here: none at all) drops nothing.
 TEST_F(Host, BackendSecretsOlliesrvLoadedNeverReachToolsrv) {
