@@ -132,7 +132,7 @@ struct Transcript::State {
   std::optional<Block> open;                            // the in-flight assistant/reasoning block
   std::uint64_t open_seq = 0;                           // bumped on every change of `open`
   std::string text;                                     // the rendered window
-  std::string held;                                     // renderings of blocks finalized behind an open assistant block
+  std::vector<Block> held;                              // finalized behind an open assistant block, stored after it
   std::uint64_t text_base = 0;                          // absolute offset of text[0]
   std::uint32_t version = 0;
   std::int64_t changed = 0;                             // when version last moved (seconds), 0: not since the start
@@ -165,7 +165,9 @@ struct Transcript::State {
     if (end - text_base <= LOG_BYTES) return text_base;
     std::size_t from = text.size() - LOG_BYTES;
     auto nl = text.find('\n', from);
-    return nl == std::string::npos ? text_base + from : text_base + nl + 1;
+    if (nl != std::string::npos) return text_base + nl + 1;
+    while (from < text.size() && (static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) from++;  // a character's start
+    return text_base + from;
   }
 
   /// Where a chat cursor that fell behind the window goes: its start, at a line start.
@@ -181,17 +183,23 @@ struct Transcript::State {
     }
   }
 
-  /// Stores a finalized block (its id already given out) and queues it for on_final.
+  /// Stores a finalized block (its id already given out) and queues it for on_final. One that
+  /// comes while a response's text streams (a `/verb` reply, an inject, a `!cmd`) is stored when
+  /// the response's block ends, right after it: `chat` never cuts the text, and chat.raw,
+  /// log.raw and the blocks file (what `chat` is rendered from after a restart) keep the order
+  /// `chat` showed.
   void store(Block b) {
+    if (open && open->role == "assistant") {
+      held.push_back(std::move(b));
+      return;
+    }
+    keep(std::move(b));
+  }
+
+  void keep(Block b) {
     if (auto t = body(b)) {
-      if (open && open->role == "assistant") {
-        held += *t;
-        held += trailer(*t);
-        if (held.size() > 2 * WINDOW) held.erase(0, held.size() - WINDOW);  // the window would drop it
-      } else {
-        add_text(*t);
-        add_text(trailer(*t));
-      }
+      add_text(*t);
+      add_text(trailer(*t));
     }
     by_id[b.id] = blocks.size();
     raw_size += b.json().size() + 1;
@@ -209,17 +217,15 @@ struct Transcript::State {
     open.reset();
     open_seq++;
     if (closed) return std::nullopt;  // its agent is killed: nothing of it is kept or persisted (§3.3)
-    if (b.role == "assistant") {
-      add_text(trailer(b.content));
-      add_text(held);
-      held.clear();
-    }
+    if (b.role == "assistant") add_text(trailer(b.content));
     if (b.role == "assistant" && content) b.content = *content;
     by_id[b.id] = blocks.size();
     raw_size += b.json().size() + 1;
     blocks.push_back(b);
     finals.push_back(b);
     bump();
+    for (auto& h : held) keep(std::move(h));
+    held.clear();
     return b;
   }
 };
@@ -253,29 +259,16 @@ class ChatCursor : public virtfs::Cursor {
 class RawCursor : public virtfs::Cursor {
  public:
   explicit RawCursor(std::shared_ptr<Transcript::State> s) : s_(std::move(s)) {}
+  /// Every line ready, up to `max` bytes (§1.7: a read returns what is available); a line
+  /// longer than what is left of the read is split across reads.
   virtfs::Chunk read(std::size_t max) override {
     std::lock_guard lk(s_->mu);
-    if (pending_.size() == done_) {
-      pending_.clear();
-      done_ = 0;
-      // A finalized block is sent once it is in its agent's blocks file: a reader never holds
-      // one that kill -9 could take back (§7.7). A killed agent's blocks are all there is.
-      const std::size_t ready = s_->closed ? s_->blocks.size() : s_->persisted;
-      if (next_ < ready) {
-        pending_ = s_->blocks[next_++].json();
-        pending_ += '\n';
-      } else if (next_ == s_->blocks.size() && s_->open && s_->open_seq != seen_seq_) {
-        // One snapshot of the whole content so far, however many deltas came since the last.
-        seen_seq_ = s_->open_seq;
-        pending_ = s_->open->json(true);
-        pending_ += '\n';
-      }
-    }
     virtfs::Chunk c;
-    // A line longer than the read is split across reads (§1.7).
-    std::size_t n = std::min(max, pending_.size() - done_);
-    c.data = pending_.substr(done_, n);
-    done_ += n;
+    while (c.data.size() < max && (done_ < pending_.size() || refill())) {
+      std::size_t n = std::min(max - c.data.size(), pending_.size() - done_);
+      c.data.append(pending_, done_, n);
+      done_ += n;
+    }
     c.eof = s_->closed && done_ == pending_.size() && next_ >= s_->blocks.size() &&
             (!s_->open || s_->open_seq == seen_seq_);
     return c;
@@ -283,6 +276,26 @@ class RawCursor : public virtfs::Cursor {
   std::shared_ptr<virtfs::Signal> signal() override { return s_->signal; }
 
  private:
+  /// The next line to send, if there is one (under mu).
+  bool refill() {
+    pending_.clear();
+    done_ = 0;
+    // A finalized block is sent once it is in its agent's blocks file: a reader never holds
+    // one that kill -9 could take back (§7.7). A killed agent's blocks are all there is.
+    const std::size_t ready = s_->closed ? s_->blocks.size() : s_->persisted;
+    if (next_ < ready) {
+      pending_ = s_->blocks[next_++].json();
+    } else if (next_ == s_->blocks.size() && s_->open && s_->open_seq != seen_seq_) {
+      // One snapshot of the whole content so far, however many deltas came since the last.
+      seen_seq_ = s_->open_seq;
+      pending_ = s_->open->json(true);
+    } else {
+      return false;
+    }
+    pending_ += '\n';
+    return true;
+  }
+
   std::shared_ptr<Transcript::State> s_;
   std::size_t next_ = 0;        // the next finalized block to send
   std::uint64_t seen_seq_ = 0;  // open_seq of the last partial sent

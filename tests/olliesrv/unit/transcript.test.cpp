@@ -198,6 +198,22 @@ TEST(TranscriptLog, LastWindowCutAtALineStart) {
   EXPECT_EQ(drain(*c), log);
 }
 
+// One line longer than the log (a response of 80,000 bytes of two-byte characters): the log is its
+// tail, begun at a character (§1.2: every text is UTF-8).
+TEST(TranscriptLog, ALineLongerThanTheLogIsCutAtACharacter) {
+  Transcript t("s", "a");
+  std::string text;
+  for (int i = 0; i < 40000; i++) text += "\xc3\xa9";  // é
+  text += "b";  // odd: the last 65536 bytes begin inside a character
+  t.stream("assistant", text);
+  auto log = t.log();
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.size(), Transcript::LOG_BYTES - 1);
+  EXPECT_EQ(log, text.substr(text.size() - log.size()));
+  auto c = t.chat();
+  EXPECT_EQ(drain(*c), log);
+}
+
 TEST(TranscriptLog, SmallTranscriptIsWhole) {
   Transcript t("s", "a");
   EXPECT_EQ(t.log(), "");
@@ -304,32 +320,52 @@ TEST(TranscriptRaw, LongLinesSplitAcrossReadsStayWhole) {
 }
 
 // A block appended while a response streams (a `/verb` reply, an inject) does not cut the
-// response in two: chat.raw gets the block at once and the response stays one block; chat keeps
-// the response's text whole and shows the block after it.
-TEST(TranscriptRaw, ABlockAppendedMidStreamLeavesTheResponseOneBlock) {
+// response in two: the response stays one block, its text in chat whole, and the block is stored
+// right after it, so chat, chat.raw, log.raw and a restart's rendering all keep one order.
+TEST(TranscriptRaw, ABlockAppendedMidStreamFollowsTheResponseEverywhere) {
   Transcript t("s", "a");
   auto r = t.chat_raw();
   auto chat = t.chat();
   t.stream("assistant", "half");
   drain(*r);
   auto info = t.append(blk("info", "fake-model"));
-  EXPECT_EQ(drain(*r), info.json() + "\n");
   t.stream("assistant", " and the rest");
   auto got = lines(drain(*r));
   ASSERT_EQ(got.size(), 1u);
   EXPECT_NE(got[0].find("\"partial\":true"), std::string::npos);
   EXPECT_NE(got[0].find("\"content\":\"half and the rest\""), std::string::npos) << got[0];
+  EXPECT_FALSE(t.find(info.id)) << "not stored before the response";
   EXPECT_EQ(drain(*chat), "half and the rest");
   auto fin = t.finish_stream("half and the rest");
   ASSERT_TRUE(fin);
-  EXPECT_EQ(drain(*r), fin->json() + "\n");
   EXPECT_EQ(fin->content, "half and the rest");
+  EXPECT_EQ(drain(*r), fin->json() + "\n" + info.json() + "\n");
   EXPECT_EQ(drain(*chat), "\n\n:: fake-model\n\n");
   EXPECT_EQ(t.log(), "half and the rest\n\n:: fake-model\n\n");
-  EXPECT_EQ(t.log_raw(), info.json() + "\n" + fin->json() + "\n");
-  auto call = t.append(blk("call", "{}", "shell"));  // nothing open: rendered at once
+  EXPECT_EQ(t.log_raw(), fin->json() + "\n" + info.json() + "\n");
+  ASSERT_TRUE(t.find(info.id));
+  Transcript again("s", "a");
+  again.restore({*fin, info}, 2);
+  EXPECT_EQ(again.log(), t.log()) << "a restart renders what chat showed";
+  auto call = t.append(blk("call", "{}", "shell"));  // nothing open: stored at once
   EXPECT_EQ(drain(*chat), "→ shell {}\n\n");
   EXPECT_EQ(drain(*r), call.json() + "\n");
+}
+
+// §1.7: a read of chat.raw returns every line ready, up to its count, not one line per read.
+TEST(TranscriptRaw, OneReadReturnsEveryLineThatFits) {
+  Transcript t("s", "a");
+  std::string all;
+  for (int i = 0; i < 100; i++) all += t.append(blk("info", "n" + std::to_string(i))).json() + "\n";
+  auto r = t.chat_raw();
+  auto first = r->read(all.size() - 10);
+  EXPECT_EQ(first.data, all.substr(0, all.size() - 10)) << "the last line is split";
+  EXPECT_EQ(r->read(65536).data, all.substr(all.size() - 10));
+  t.stream("assistant", "x");
+  auto u = t.append(blk("user", "later"));  // held behind the response
+  auto fin = t.finish_stream();
+  ASSERT_TRUE(fin);
+  EXPECT_EQ(r->read(65536).data, fin->json() + "\n" + u.json() + "\n");
 }
 
 TEST(Transcript, FindIsCaseInsensitiveAndLastFindsTheReply) {
