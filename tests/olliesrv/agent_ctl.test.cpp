@@ -254,7 +254,8 @@ TEST(AgentCtl, AnInjectNoRoundTookIsTheNextPromptWithoutASecondBlock) {
 }
 
 // §2.8.8: one response is one assistant block, even when a `/verb` reply and an inject arrive
-// while it streams; chat shows the response's text whole, the other blocks after it.
+// while it streams; chat shows the response's text whole, the other blocks after it, and so do
+// log.raw and the chat a restart renders from the blocks.
 TEST(AgentCtl, BlocksAppendedWhileAResponseStreamsDoNotSplitIt) {
   World w;
   auto s = w.session("work");
@@ -276,6 +277,15 @@ TEST(AgentCtl, BlocksAppendedWhileAResponseStreamsDoNotSplitIt) {
   ASSERT_TRUE(r);
   const std::string log = *r;
   EXPECT_NE(log.find("one two three four\n\n:: fake-model\n\nuser (inject): and five\n\n"), std::string::npos) << log;
+  std::vector<std::string> roles;
+  for (const auto& b : blocks_of(w, a))
+    if (b["role"] != "context") roles.push_back(b["role"].get<std::string>() + ":" + b["content"].get<std::string>());
+  EXPECT_EQ(roles, (std::vector<std::string>{"user:count", "assistant:one two three four", "info:fake-model",
+                                             "user:and five", "assistant:five"}));
+  w.restart_with({});
+  auto again = w.read(a + "/log");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, log);
 }
 
 TEST(AgentCtl, StopDiscardsAPendingInject) {
