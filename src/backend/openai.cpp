@@ -180,6 +180,11 @@ std::string OpenAiBackend::body(const ChatRequest& req, const std::string& model
   return splice_array(std::move(text), "messages", wire_.messages(msgs, message_json));
 }
 
+std::optional<int> OpenAiBackend::max_tokens_sent(const GenerationParams& p) const {
+  if (p.max_completion_tokens && s_.name != "copilot") return p.max_completion_tokens;
+  return p.max_tokens;
+}
+
 json OpenAiBackend::envelope(const ChatRequest& req, const std::string& model) const {
   const bool router = s_.name == "openrouter";
   const bool copilot = s_.name == "copilot";

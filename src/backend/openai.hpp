@@ -12,6 +12,8 @@ class OpenAiBackend : public HttpBackend {
   Result<Stream> stream(const ChatRequest& req, EventSink sink) override;
   Result<std::vector<std::string>> list_models() override;
   Result<int> context_length(std::string_view model) override;
+  /// max_completion_tokens when it goes (it binds where both do; copilot is sent max_tokens alone).
+  std::optional<int> max_tokens_sent(const GenerationParams& p) const override;
 
  protected:
   /// Adds authentication and starts the transfer (copilot first exchanges its token).

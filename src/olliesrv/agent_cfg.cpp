@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent.hpp"
+#include "compaction.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
 #include "lifecycle.hpp"
@@ -146,6 +147,7 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
   }
   if (c.profile || c.cwd) render_again(*a);
   co_await save_now(hub, s);
+  if (c.target) (void)co_await Compaction::context_length(a);  // `stats` shows the new model's window, as agent/new does
   co_return p9::Status{};
 }
 

@@ -322,7 +322,8 @@ asio::awaitable<void> Turn::run(Submission sub) {
           c.preset = tools_failed_ ? "error: " + unavailable(*tools_failed_) : unknown_tool(c.name, *catalog);
         if (r.stop == backend::StopReason::filtered) {
           c.preset = "error: stopped: " + r.stop_raw;
-        } else if (r.stop == backend::StopReason::length && !c.args_json) {
+        } else if (r.stop == backend::StopReason::length && (!c.args_json || tc.arguments.empty())) {
+          // No byte of the arguments came (make_call reads none as {}): cut off too.
           c.preset = "error: arguments cut off at the output token limit (maxTokens=" +
                      (max_tokens ? std::to_string(*max_tokens) : std::string("unset")) + ")";
         }

@@ -117,6 +117,9 @@ TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   EXPECT_NE(w.read(open + "/stats")->find("contextLength=200000\n"), std::string::npos) << *w.read(open + "/stats");
   ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
   EXPECT_NE(w.read(claude + "/stats")->find("contextLength=200000\n"), std::string::npos) << *w.read(claude + "/stats");
+  // A switch to a model whose window must be asked asks at once, as agent/new does.
+  ASSERT_TRUE(w.write(claude + "/cfg", "backend=openai model=fake-model")) << w.log_text();
+  EXPECT_NE(w.read(claude + "/stats")->find("contextLength=65536\n"), std::string::npos) << *w.read(claude + "/stats");
   EXPECT_EQ(chat_requests(w), 0u);
 }
 

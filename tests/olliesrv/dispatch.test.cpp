@@ -249,6 +249,15 @@ TEST(StopReasons, ArgumentsCutOffAtTheLimitNameTheLimitSent) {
   ASSERT_TRUE(w.write(b + "/prompt", "go"));
   ASSERT_TRUE(eventually([&] { return contents(w, b, "tool").size() == 1; })) << w.log_text();
   EXPECT_EQ(contents(w, b, "tool").back(), "error: invalid arguments: not a JSON object");
+  // openai: max_completion_tokens is the limit sent when it is set; a call cut before any byte of
+  // its arguments was cut off too (it ran with {}).
+  auto c = w.agent("session/work", "third", "backend=openai");
+  ASSERT_TRUE(w.write(c + "/cfg", "maxCompletionTokens=50"));
+  w.fake.push({{"tool_calls", json::array({call("c4", "file_read", "")})}, {"stop", "length"}});
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(c + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, c, "tool").size() == 1; })) << w.log_text();
+  EXPECT_EQ(contents(w, c, "tool").back(), "error: arguments cut off at the output token limit (maxTokens=50)");
 }
 
 TEST(Safety, FiveFailedRoundsInARowNudgeAndTenAbortTheTurn) {
