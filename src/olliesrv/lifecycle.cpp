@@ -95,15 +95,18 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   if (!hub.addr.empty()) s->host->set_env("OLLIE_ADDR", hub.addr);
   // The session's toolsrv starts now: the cwd check is its first need (§4.1), made by the start,
   // which sends it the cwd. If it cannot start, nothing is created.
-  // Undone by a kill: its toolsrv stops and a remote one's forwarded socket goes (§6.11.5).
-  if (auto st = co_await s->host->ensure(); !st) {
-    s->kill();
-    co_return st.error();
+  // Undone by a kill: its toolsrv stops, a remote one's forwarded socket goes (§6.11.5), and the
+  // private TMPDIR a toolsrv made goes with the session's files.
+  auto remove = [s] { s->remove_files(); };  // named: see off_io
+  p9::Status made = co_await s->host->ensure();
+  if (made) {
+    s->cwd = s->host->cwd();  // a remote `~/…` as its bootstrap expanded it; no one else sees s yet
+    made = hub.add(s);
   }
-  s->cwd = s->host->cwd();  // a remote `~/…` as its bootstrap expanded it; no one else sees s yet
-  if (auto st = hub.add(s); !st) {
+  if (!made) {
     s->kill();
-    co_return st.error();
+    co_await off_io<void>(hub, remove);
+    co_return made.error();
   }
   co_await save_now(hub, s);
   hub.bus.publish("session." + id + ".new", "session/" + name);

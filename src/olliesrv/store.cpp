@@ -32,6 +32,10 @@ using backend::Role;
 constexpr auto replace = nlohmann::json::error_handler_t::replace;
 constexpr std::int64_t max_total = std::int64_t{1} << 53;
 constexpr double max_cost = 1e12;
+/// An agent's files in its session's directory: `<agent id><suffix>` (§7.7).
+constexpr const char* agent_files[] = {".blocks.jsonl", ".compaction.jsonl"};
+/// A killed session's directory, renamed `.<id><suffix>` while it is removed.
+constexpr const char* killed_suffix = ".killed";
 
 /// A file descriptor closed on scope exit.
 struct Fd {
@@ -516,7 +520,7 @@ std::string open_error(const std::string& name) {
   return name + ": " + (errno == EINVAL ? std::string("not a regular file") : std::strerror(errno));
 }
 
-/// The blocks of one agent: whole lines, without an incomplete last line; `cut` is set to the
+/// The blocks of one agent: whole lines, without an incomplete or torn last line; `cut` is set to the
 /// length the file must be cut to (done by the caller once the whole session loaded).
 p9::Status load_blocks(int dirfd, const std::string& agent_id, std::vector<std::string>& lines,
                        std::optional<off_t>& cut) {
@@ -535,8 +539,10 @@ p9::Status load_blocks(int dirfd, const std::string& agent_id, std::vector<std::
   } else if (!data.empty()) {
     std::size_t start = data.rfind('\n', data.size() - 2);
     start = start == std::string::npos ? 0 : start + 1;
+    // A torn page: the line ended, but bytes of it never reached the disk (zeros). Any other
+    // line that is not JSON is no crash's doing: kept, and skipped like one in the middle.
     std::string_view last(data.data() + start, data.size() - 1 - start);
-    if (!nlohmann::json::accept(last)) keep = start;
+    if (last.find('\0') != std::string_view::npos && !nlohmann::json::accept(last)) keep = start;
   }
   if (keep < data.size()) {
     cut = static_cast<off_t>(keep);
@@ -772,8 +778,17 @@ p9::Status Store::remove_session(const std::string& session_id) {
     texts_.erase(session_id);
   }
   drop_held(session_id, nullptr);
+  // Out of the restore's sight in one step first (the rename made durable): a kill -9 halfway
+  // through the removal must not leave a directory every start tries to restore without its
+  // session.json; the next start removes what is left (load_all).
+  std::string dir = root_ + "/" + session_id;
+  const std::string gone = root_ + "/." + session_id + killed_suffix;
+  if (::rename(dir.c_str(), gone.c_str()) == 0) {
+    dir = gone;
+    if (Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); root) (void)::fsync(root.fd);
+  }
   std::error_code ec;
-  std::filesystem::remove_all(root_ + "/" + session_id, ec);
+  std::filesystem::remove_all(dir, ec);
   if (ec) return p9::error(session_id + ": " + ec.message());
   return {};
 }
@@ -782,7 +797,7 @@ p9::Status Store::remove_agent(const std::string& session_id, const std::string&
   if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
   if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
   drop_held(session_id, &agent_id);
-  for (const char* suffix : {".blocks.jsonl", ".compaction.jsonl"}) {
+  for (const char* suffix : agent_files) {
     std::string path = root_ + "/" + session_id + "/" + agent_id + suffix;
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error(path);
   }
@@ -796,7 +811,7 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
     if (errno != ENOENT) spdlog::error("{}: {}", root_, std::strerror(errno));
     return out;
   }
-  std::vector<std::string> names;
+  std::vector<std::string> names, killed;
   {
     DIR* d = ::fdopendir(::dup(root.fd));
     if (!d) {
@@ -804,11 +819,18 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
       return out;
     }
     while (auto* e = ::readdir(d)) {
+      if (std::string_view n = e->d_name; n.starts_with('.') && n.ends_with(killed_suffix) && n.size() > 1 + std::strlen(killed_suffix))
+        killed.emplace_back(n);
       if (e->d_name[0] == '.') continue;
       if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) continue;
       names.emplace_back(e->d_name);  // a symbolic link is named and skipped below, not followed
     }
     ::closedir(d);
+  }
+  for (const auto& k : killed) {  // a kill a crash cut short (remove_session)
+    spdlog::warn("{}/{}: removing what a session kill left", root_, k);
+    std::error_code ec;
+    std::filesystem::remove_all(root_ + "/" + k, ec);
   }
   std::sort(names.begin(), names.end());
   out.reserve(names.size());  // no copies as it grows (a LoadedSession's move may throw)
@@ -878,17 +900,27 @@ void Store::settle(const LoadedSession& ls) const {
   if (!dir) return;
   if (::fchmod(dir.fd, 0700) != 0) spdlog::error("session {}: chmod: {}", name, std::strerror(errno));
   if (DIR* d = ::fdopendir(::dup(dir.fd))) {
-    std::vector<std::string> stale;
-    while (auto* e = ::readdir(d))
-      if (std::string_view(e->d_name).starts_with(".session.json.tmp.")) stale.emplace_back(e->d_name);
+    // Temp files of saves a crash cut short, and the files of agents the session no longer has:
+    // an agent kill saves the session, then removes its files (remove_agent), and a crash can
+    // fall between the two.
+    std::set<std::string> agents;
+    for (const auto& a : ls.record.agents) agents.insert(a.id);
+    std::vector<std::pair<std::string, const char*>> stale;
+    while (auto* e = ::readdir(d)) {
+      std::string_view n = e->d_name;
+      if (n.starts_with(".session.json.tmp.")) stale.emplace_back(n, "left by a save cut short");
+      for (std::string_view suffix : agent_files)
+        if (n.ends_with(suffix) && !agents.contains(std::string(n.substr(0, n.size() - suffix.size()))))
+          stale.emplace_back(n, "of an agent the session no longer has");
+    }
     ::closedir(d);
-    for (const auto& t : stale) {
-      spdlog::warn("session {}: removing {}, left by a save cut short", name, t);
+    for (const auto& [t, why] : stale) {
+      spdlog::warn("session {}: removing {}, {}", name, t, why);
       (void)::unlinkat(dir.fd, t.c_str(), 0);
     }
   }
   for (const auto& [file, len] : ls.torn) {
-    spdlog::warn("session {}: {}: cutting off an incomplete last line", name, file);
+    spdlog::warn("session {}: {}: cutting off an incomplete or torn last line", name, file);
     Fd w(::openat(dir.fd, file.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!w || ::ftruncate(w.fd, len) != 0)
       spdlog::error("session {}: {}: cannot cut: {}", name, file, std::strerror(errno));

@@ -227,6 +227,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   std::vector<std::pair<std::string, std::string>> sandbox_ok;  // approved overrides
   std::uint64_t version = 0;                                // bumped by every wish change
   std::uint64_t stops = 0;                                  // bumped by stop()
+  bool ended = false;                                       // ToolHost::stop(): no start ever again
   std::uint64_t launched = 0;                               // instances made (their numbers)
   std::shared_ptr<Instance> inst;
   bool starting = false;
@@ -252,6 +253,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     std::shared_ptr<p9::Handoff<StartResult>> h;
     {
       std::lock_guard lk(mu);
+      if (ended) co_return p9::error("session killed");
       last_need = std::chrono::steady_clock::now();
     }
     for (;;) {  // a running instance; wishes pushed to it before are sent first (in order)
@@ -340,7 +342,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       ws.swap(s->waiters);
     }
     if (!r) spdlog::warn("session {}: toolsrv: {}", s->cfg.session_id, r.ename());
-    if (r) watch_idle(s, *r, s->cfg.idle);
+    if (r) watch_exit(s, *r), watch_idle(s, *r, s->cfg.idle);
     if (started && r) started((*r)->number);
     for (auto& w : ws) w->set(r);
   }
@@ -358,6 +360,21 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     State& s;
   };
+
+  /// Loses the instance as soon as its process ends (a SIGTERM or SIGINT from outside, a crash):
+  /// the next need starts another instead of asking one that is gone. The wait ends with the
+  /// process, which every stop ends.
+  static void watch_exit(std::shared_ptr<State> s, std::shared_ptr<Instance> i) {
+    const int fd = ::fcntl(i->pidfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return;
+    auto d = std::make_shared<asio::posix::stream_descriptor>(s->ex, fd);
+    d->async_wait(asio::posix::descriptor_base::wait_read, [d, weak = std::weak_ptr<Instance>(i)](std::error_code ec) {
+      auto i = weak.lock();
+      if (ec || !i) return;
+      i->try_reap();
+      i->lose(i->reason("toolsrv exited"));
+    });
+  }
 
   /// Stops the instance once the session has not needed it for cfg.idle and holds no work there.
   static void watch_idle(std::shared_ptr<State> s, std::shared_ptr<Instance> i, std::chrono::steady_clock::duration wait) {
@@ -454,6 +471,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     Config c;
     {
       std::lock_guard lk(mu);
+      if (ended) co_return p9::error("session killed");
       old = std::move(inst);
       c = cfg;
     }
@@ -1297,7 +1315,13 @@ std::string ToolHost::forward_addr() const {
   return s_->forward_addr;
 }
 
-void ToolHost::stop() { s_->stop(); }
+void ToolHost::stop() {
+  {
+    std::lock_guard lk(s_->mu);
+    s_->ended = true;
+  }
+  s_->stop();
+}
 
 void ToolHost::release() {
   std::shared_ptr<Instance> i;

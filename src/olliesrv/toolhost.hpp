@@ -156,7 +156,8 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   std::string cwd() const;
   /// Whether a toolsrv process runs now.
   bool running() const;
-  /// Kills toolsrv (session kill, shutdown); a later need would start a new one.
+  /// Kills toolsrv for good (session kill, shutdown): a later need fails `session killed`, and a
+  /// start under way is undone.
   void stop();
   /// Lets go of the last instance (its client posts to the I/O contexts as it closes): at the
   /// end of olliesrv, once the I/O threads have joined and while their contexts still exist.

@@ -100,6 +100,8 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd='" + w.project + "\tx'", "cwd: invalid character"},
       {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},  // not the directory checked
       {"cwd=" + w.project + " name=bad/name", "invalid name: bad/name"},
+      // Quoted back as text: no 9P string holds a NUL (ollie-9p refused the whole reply).
+      {"cwd=" + w.project + " name=q6" + std::string(1, '\0') + "x", "invalid name: q6\xEF\xBF\xBDx"},
       {"cwd=" + w.project + " name=new", "invalid name: new"},
       {"cwd=" + w.project + " name=idx", "invalid name: idx"},
       {"cwd=" + w.project + " name=3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77", "invalid name: 3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77"},

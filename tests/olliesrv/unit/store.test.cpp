@@ -385,6 +385,20 @@ TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
   st.settle(all[0]);
   ASSERT_TRUE(st.append_block(s.id, aid, l1));
   EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n");
+  // Whole lines that are not JSON but hold no zeros are no crash's doing: skipped, never cut, at
+  // any restart.
+  const std::string bad = R"({"role":"user","id":"0badf011","content":"c1")";
+  {
+    std::ofstream f(file, std::ios::app | std::ios::binary);
+    f << bad << "\n" << bad << "\n";
+  }
+  for (int restart = 0; restart < 3; restart++) {
+    all = st.load_all();
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_TRUE(all[0].torn.empty());
+    st.settle(all[0]);
+  }
+  EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n" + bad + "\n" + bad + "\n");
 }
 
 TEST(Store, ABlocksFileRemovedBetweenAppendsIsMadeAgainAndManyAgentsEachKeepTheirOwn) {
@@ -631,6 +645,40 @@ TEST(Store, AppendsCompactionsAndRemoves) {
   ASSERT_TRUE(st.remove_session(s.id));
   EXPECT_FALSE(std::filesystem::exists(dir_of(t, s.id)));
   EXPECT_TRUE(st.load_all().empty());
+  EXPECT_TRUE(std::filesystem::is_empty(t.path + "/sessions"));
+}
+
+// §7.7 and a kill -9 in the middle of a kill: a session's removal that a crash cut short leaves
+// no directory the next start tries to restore, and that start removes the rest; an agent kill
+// cut between the session's save and the agent's files leaves files the restore removes.
+TEST(Store, KillsACrashCutShortLeaveNothingBehindAfterTheNextStart) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto gone = full_session();
+  ASSERT_TRUE(st.save(gone));
+  ASSERT_TRUE(st.append_block(gone.id, gone.agents[0].id, "{}"));
+  // What remove_session's first step leaves: the directory renamed out of the restore's sight.
+  const std::string renamed = t.path + "/sessions/." + gone.id + ".killed";
+  std::filesystem::rename(dir_of(t, gone.id), renamed);
+  std::filesystem::remove(renamed + "/session.json");
+  auto kept = full_session();
+  kept.id = "5d0c1d7e-0000-4000-8000-000000000001";
+  ASSERT_TRUE(st.save(kept));
+  const std::string dir = dir_of(t, kept.id);
+  ASSERT_TRUE(st.append_block(kept.id, kept.agents[0].id, "{}"));
+  spit(dir + "/0ff1ce00-0000-4000-8000-000000000000.blocks.jsonl", "{}\n");  // an agent killed before
+  spit(dir + "/0ff1ce00-0000-4000-8000-000000000000.compaction.jsonl", "{}\n");
+  std::vector<std::string> skipped;
+  auto all = st.load_all(&skipped);
+  EXPECT_TRUE(skipped.empty()) << skipped[0];
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].record.id, kept.id);
+  EXPECT_FALSE(std::filesystem::exists(renamed));
+  st.settle(all[0]);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/0ff1ce00-0000-4000-8000-000000000000.blocks.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/0ff1ce00-0000-4000-8000-000000000000.compaction.jsonl"));
+  EXPECT_EQ(slurp(dir + "/" + kept.agents[0].id + ".blocks.jsonl"), "{}\n");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/session.json"));
 }
 
 TEST(Store, RefusesIdsThatAreNotOnePathComponent) {
