@@ -31,9 +31,25 @@ bool has_marker(std::string_view text, const Markers& markers) {
                      [&](const char* m) { return low.find(m) != std::string::npos; });
 }
 
+// `s` on one line: each run of blanks and control characters (newlines) one space.
+std::string collapsed(std::string_view s) {
+  std::string out;
+  bool blank = false;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      blank = true;
+      continue;
+    }
+    if (blank && !out.empty()) out += ' ';
+    blank = false;
+    out += c;
+  }
+  return out;
+}
+
 // The provider's own message: error.message (openai, anthropic, gemini), error (ollama),
-// message (AWS), else the body itself, cut to a readable length. Fields of another type are
-// passed over.
+// message (AWS), else the body itself, on one line and cut to a readable length; an HTML error
+// page (a proxy's 502) says it in its title. Fields of another type are passed over.
 std::string provider_message(std::string_view body) {
   const auto j = parse_json(body);
   std::string msg = str_field(j, "error");
@@ -42,7 +58,15 @@ std::string provider_message(std::string_view body) {
     if (msg.empty()) msg = str_field(j, k);
   if (!msg.empty()) return clip(msg, limits::error_text);
   const auto s = trim(body);
-  return s.empty() ? "empty response body" : clip(s, limits::error_body_text);
+  if (s.empty()) return "empty response body";
+  if (s.front() == '<') {
+    const std::string low = lower(s);
+    const auto open = low.find("<title>");
+    const auto close = open == std::string::npos ? open : low.find("</title>", open);
+    if (close != std::string::npos)
+      if (auto title = collapsed(s.substr(open + 7, close - open - 7)); !title.empty()) return clip(title, limits::error_text);
+  }
+  return clip(collapsed(s), limits::error_body_text);
 }
 
 // Gemini gives the delay in the body: details[].retryDelay = "7s".

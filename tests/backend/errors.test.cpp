@@ -76,6 +76,13 @@ TEST(BackendErrors, UnparsableBodyKeepsATrimmedMessage) {
   EXPECT_EQ(classify(418, "  <html>teapot</html>\n").message, "openai: 418 <html>teapot</html>");
   EXPECT_EQ(classify(400, "").message, "openai: 400 empty response body");
   EXPECT_LT(classify(400, std::string(5000, 'x')).message.size(), 600u);
+  // Blocks and chat show it on one line: a proxy's HTML page by its title, other text collapsed.
+  EXPECT_EQ(classify(502, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+                          "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+                .message,
+            "openai: server error: 502 502 Bad Gateway");
+  EXPECT_EQ(classify(503, "upstream connect error\n   or disconnect\treset\n").message,
+            "openai: server error: 503 upstream connect error or disconnect reset");
 }
 
 TEST(BackendErrors, HugeProviderMessageIsCutWithAnEllipsis) {
