@@ -1,6 +1,7 @@
 #include "agent_cfg.hpp"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "agent.hpp"
 #include "compaction.hpp"
@@ -69,7 +70,10 @@ Hold::~Hold() {
 
 asio::awaitable<p9::Result<Profile>> read_profile(Hub& hub, std::string name) {
   auto load = [root = hub.config_root, name] { return load_profile(root, name); };
-  co_return co_await off_io<p9::Result<Profile>>(hub, load);
+  auto p = co_await off_io<p9::Result<Profile>>(hub, load);
+  // An Rerror holds 127 bytes (§1.8: longer details go to the log); a JSON error is often longer.
+  if (!p && p.ename().size() >= p9::ERRMAX) spdlog::warn("{}", p.ename());
+  co_return p;
 }
 
 SettingsChange profile_switch(const Agent& a, Profile p) {

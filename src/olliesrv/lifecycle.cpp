@@ -320,11 +320,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     break;
   }
   drop_unanswered(seeded);
-  // In an optional: co_spawn's result must be default-constructible.
-  auto read_profile = [&hub, profile_name]() -> asio::awaitable<std::optional<p9::Result<Profile>>> {
-    co_return load_profile(hub.config_root, profile_name);
-  };
-  auto profile = *co_await asio::co_spawn(hub.blocking, read_profile, asio::use_awaitable);
+  auto profile = co_await read_profile(hub, profile_name);
   if (!profile) co_return profile.error();
   if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
   if (auto st = check_model(kv->get("model")); !st) co_return st.error();

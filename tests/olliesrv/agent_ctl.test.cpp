@@ -335,7 +335,14 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   EXPECT_EQ(ctl(w, a, "model"), "pinned-model\n");
   EXPECT_EQ(cfg_value(w, a, "temperature"), "0.7");
   EXPECT_EQ(ctl(w, a, "tools").substr(0, 10), "file_read\t");
-  EXPECT_EQ(ctl(w, a, "agent bad").rfind("error: agent profile bad: ", 0), 0u);
+  const std::string bad = ctl(w, a, "agent bad");
+  EXPECT_EQ(bad.rfind("error: agent profile bad: ", 0), 0u);
+  // Cut to 127 bytes in the Rerror; the whole of it is in the log (§1.8).
+  EXPECT_EQ(bad.size(), 7 + 127u) << bad;
+  const std::string log = w.log_text();
+  const auto at = log.find(bad.substr(7));
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_GT(log.find('\n', at) - at, 127u) << log;
   EXPECT_EQ(ctl(w, a, "agent ../x"), "error: unknown agent profile: ../x");
   EXPECT_EQ(ctl(w, a, "agent"), "pinned\n");
   // !cmd respects the profile's tool set.
