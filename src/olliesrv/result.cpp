@@ -11,8 +11,7 @@ namespace ollie {
 
 namespace {
 
-constexpr std::size_t max_result = 8192;
-constexpr std::size_t keep_each = 4096;
+constexpr std::size_t max_exec = 64 << 10;  // an exec block: a person's screenfuls, not the model's budget
 
 bool parse_count(std::string_view s, std::size_t& n) {
   if (s.empty() || s.size() > 12) return false;
@@ -138,8 +137,37 @@ Converted convert_reply(const ProcReply& r, int timeout) {
   return c;
 }
 
-std::string cut_result(std::string text) {
-  if (text.size() <= max_result) return text;
+std::string exec_text(const ProcReply& r, int timeout) {
+  const std::string status = header(r, "status");
+  std::string text, last;
+  if (status == "failed") {  // nothing ran: toolsrv's stderr is its reason
+    last = p9::valid_utf8(r.err);
+    while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
+    if (last.empty()) last = "start failed";
+  } else {
+    text = p9::valid_utf8(r.out);
+    if (!r.err.empty() && !text.empty() && text.back() != '\n') text += '\n';
+    text += p9::valid_utf8(r.err);
+    if (status == "exited") {
+      if (const std::string code = header(r, "exit"); code != "0") last = "exit " + (code.empty() ? std::string("?") : code);
+    } else if (status == "timeout") {
+      last = "execution timeout after " + std::to_string(timeout) + " seconds";
+    } else if (status == "signaled") {
+      const std::string sig = header(r, "signal");
+      last = "killed by signal " + (sig.empty() ? std::string("?") : sig);
+    } else if (status == "denied") {
+      last = "bypass denied";
+    } else {
+      last = "bad reply from tool server: status " + status.substr(0, 32);
+    }
+  }
+  if (!last.empty()) text += (text.empty() || text.back() == '\n' ? "" : "\n") + last;
+  return cut_result(std::move(text), max_exec);
+}
+
+std::string cut_result(std::string text, std::size_t max) {
+  if (text.size() <= max) return text;
+  const std::size_t keep_each = max / 2;
   std::size_t head = keep_each;
   while (head > 0 && is_continuation(text[head])) head--;
   std::size_t tail = text.size() - keep_each;

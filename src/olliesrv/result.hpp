@@ -32,8 +32,15 @@ struct Converted {
 };
 Converted convert_reply(const ProcReply& r, int timeout);
 
-/// A result longer than 8192 bytes: its first 4096 and last 4096 bytes (cuts moved inward to
-/// UTF-8 character boundaries) with `\n[… <n> bytes omitted …]\n` between them.
-std::string cut_result(std::string text);
+/// What a terminal shows of a `!command` (§3.4's `exec` block): stdout, then stderr, then for a
+/// command that did not exit 0 a last line, `exit <n>` (or `killed by signal <n>`, `execution
+/// timeout after <n> seconds`, `bypass denied`, toolsrv's reason it could not start); a text
+/// over 64 KiB keeps its head and tail as cut_result does.
+std::string exec_text(const ProcReply& r, int timeout);
+
+/// A result longer than `max` bytes (8192 for the model, §8.3.4): its first and last `max / 2`
+/// bytes (cuts moved inward to UTF-8 character boundaries) with `\n[… <n> bytes omitted …]\n`
+/// between them.
+std::string cut_result(std::string text, std::size_t max = 8192);
 
 }  // namespace ollie

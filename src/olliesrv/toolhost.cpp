@@ -1224,7 +1224,7 @@ asio::awaitable<p9::Result<std::vector<std::string>>> ToolHost::resolve(std::str
   co_return std::move(lines);
 }
 
-asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
+asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req, For whom) {
   auto s = s_;
   if (!valid_word(req.tool)) co_return ToolOutcome{"error: unknown tool: " + p9::valid_utf8(req.tool.substr(0, 64)), true};
   if (!valid_word(req.agent)) co_return ToolOutcome{"error: no such agent: " + p9::valid_utf8(req.agent.substr(0, 64)), true};
@@ -1257,7 +1257,7 @@ asio::awaitable<ToolOutcome> ToolHost::call(ToolCallRequest req) {
   if (!p) co_return ToolOutcome{"error: " + p.ename(), true};
   p->out = redacted(std::move(p->out), req.auth);
   p->err = redacted(std::move(p->err), req.auth);
-  auto c = convert_reply(*p, timeout);
+  auto c = whom == For::model ? convert_reply(*p, timeout) : Converted{exec_text(*p, timeout), false};
   ToolOutcome out{std::move(c.text), c.error};
   if (auto o = p->header.find("override"); o != p->header.end() && o->second.ends_with(" ignored"))
     out.override_ignored = o->second.substr(0, o->second.find(' '));

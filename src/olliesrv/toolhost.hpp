@@ -131,10 +131,13 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   /// `info` request `resolve <agent> <path>...`: each path with `..` and symlinks resolved on the
   /// tool host, "" when it names no directory there; in order.
   asio::awaitable<p9::Result<std::vector<std::string>>> resolve(std::string agent, std::vector<std::string> paths);
-  /// Runs one call through proc/new and converts the reply (§8.3.4). Never throws for a tool
+  /// Whom a call's reply is for: the model (the result of §8.3.4) or a person at a terminal (a
+  /// `!command`'s exec block, §3.4: the output as it came, the exit on a last line).
+  enum class For { model, terminal };
+  /// Runs one call through proc/new and converts the reply for `whom`. Never throws for a tool
   /// failure or a lost toolsrv (those are results); throws operation_aborted when the awaiting
   /// coroutine is cancelled, after flushing the request.
-  asio::awaitable<ToolOutcome> call(ToolCallRequest req);
+  asio::awaitable<ToolOutcome> call(ToolCallRequest req, For whom = For::model);
 
   /// A started background process (§6.10): its pid in toolsrv instance `instance`.
   struct Background {

@@ -343,17 +343,8 @@ asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent
     explicit Locking(Agent& x) : a(x) { a.locking_calls++; }
     ~Locking() { a.locking_calls--; }
   } locking{*a};
-  auto out = co_await s->host->call(std::move(req));
-  // The exec block shows the output as a terminal would, the exit status on a last line.
-  std::string text = out.text, tail;
-  const std::string prefix = "error: exit status ";
-  if (text.rfind(prefix, 0) == 0) {
-    const auto nl = text.find('\n');
-    tail = "exit " + text.substr(prefix.size(), nl - prefix.size());
-    text = nl == std::string::npos ? "" : text.substr(nl + 1);
-  }
-  if (!tail.empty()) text += (text.empty() || text.back() == '\n' ? "" : "\n") + tail;
-  a->transcript.append(make_block("exec", text, command));
+  auto out = co_await s->host->call(std::move(req), ToolHost::For::terminal);
+  a->transcript.append(make_block("exec", out.text, command));
   a->note_sandbox(out);
 }
 

@@ -507,6 +507,12 @@ TEST(AgentCtl, PrefixesRunVerbsAndCommandsAtOnce) {
       EXPECT_EQ(b["name"], "echo out; exit 3");
     }
   }
+  // What a terminal shows: output that looks like the model's exit prefix stays as printed, and
+  // stderr follows stdout unmarked.
+  ASSERT_TRUE(w.write(a + "/prompt", "!printf 'error: exit status 7'"));
+  EXPECT_TRUE(wait_block(w, a, "exec", "error: exit status 7"));
+  ASSERT_TRUE(w.write(a + "/prompt", "!echo out; echo err >&2; exit 2"));
+  EXPECT_TRUE(wait_block(w, a, "exec", "out\nerr\nexit 2"));
   ASSERT_TRUE(w.write(a + "/fifo", "!  echo from fifo"));
   EXPECT_TRUE(wait_block(w, a, "exec", "from fifo\n"));
   for (const auto& b : blocks_of(w, a)) {  // the command as written, without the blanks after `!`

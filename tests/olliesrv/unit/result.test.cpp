@@ -179,3 +179,29 @@ TEST(Result, StderrOfAFailingLongCallSurvivesTheCut) {
   EXPECT_EQ(c.text.substr(c.text.size() - end.size()), end);
   EXPECT_LE(c.text.size(), 8192u + 64u);
 }
+
+// §3.4: a `!command`'s exec block is what a terminal shows, not the model's result: the output as
+// it came (text that looks like an exit prefix or an envelope stays as printed), stderr after
+// stdout unmarked, the exit on a last line, a cut only past 64 KiB.
+TEST(ExecText, TheOutputAsItCameAndTheExitLast) {
+  EXPECT_EQ(exec_text(exited(0, "error: exit status 7"), 30), "error: exit status 7");
+  EXPECT_EQ(exec_text(exited(0, "error: exit status 5\nmore\n"), 30), "error: exit status 5\nmore\n");
+  const std::string envelope = R"({"content":[{"type":"text","text":"hi"},{"type":"image"}],"isError":true})";
+  EXPECT_EQ(exec_text(exited(0, envelope + "\n"), 30), envelope + "\n");
+  EXPECT_EQ(exec_text(exited(2, "out\n", "err\n"), 30), "out\nerr\nexit 2");
+  EXPECT_EQ(exec_text(exited(0, "out", "err"), 30), "out\nerr");
+  EXPECT_EQ(exec_text(exited(1, ""), 30), "exit 1");
+  EXPECT_EQ(exec_text(exited(0, "caf\xC3"), 30), "caf" + fffd);
+  EXPECT_EQ(exec_text(reply("signaled", "half\n", "", {{"signal", "9"}}), 30), "half\nkilled by signal 9");
+  EXPECT_EQ(exec_text(reply("timeout", "", ""), 30), "execution timeout after 30 seconds");
+  EXPECT_EQ(exec_text(reply("denied", "", ""), 30), "bypass denied");
+  EXPECT_EQ(exec_text(reply("failed", "", "exec shell: No such file or directory\n"), 30),
+            "exec shell: No such file or directory");
+  std::string lines;
+  for (int i = 1; i <= 5000; i++) lines += std::to_string(i) + "\n";  // seq 1 5000: 23,893 bytes, kept whole
+  EXPECT_EQ(exec_text(exited(0, lines), 30), lines);
+  const std::string big(100000, 'x');
+  const std::string cut = exec_text(exited(0, big), 30);
+  EXPECT_EQ(cut, std::string(32768, 'x') + "\n[" + ellipsis + " " + std::to_string(100000 - 65536) + " bytes omitted " +
+                     ellipsis + "]\n" + std::string(32768, 'x'));
+}
