@@ -267,6 +267,7 @@ void Agent::start_next() {
       queue_.pop_front();
       cancel_ = std::make_shared<asio::cancellation_signal>();
       turn_active_ = true;
+      turns_++;
       if (!subagent) tree = std::make_shared<TurnTree>();
       before = stats.totals;
     }
@@ -321,15 +322,24 @@ std::optional<Submission> Agent::pop_queued() {
 }
 
 bool Agent::stop() {
+  std::uint64_t turn = 0;  // the turn to interrupt: the one running, or the one about to start
   {
     std::lock_guard lock(mu);
     inject_.reset();
     if (!running_) return false;
+    // A hold's work (a manual compaction) sees stopped_; a turn queued behind it is not this stop's.
+    if (!held_) turn = turn_active_ ? turns_ : turns_ + 1;
   }
   stopped_->notify();
-  asio::post(ex, [self = shared_from_this()] {
-    if (self->cancel_) self->cancel_->emit(asio::cancellation_type::terminal);
-  });
+  if (turn)
+    asio::post(ex, [self = shared_from_this(), turn] {
+      std::shared_ptr<asio::cancellation_signal> c;
+      {
+        std::lock_guard lock(self->mu);
+        if (self->turns_ == turn) c = self->cancel_;  // not a later turn that started meanwhile
+      }
+      if (c) c->emit(asio::cancellation_type::terminal);
+    });
   return true;
 }
 

@@ -193,6 +193,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   bool turn_active_ = false;  // a turn's coroutine exists (set by start_next, cleared at its end)
   bool held_ = false;         // hold(): no turn starts until release()
   std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn
+  std::uint64_t turns_ = 0;                            ///< turns started (start_next), for stop()
   /// Bumped by every stop() that found the agent running; hold() notes its version, so the work
   /// of a hold (a manual compaction) sees a stop that came after it.
   std::shared_ptr<virtfs::Signal> stopped_ = std::make_shared<virtfs::Signal>();

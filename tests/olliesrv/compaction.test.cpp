@@ -268,7 +268,8 @@ TEST(Compaction, PruningOldWarmResultsCanMakeTheSummaryUnnecessary) {
 }
 
 // §8.9 for `ctl compact`, which runs outside any turn: `stop` aborts its summary request at once;
-// the compact answers `compact: interrupted`, nothing is compacted and the agent is idle.
+// the compact answers `compact: interrupted`, nothing is compacted, and a prompt queued behind it
+// then runs whole (the stop was the compaction's, not that turn's).
 TEST(Compaction, StopInterruptsACtlCompact) {
   World w;
   auto s = w.session("work");
@@ -280,16 +281,21 @@ TEST(Compaction, StopInterruptsACtlCompact) {
   compact.close_stdin();
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 7; }));  // the summary request is out
   ASSERT_EQ(w.read_state(a), "compacting");
+  w.fake.push({{"text", "the queued one"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "queued behind it"));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(*w.rdwr(a + "/ctl", "stop"), "stopped\n");
   ASSERT_TRUE(compact.wait(4000)) << "ctl compact still runs after stop";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
   EXPECT_NE(compact.result().status, 0);
   EXPECT_NE(compact.err_text().find("compact: interrupted"), std::string::npos) << compact.err_text();
+  ASSERT_TRUE(eventually([&] { auto as = contents(w, a, "assistant"); return !as.empty() && as.back() == "the queued one"; })) << w.log_text();
   ASSERT_TRUE(w.wait_state(a, "idle"));
   EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
+  for (const auto& info : contents(w, a, "info")) EXPECT_NE(info, "interrupted");
   exchange(w, a, "p7", "ok");
-  EXPECT_EQ(messages_of(chat_bodies(w)[7]).size(), 1u + 12u + 1u);  // system, the whole history, p7
+  // system, the whole history, the queued prompt and its answer, p7
+  EXPECT_EQ(messages_of(chat_bodies(w)[8]).size(), 1u + 12u + 2u + 1u);
 }
 
 // §8.5.3 step 4: a failed automatic compaction is an `error` block; the request goes ahead with
