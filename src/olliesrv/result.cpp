@@ -95,36 +95,43 @@ std::string redacted(std::string text, std::string_view secret) {
   return text;
 }
 
-Converted convert_reply(const ProcReply& r, int timeout) {
-  const std::string status = header(r, "status");
-  const std::string out = p9::valid_utf8(r.out), err = p9::valid_utf8(r.err);
-  Converted c;
+namespace {
 
+/// How a call ended when it did not exit 0, "" when it did: `<exit_word><n>`, `execution timeout
+/// after <n> seconds`, `killed by signal <n>`, `bypass denied`, or for a start that failed (nothing
+/// ran) toolsrv's reason, its stderr (one line, its trailing newline dropped).
+std::string ending(const ProcReply& r, int timeout, const char* exit_word) {
+  const std::string status = header(r, "status");
   if (status == "failed") {
-    // Nothing ran: the reason is toolsrv's stderr (one line, its trailing newline dropped).
-    std::string reason = err;
+    std::string reason = p9::valid_utf8(r.err);
     while (!reason.empty() && (reason.back() == '\n' || reason.back() == '\r')) reason.pop_back();
-    if (reason.empty()) reason = "start failed";
-    c.text = cut_result("error: " + reason);
+    return reason.empty() ? "start failed" : reason;
+  }
+  if (status == "exited") {
+    const std::string code = header(r, "exit");
+    return code == "0" ? "" : exit_word + (code.empty() ? std::string("?") : code);
+  }
+  if (status == "timeout") return "execution timeout after " + std::to_string(timeout) + " seconds";
+  if (status == "signaled") {
+    const std::string sig = header(r, "signal");
+    return "killed by signal " + (sig.empty() ? std::string("?") : sig);
+  }
+  if (status == "denied") return "bypass denied";
+  return "bad reply from tool server: status " + status.substr(0, 32);
+}
+
+}  // namespace
+
+Converted convert_reply(const ProcReply& r, int timeout) {
+  const std::string end = ending(r, timeout, "exit status ");
+  Converted c;
+  if (header(r, "status") == "failed") {
+    c.text = cut_result("error: " + end);
     c.error = true;
     return c;
   }
-
-  std::string prefix;
-  if (status == "exited") {
-    const std::string code = header(r, "exit");
-    if (code != "0") prefix = "error: exit status " + (code.empty() ? std::string("?") : code) + "\n";
-  } else if (status == "timeout") {
-    prefix = "error: execution timeout after " + std::to_string(timeout) + " seconds\n";
-  } else if (status == "signaled") {
-    const std::string sig = header(r, "signal");
-    prefix = "error: killed by signal " + (sig.empty() ? std::string("?") : sig) + "\n";
-  } else if (status == "denied") {
-    prefix = "error: bypass denied\n";
-  } else {
-    prefix = "error: bad reply from tool server: status " + status.substr(0, 32) + "\n";
-  }
-
+  const std::string prefix = end.empty() ? "" : "error: " + end + "\n";
+  const std::string out = p9::valid_utf8(r.out), err = p9::valid_utf8(r.err);
   std::string text;
   bool env_error = false;
   if (!envelope(out, text, env_error)) text = out;
@@ -138,30 +145,14 @@ Converted convert_reply(const ProcReply& r, int timeout) {
 }
 
 std::string exec_text(const ProcReply& r, int timeout) {
-  const std::string status = header(r, "status");
-  std::string text, last;
-  if (status == "failed") {  // nothing ran: toolsrv's stderr is its reason
-    last = p9::valid_utf8(r.err);
-    while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
-    if (last.empty()) last = "start failed";
-  } else {
+  std::string text;
+  if (header(r, "status") != "failed") {  // else nothing ran: the ending is all there is
     text = p9::valid_utf8(r.out);
     if (!r.err.empty() && !text.empty() && text.back() != '\n') text += '\n';
     text += p9::valid_utf8(r.err);
-    if (status == "exited") {
-      if (const std::string code = header(r, "exit"); code != "0") last = "exit " + (code.empty() ? std::string("?") : code);
-    } else if (status == "timeout") {
-      last = "execution timeout after " + std::to_string(timeout) + " seconds";
-    } else if (status == "signaled") {
-      const std::string sig = header(r, "signal");
-      last = "killed by signal " + (sig.empty() ? std::string("?") : sig);
-    } else if (status == "denied") {
-      last = "bypass denied";
-    } else {
-      last = "bad reply from tool server: status " + status.substr(0, 32);
-    }
   }
-  if (!last.empty()) text += (text.empty() || text.back() == '\n' ? "" : "\n") + last;
+  if (const std::string last = ending(r, timeout, "exit "); !last.empty())
+    text += (text.empty() || text.back() == '\n' ? "" : "\n") + last;
   return cut_result(std::move(text), max_exec);
 }
 
