@@ -54,13 +54,15 @@ asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
   std::string model;
   {
     std::lock_guard lock(a.mu);
-    if (a.stats.context_length > 0 && a.stats.context_length != 128000) co_return a.stats.context_length;
+    if (a.stats.context_length > 0) co_return a.stats.context_length;  // 0: not asked since the last change
     be = a.backend_;
     model = a.model;
   }
   if (!be) co_return 128000;
   // The provider's value (cached per model); asking may block: not on an I/O thread, and a
-  // stop or a flush does not wait for a provider that does not answer.
+  // stop or a flush does not wait for a provider that does not answer. A failed ask is
+  // "unknown" (128000, §8.5.1) until the model changes or `invalidate`: a models endpoint that
+  // stalls costs one wait, not one before every request.
   auto ask = [be, model] {  // named: see off_io
     auto r = be->context_length(model);
     return r && *r > 0 ? *r : 128000;

@@ -123,6 +123,35 @@ TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   EXPECT_EQ(chat_requests(w), 0u);
 }
 
+// §8.5.1: a window the provider cannot tell is unknown (128000), cached like a known one: a models
+// endpoint that fails (here a 12 MiB list, refused) is asked once, not before every request (a
+// stalled one cost 60 s each time); `invalidate` asks again.
+TEST(Conversation, AWindowTheProviderCannotTellIsAskedOnce) {
+  World w(json{{"route_faults", {{"models", "oversized"}}}});
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto asked = [&] {
+    std::size_t n = 0;
+    for (auto& r : w.fake.requests()) n += r.path.ends_with("/models");
+    return n;
+  };
+  EXPECT_EQ(asked(), 1u);
+  EXPECT_NE(w.read(a + "/stats")->find("contextLength=128000\n"), std::string::npos) << *w.read(a + "/stats");
+  auto answered = [&](std::size_t n) { return eventually([&] { return contents(w, a, "assistant").size() == n; }); };
+  for (std::size_t i = 1; i <= 2; ++i) {
+    w.fake.push({{"text", "ok"}});
+    ASSERT_TRUE(w.write(a + "/prompt", "hi\n"));
+    ASSERT_TRUE(answered(i));
+  }
+  EXPECT_EQ(chat_requests(w), 2u);
+  EXPECT_EQ(asked(), 1u);
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "again\n"));
+  ASSERT_TRUE(answered(3));
+  EXPECT_EQ(asked(), 2u);
+}
+
 // An agent restored while its backend's key is missing: its prompt's error says what to set,
 // and once the key is there (here in backends.conf) the next prompt is answered, no restart.
 TEST(Conversation, ARestoredAgentWithoutItsKeySaysWhatToSet) {
