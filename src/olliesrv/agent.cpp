@@ -276,25 +276,33 @@ void Agent::start_next() {
     idle_signal->notify();
     return;
   }
+  auto end = s.end;
   asio::co_spawn(ex, run(std::move(s)),
-                 asio::bind_cancellation_slot(cancel_->slot(), [self = shared_from_this(), before](std::exception_ptr e) {
+                 asio::bind_cancellation_slot(cancel_->slot(), [self = shared_from_this(), before, end](std::exception_ptr e) {
+                   std::string thrown;
                    if (e) {
                      try {
                        std::rethrow_exception(e);
                      } catch (const std::exception& x) {
                        spdlog::error("agent {}: turn ended by {}", self->id, x.what());
+                       thrown = x.what();
                      }
                    }
                    UsageRecord spent;
                    {
                      std::lock_guard lock(self->mu);
                      self->turn_active_ = false;
+                     if (end && !end->ended) {  // the turn threw before its end
+                       end->ended = true;
+                       end->failure = thrown.empty() ? "turn ended" : thrown;
+                     }
                      // Rolled up after the turn's own end took the rest (§8.10.3).
                      self->stats.totals.cost_session += std::exchange(self->rolled_cost_, 0.0);
                      spent = minus(self->stats.totals, before);
                    }
                    // Before the sub-agent counts as idle, so while its issuer's call still runs.
                    if (auto up = self->issuer.lock(); up && self->subagent) up->roll_up(spent);
+                   if (end) self->idle_signal->notify();
                    // Not from inside the handler: start_next replaces the signal this handler is bound to.
                    asio::post(self->ex, [self] { self->start_next(); });
                  }));

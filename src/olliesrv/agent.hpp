@@ -30,12 +30,22 @@ namespace ollie {
 class Session;
 struct Hub;
 
+/// How the turn that took one submission ended, for whoever waits for that turn and not the
+/// ones queued after it (a sub-agent's request, §4.2). Under the agent's mu.
+struct TurnEnd {
+  bool ended = false;
+  bool interrupted = false;
+  std::string failure;  ///< its `error` block ("" = none)
+  std::string answer;   ///< the content of its final assistant message ("" = empty)
+};
+
 /// A prompt on its way to a turn (§8.1.2): its text and origin (the `name` of its user block:
 /// "" for the hostowner, `peer:<name>`, `feed`, `proc`, `goal`, `inject`).
 struct Submission {
   std::string text;
   std::string origin;
-  bool shown = false;  ///< its `user` block exists already (an undelivered inject, §8.8)
+  bool shown = false;             ///< its `user` block exists already (an undelivered inject, §8.8)
+  std::shared_ptr<TurnEnd> end;   ///< filled when its turn ends (idle_signal is notified), if set
 };
 
 /// The usage and context figures of `stats` (§2.8.2).
@@ -76,7 +86,6 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Foreground write- and global-scope calls of this agent running now: they hold toolsrv's
   /// path locks, so a sub-agent request it sends meanwhile is refused (§4.2).
   std::atomic<int> locking_calls{0};
-  std::string failure;  ///< under mu: why the last turn failed, its `error` block ("" = it did not)
   std::set<std::string> sandbox_noted;  ///< under mu: what note_sandbox said already
   const asio::any_io_executor ex;
   Transcript transcript;
@@ -122,7 +131,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::shared_ptr<virtfs::Signal> state_signal() const { return state_signal_; }
   /// Notified when the feed value changes and when the agent is killed.
   std::shared_ptr<virtfs::Signal> feed_signal() const { return feed_signal_; }
-  /// Notified whenever running() turns false (a sub-agent's request waits on it).
+  /// Notified at the end of every turn and whenever running() turns false.
   const std::shared_ptr<virtfs::Signal> idle_signal = std::make_shared<virtfs::Signal>();
   bool running() const;
   std::string effective_cwd() const;  ///< override, else the session's cwd

@@ -193,47 +193,35 @@ asio::awaitable<p9::Result<std::shared_ptr<SubagentSlot>>> subagent_slot(std::sh
   }
 }
 
-/// Sub-agent mode, steps 3-4: submits the prompt, waits for the turn's end (or the timeout) and
-/// answers the final assistant message exactly.
+/// Sub-agent mode, steps 3-4: submits the prompt, waits for the end of its turn (or the timeout),
+/// not for turns queued after it (a background process's interrupt, a prompt or an inject that
+/// came too late for it), and answers that turn's final assistant message exactly.
 asio::awaitable<p9::Result<std::string>> run_subagent(std::shared_ptr<Agent> a, std::string prompt, int timeout) {
   Submission work;  // no braced list in a coroutine (GCC 12)
   work.text = std::move(prompt);
+  auto end = work.end = std::make_shared<TurnEnd>();
   if (!a->submit(std::move(work))) co_return p9::error("subagent interrupted");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
-  bool timed_out = false;
   for (;;) {
     const auto ver = a->idle_signal->version();
     {
       std::lock_guard lock(a->mu);
+      if (end->ended) break;
       if (a->killed) co_return p9::error("subagent interrupted");
     }
-    if (!a->running()) break;
     if (timeout == 0) {
       co_await a->idle_signal->wait(ver);
       continue;
     }
     const auto left = deadline - std::chrono::steady_clock::now();
-    if (left <= decltype(left)::zero()) {
-      timed_out = true;
-      break;
-    }
+    if (left <= decltype(left)::zero()) co_return p9::error("subagent timeout after " + std::to_string(timeout) + "s");
     co_await a->idle_signal->wait(ver, left);
   }
-  if (timed_out) co_return p9::error("subagent timeout after " + std::to_string(timeout) + "s");
-  if (auto info = a->transcript.last("info"); info && info->content == "interrupted")
-    co_return p9::error("subagent interrupted");
-  {
-    std::lock_guard lock(a->mu);
-    // A turn that failed (a refusal that kept its text too) is no answer (§4.2).
-    if (!a->failure.empty()) co_return p9::error("subagent failed: " + a->failure);
-    if (!a->history.empty()) {
-      const auto& m = a->history.back().msg;
-      if (m.role == backend::Role::assistant && m.tool_calls.empty()) co_return m.content;
-    }
-  }
-  // The turn ended well with an empty final response: none is kept in the history (providers
-  // refuse empty assistant messages), and its content, exactly, is "" (§4.2).
-  co_return std::string();
+  std::lock_guard lock(a->mu);
+  if (end->interrupted) co_return p9::error("subagent interrupted");
+  // A turn that failed (a refusal that kept its text too) is no answer (§4.2).
+  if (!end->failure.empty()) co_return p9::error("subagent failed: " + end->failure);
+  co_return end->answer;
 }
 
 }  // namespace
@@ -385,16 +373,43 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
 }
 
 asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, std::string text) {
+  if (auto st = check_goal(text); !st) co_return st;
+  for (;;) {
+    const auto seen = s->goal_done->version();
+    {
+      std::lock_guard lock(s->mu);
+      if (s->killed) co_return p9::error("session killed");
+      if (!s->goal_busy) {
+        s->goal_busy = true;
+        break;
+      }
+    }
+    co_await s->goal_done->wait(seen);
+  }
+  struct Done {  // the next goal write goes on however this one ends (a flush included)
+    Session& s;
+    ~Done() {
+      {
+        std::lock_guard lock(s.mu);
+        s.goal_busy = false;
+      }
+      s.goal_done->notify();
+    }
+  } done{*s};
   auto conductor = s->find("conductor");
+  // A sub-agent named so is gone at its request's end, and the goal with it.
+  if (conductor && conductor->subagent) co_return p9::error("conductor: not a persistent agent");
   if (!conductor) {
     // As `agent/new name=conductor agent=conductor` of the hostowner (§4.3: the session's cwd).
     // Named first: GCC 12 destroys a temporary of a co_await expression twice.
     virtfs::Principal hostowner{"", "", true};
     std::string request = "name=conductor agent=conductor";
     auto made = co_await new_agent(hub, s, std::move(hostowner), std::move(request));
-    conductor = s->find("conductor");  // also one a concurrent goal write created meanwhile
+    conductor = s->find("conductor");
     if (!conductor) co_return p9::error("conductor: " + (made ? std::string("killed at creation") : made.ename()));
   }
+  if (auto st = write_goal(*s, text); !st) co_return st;
+  co_await save_now(hub, s);
   Submission goal;
   goal.text = std::move(text);
   goal.origin = "goal";

@@ -20,8 +20,10 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
 /// `agent/new` of a session.
 asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Session> s, virtfs::Principal who,
                                                    std::string request);
-/// The goal workflow (§8.13), after `goal` stored `text`: the agent `conductor` (created with the
-/// profile `conductor` when the session has none) gets the goal as a submission.
+/// A `goal` write and the workflow it starts (§8.13): the agent `conductor` (created with the
+/// profile `conductor` when the session has none), then `text` stored and persisted, then
+/// submitted to it. One goal write at a time per session: concurrent ones share one conductor,
+/// and the goal stored is the last one submitted; a write that fails stores nothing.
 asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, std::string text);
 /// Session `ctl kill`: the files go on the blocking pool, before the event.
 asio::awaitable<void> kill_session(Hub& hub, std::shared_ptr<Session> s);

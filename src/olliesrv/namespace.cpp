@@ -137,10 +137,8 @@ std::optional<virtfs::Instance<Ctx>> agent_lookup(const Ctx& c, const std::strin
   return virtfs::Instance<Ctx>{std::move(child), a, a->id};
 }
 
-// §8.13: stored as written (never rewritten by the workflow), then submitted to `conductor`.
+// §8.13: stored as written (never rewritten by the workflow), and submitted to `conductor`.
 asio::awaitable<p9::Status> set_goal(Ctx& c, std::string text) {
-  if (auto st = write_goal(*c.session, text); !st) co_return st;
-  co_await save_now(c.srv->hub(), c.session);
   co_return co_await submit_goal(c.srv->hub(), c.session, std::move(text));
 }
 

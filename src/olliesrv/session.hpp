@@ -50,6 +50,10 @@ class Session : public std::enable_shared_from_this<Session> {
   /// request beyond it waits for `subagent_done` (doc/engine.md, "Sub-agents and budgets").
   std::map<int, int> subagents_running;
   const std::shared_ptr<virtfs::Signal> subagent_done = std::make_shared<virtfs::Signal>();
+  /// A goal write is being stored and submitted (§8.13): one at a time, the others wait for
+  /// `goal_done`, so that they share the conductor the first one makes.
+  bool goal_busy = false;
+  const std::shared_ptr<virtfs::Signal> goal_done = std::make_shared<virtfs::Signal>();
 
   /// The name now (it changes under mu).
   std::string current_name() const {

@@ -82,9 +82,14 @@ std::string read_goal(const Session& s) {
   return s.goal;
 }
 
-p9::Status write_goal(Session& s, std::string text) {
+p9::Status check_goal(const std::string& text) {
   if (std::all_of(text.begin(), text.end(), blank)) return p9::error("empty goal");
   if (text.size() > MAX_GOAL) return p9::error("goal too long (limit " + std::to_string(MAX_GOAL) + " bytes)");
+  return {};
+}
+
+p9::Status write_goal(Session& s, std::string text) {
+  if (auto st = check_goal(text); !st) return st;
   {
     std::lock_guard lock(s.mu);
     if (s.killed) return p9::error("session killed");

@@ -29,7 +29,9 @@ std::string read_env(const Session& s);
 p9::Status write_env(Session& s, const std::string& request);
 /// `goal` read: the text exactly as last written.
 std::string read_goal(const Session& s);
-/// `goal` write: stored exactly and persisted; blanks only → `empty goal`.
+/// Why `text` cannot be a goal (blanks only → `empty goal`, or too long), if so.
+p9::Status check_goal(const std::string& text);
+/// `goal` write: `text` checked, then stored exactly (the caller persists it).
 p9::Status write_goal(Session& s, std::string text);
 
 }  // namespace ollie

@@ -370,7 +370,16 @@ asio::awaitable<void> Turn::run(Submission sub) {
     std::lock_guard lock(a.mu);
     auto& t = a.stats.totals;
     t.cost_last = (any_provider_cost_ ? provider_cost_ : table_cost_) + std::exchange(a.rolled_cost_, 0.0);  // §8.10.3
-    a.failure = failure;
+    if (sub.end) {
+      sub.end->interrupted = interrupt;
+      sub.end->failure = failure;
+      // The last message is this turn's final answer, unless the turn ended on calls or kept
+      // no message for an empty answer (providers refuse empty ones): then the answer is "".
+      if (const auto& h = a.history; !h.empty() && h.back().msg.role == backend::Role::assistant &&
+                                     h.back().msg.tool_calls.empty())
+        sub.end->answer = h.back().msg.content;
+      sub.end->ended = true;
+    }
     t.cost_session += t.cost_last;
     // Idle from here on when nothing is queued, so an idle-only verb right after the `idle`
     // state is accepted; a submission arriving now waits for this turn's end (start_next).

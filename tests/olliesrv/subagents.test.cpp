@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "olliesrv/world.hpp"
@@ -210,6 +211,58 @@ TEST(Goal, CreatesTheConductorOnceAndSubmitsEveryGoalToIt) {
   EXPECT_EQ(*w.read(s + "/goal"), "and write the notes");
   auto idx = *w.read(s + "/agent/idx");
   EXPECT_EQ(std::count(idx.begin(), idx.end(), '\n'), 1) << idx;
+}
+
+// §4.2 step 4: the reply is the final message of the prompt's own turn. A prompt that reaches the
+// sub-agent while that turn runs is a later turn (its answer was the reply, and the request waited
+// for it); the sub-agent's end ends it.
+TEST(Subagents, TheReplyIsThePromptsOwnTurnNotOneQueuedAfterIt) {
+  World w;
+  auto s = w.session("work");
+  w.fake.push({{"when", "slow task"}, {"text", "the task's answer"}, {"delay_ms", 100}, {"chunk", 4}});
+  w.fake.push({{"when", "meanwhile"}, {"text", "a later turn's answer"}});
+  auto reply = std::async(std::launch::async, [&] { return w.rdwr(s + "/agent/new", "name=helper prompt=slow task"); });
+  ASSERT_TRUE(eventually([&] { return w.read_state(s + "/agent/helper") != ""; }));
+  ASSERT_TRUE(w.write(s + "/agent/helper/prompt", "meanwhile"));
+  auto r = reply.get();
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(*r, "the task's answer");
+  EXPECT_TRUE(eventually([&] { return w.read_state(s + "/agent/helper") == ""; })) << "gone with its request";
+}
+
+// §8.13: concurrent goal writes share one conductor, each is submitted to it, and the goal file
+// holds the last one submitted (three of four failed `agent already exists: conductor`, and the
+// file kept one of those).
+TEST(Goal, ConcurrentWritesShareOneConductorAndTheFileHoldsTheLastSubmitted) {
+  World w;
+  auto s = w.session("work");
+  for (int i = 1; i <= 4; i++) w.fake.push({{"when", "goal " + std::to_string(i)}, {"text", "on it"}});
+  std::vector<std::future<bool>> writes;
+  for (int i = 1; i <= 4; i++)
+    writes.push_back(std::async(std::launch::async, [&w, s, i] { return bool(w.write(s + "/goal", "goal " + std::to_string(i))); }));
+  for (auto& f : writes) EXPECT_TRUE(f.get());
+  const std::string c = s + "/agent/conductor";
+  ASSERT_TRUE(eventually([&] { return contents(w, c, "user", "goal").size() == 4; })) << w.log_text();
+  EXPECT_EQ(*w.read(s + "/goal"), contents(w, c, "user", "goal").back());
+  auto idx = *w.read(s + "/agent/idx");
+  EXPECT_EQ(std::count(idx.begin(), idx.end(), '\n'), 1) << idx;
+}
+
+// §8.13: a sub-agent named `conductor` is not the goal's agent (it is gone at its request's end,
+// and the goal with it): the write is refused and nothing is stored.
+TEST(Goal, ASubagentNamedConductorTakesNoGoal) {
+  World w;
+  auto s = w.session("work");
+  w.fake.push({{"when", "sub work"}, {"text", "the sub-agent's answer"}, {"delay_ms", 100}, {"chunk", 4}});
+  auto reply = std::async(std::launch::async, [&] { return w.rdwr(s + "/agent/new", "name=conductor prompt=sub work"); });
+  ASSERT_TRUE(eventually([&] { return w.read_state(s + "/agent/conductor") != ""; }));
+  auto st = w.write(s + "/goal", "the goal");
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.ename(), "conductor: not a persistent agent");
+  EXPECT_EQ(*w.read(s + "/goal"), "");
+  auto r = reply.get();
+  ASSERT_TRUE(r) << r.ename();
+  EXPECT_EQ(*r, "the sub-agent's answer");
 }
 
 TEST(Subagents, ARequestFromInsideTheCallersShellCallIsRefusedAtOnce) {
