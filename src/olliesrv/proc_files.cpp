@@ -142,9 +142,17 @@ asio::awaitable<p9::Status> write_ctl(Ctx& c, std::string text) {
 
 // ---- proc/ -------------------------------------------------------------------------------------
 
+/// Under the agent's mu: toolsrv tracks only its own pids; those of an instance gone since (lost,
+/// or stopped idle) are no one's, and go.
+void drop_gone(Agent& a, std::uint64_t live) {
+  std::erase_if(a.procs, [live](const auto& e) { return e.second->instance != live; });
+}
+
 std::vector<std::string> pids(Ctx& c) {
+  const auto live = host_of(c)->live_instance();
   std::vector<std::string> out;
   std::lock_guard lock(c.agent->mu);
+  drop_gone(*c.agent, live);
   for (const auto& [pid, p] : c.agent->procs) out.push_back(std::to_string(pid));  // numerically: a map by pid
   return out;
 }
@@ -154,8 +162,10 @@ std::optional<virtfs::Instance<Ctx>> pid_lookup(const Ctx& c, const std::string&
   const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
   if (ec != std::errc{} || end != name.data() + name.size() || name.front() == '0') return std::nullopt;
   std::shared_ptr<BgProc> p;
+  const auto live = host_of(c)->live_instance();
   {
     std::lock_guard lock(c.agent->mu);
+    drop_gone(*c.agent, live);
     auto it = c.agent->procs.find(pid);
     if (it == c.agent->procs.end()) return std::nullopt;
     p = it->second;

@@ -42,10 +42,12 @@ Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
     c.busy = [&hub = hub, sid = id] {
       auto s = hub.find(sid);
       if (!s) return false;
+      const auto live = s->host->live_instance();  // an earlier instance's pids hold nothing
       for (const auto& a : s->agents()) {
         if (a->state() != "idle") return true;
         std::lock_guard lock(a->mu);
-        if (!a->procs.empty()) return true;
+        for (const auto& [pid, p] : a->procs)
+          if (p->instance == live) return true;
       }
       return false;
     };

@@ -1305,6 +1305,11 @@ asio::awaitable<p9::Result<p9::AsyncFid>> ToolHost::open(std::uint64_t instance,
 
 bool ToolHost::running() const { return s_->current() != nullptr; }
 
+std::uint64_t ToolHost::live_instance() const {
+  auto i = s_->current();
+  return i ? i->number : 0;
+}
+
 std::string ToolHost::cwd() const {
   std::lock_guard lk(s_->mu);
   return s_->cfg.cwd;

@@ -159,6 +159,8 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   std::string cwd() const;
   /// Whether a toolsrv process runs now.
   bool running() const;
+  /// The number of the instance running now (as in Background), 0 when none does.
+  std::uint64_t live_instance() const;
   /// Kills toolsrv for good (session kill, shutdown): a later need fails `session killed`, and a
   /// start under way is undone.
   void stop();

@@ -140,11 +140,23 @@ std::vector<CatalogEntry> scan_tools(const std::vector<std::string>& dirs, const
 }
 
 std::shared_ptr<const std::vector<CatalogEntry>> refreshed(const std::vector<CatalogEntry>& catalog,
-                                                           const std::set<std::string>& names, const HostFacts& host) {
+                                                           const std::set<std::string>& names,
+                                                           const std::vector<std::string>& dirs, const HostFacts& host) {
   std::shared_ptr<std::vector<CatalogEntry>> out;
   for (const auto& name : names) {
     const auto* e = find_entry(catalog, name);
-    if (!e) continue;
+    if (!e) {
+      for (const auto& dir : dirs) {
+        auto back = read_entry(dir, name, host);
+        if (!back) continue;
+        if (!out) out = std::make_shared<std::vector<CatalogEntry>>(catalog);
+        const auto at = std::lower_bound(out->begin(), out->end(), name,
+                                         [](const CatalogEntry& x, const std::string& n) { return x.name < n; });
+        out->insert(at, std::move(*back));
+        break;
+      }
+      continue;
+    }
     const auto dir = dir_of(e->meta_path);
     if (FileStamp::of(e->meta_path) == e->meta_stamp && FileStamp::of(dir + "/" + name) == e->exe_stamp) continue;
     if (!out) out = std::make_shared<std::vector<CatalogEntry>>(catalog);

@@ -50,9 +50,12 @@ std::vector<std::string> tool_dirs(const std::string& tools_path, const std::str
 std::vector<CatalogEntry> scan_tools(const std::vector<std::string>& dirs, const HostFacts& host);
 
 /// §7.2.2's hot reload: `catalog` with the entries named in `names` re-read whose `.meta` or
-/// executable changed since it was made (a removed one dropped); nullptr when none changed.
+/// executable changed since it was made (a removed one dropped), and those it lacks looked for
+/// again in `dirs` (a `.meta` saved by rename, a checkout: gone at one query, back at the next);
+/// nullptr when none changed.
 std::shared_ptr<const std::vector<CatalogEntry>> refreshed(const std::vector<CatalogEntry>& catalog,
-                                                           const std::set<std::string>& names, const HostFacts& host);
+                                                           const std::set<std::string>& names,
+                                                           const std::vector<std::string>& dirs, const HostFacts& host);
 
 /// The catalog listing of `tools *`, sorted by name: valid tools as tool_json, the others as
 /// `{"name":..,"error":..}`.

@@ -14,7 +14,7 @@ LockRequest LockRequest::for_call(Scope scope, const nlohmann::json& args, const
     r.kind = Kind::write;
     // Cleaned first, as the file tools clean a path before they open it (tool::absolute): the
     // lock is on the file they write, `link/../x` being <cwd>/x for them.
-    r.path = resolve_existing(absolute_path(args["path"].get<std::string>(), cwd));
+    r.path = resolve_write_target(absolute_path(args["path"].get<std::string>(), cwd));
     return r;
   }
   r.kind = Kind::global;

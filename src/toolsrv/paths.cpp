@@ -1,5 +1,7 @@
 #include "toolsrv/paths.hpp"
 
+#include <unistd.h>
+
 #include <climits>
 #include <cstdlib>
 #include <memory>
@@ -43,7 +45,9 @@ std::string absolute_path(std::string_view path, std::string_view base) {
   return clean_path(joined);
 }
 
-std::string resolve_existing(std::string_view path) {
+namespace {
+
+std::string resolve(std::string_view path, int links_left) {
   std::string prefix(path);
   std::string rest;
   while (true) {
@@ -54,12 +58,25 @@ std::string resolve_existing(std::string_view path) {
       return out;
     }
     if (prefix == "/" || prefix.empty()) return clean_path(path);
+    char target[PATH_MAX];
+    const auto n = links_left > 0 ? ::readlink(prefix.c_str(), target, sizeof target) : -1;
+    if (n > 0 && static_cast<std::size_t>(n) < sizeof target) {  // a dangling symlink (its parent exists)
+      std::string to(target, static_cast<std::size_t>(n));
+      if (to.front() != '/') to = prefix.substr(0, prefix.rfind('/') + 1) + to;
+      return resolve(rest.empty() ? to : to + "/" + rest, links_left - 1);
+    }
     const auto slash = prefix.rfind('/');
     std::string last = prefix.substr(slash + 1);
     rest = rest.empty() ? last : last + "/" + rest;
     prefix = slash == 0 ? "/" : prefix.substr(0, slash);
   }
 }
+
+}  // namespace
+
+std::string resolve_existing(std::string_view path) { return resolve(path, 0); }
+
+std::string resolve_write_target(std::string_view path) { return resolve(path, 40); }
 
 std::string fd_path(int fd) {
   char buf[4096];

@@ -20,6 +20,10 @@ std::string absolute_path(std::string_view path, std::string_view base);
 /// `link/..` is the target's parent, as the kernel walks it); the part that does not exist is
 /// appended, cleaned.
 std::string resolve_existing(std::string_view path);
+/// resolve_existing, and a dangling symlink on the way followed to where it points (up to 40):
+/// where a write through `path` lands (a path lock's key, §6.7). Not for deciding what is
+/// writable: the link is the tool's to re-point.
+std::string resolve_write_target(std::string_view path);
 
 /// Where the file a descriptor refers to is now (the kernel's name of it, never resolved again);
 /// empty when unknown.

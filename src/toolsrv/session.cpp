@@ -202,6 +202,7 @@ std::shared_ptr<const std::vector<CatalogEntry>> Session::scan() {
   std::lock_guard lock(mu_);
   catalog_ = catalog;
   host_ = std::move(host);
+  dirs_ = dirs;
   return catalog;
 }
 
@@ -209,14 +210,16 @@ std::shared_ptr<const std::vector<CatalogEntry>> Session::catalog_for(const std:
   std::shared_ptr<const std::vector<CatalogEntry>> catalog;
   std::shared_ptr<const HostFacts> host;
   std::set<std::string> names;
+  std::vector<std::string> dirs;
   {
     std::lock_guard lock(mu_);
     catalog = catalog_;
     host = host_;
     names = registry_.names(agent);
+    dirs = dirs_;
   }
   if (!catalog) return scan();
-  auto fresh = refreshed(*catalog, names, *host);
+  auto fresh = refreshed(*catalog, names, dirs, *host);
   if (!fresh) return catalog;
   std::lock_guard lock(mu_);
   if (catalog_ == catalog) catalog_ = fresh;  // else a scan meanwhile is newer

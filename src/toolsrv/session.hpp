@@ -152,6 +152,7 @@ class Session {
   std::map<std::string, Listing> listings_;  // agents with tools loaded only (dropped by unload, forget)
   std::shared_ptr<const std::vector<CatalogEntry>> catalog_;  // the latest scan: what calls run
   std::shared_ptr<const HostFacts> host_;                     // the facts that scan used
+  std::vector<std::string> dirs_;                             // the directories that scan read
   RulesetCache rulesets_;
   std::set<std::string> warned_;
   BypassBroker bypass_;

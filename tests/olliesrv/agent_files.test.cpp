@@ -293,6 +293,28 @@ TEST(AgentFiles, ABackgroundShellIsListedStreamedWaitedForAndDismissed) {
   EXPECT_EQ(w.read(dir + "/stat").ename(), pid + ": file not found");
 }
 
+// §2.7: proc/ lists the processes toolsrv still tracks. One that ended stays listed for toolsrv's
+// 10 minutes, but only while that toolsrv lives: once it is gone (here kill -9), its pids are no
+// one's (they stayed listed, their wait read empty and their ctl said `no such process`).
+TEST(AgentFiles, ProcessesOfAToolsrvThatIsGoneAreNoLongerListed) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "echo quick")})}});
+  w.fake.push({{"text", "started"}});
+  w.fake.push({{"text", "it ended"}});  // the turn of the interrupt
+  ASSERT_TRUE(w.write(a + "/prompt", "run it in the background"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_EQ(names_in(w, a + "/proc"), pids) << "ended, still tracked by toolsrv";
+  ASSERT_FALSE(w.toolsrvs().empty());
+  w.kill_toolsrvs();
+  ASSERT_TRUE(eventually([&] { return w.toolsrvs().empty(); }));
+  EXPECT_TRUE(eventually([&] { return names_in(w, a + "/proc").empty(); })) << names_in(w, a + "/proc").size();
+  EXPECT_EQ(w.read(a + "/proc/" + pids[0] + "/wait").ename(), pids[0] + ": file not found");
+}
+
 TEST(AgentFiles, ProcCtlSignalsTheProcessAndRefusesWhatItCannotDo) {
   World w;
   auto s = w.session("work");

@@ -109,6 +109,15 @@ TEST(PathLocks, RequestOfACall) {
   std::filesystem::create_directories(dir + "/real/sub");
   std::filesystem::create_directory_symlink(dir + "/real/sub", dir + "/deep");
   EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", "deep/../x.txt"}}, dir).path, dir + "/x.txt");
+  // A dangling symlink is where a write through it lands (§6.7: symlinks resolved for the part
+  // that exists; the link exists): it and its target serialize, relative and absolute targets.
+  std::filesystem::create_symlink("later.txt", dir + "/dangling");
+  EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", "dangling"}}, dir).path, dir + "/later.txt");
+  std::filesystem::create_symlink(dir + "/link/deeper/f", dir + "/far");
+  EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", "far"}}, dir).path, dir + "/real/deeper/f");
+  std::filesystem::create_symlink("loop2", dir + "/loop1");
+  std::filesystem::create_symlink("loop1", dir + "/loop2");
+  EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", "loop1/x"}}, dir).path.rfind(dir + "/loop", 0), 0u);
   EXPECT_EQ(LockRequest::for_call(Scope::write, {{"path", 3}}, dir).kind, LockRequest::Kind::global);
   EXPECT_EQ(LockRequest::for_call(Scope::write, nlohmann::json::object(), dir).kind, LockRequest::Kind::global);
   EXPECT_EQ(LockRequest::for_call(Scope::read, {{"path", "x"}}, dir).kind, LockRequest::Kind::none);
