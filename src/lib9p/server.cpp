@@ -57,6 +57,14 @@ using Strand = asio::strand<asio::any_io_executor>;
 using Clock = std::chrono::steady_clock;
 constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
 
+/// Requests a connection may have in flight: each holds memory until it is answered, and a
+/// blocked read is answered only when its file has something. A sandboxed peer (a tool: its
+/// ollie-9p, a sub-agent request) needs a few; one that sent 65535 reads it never meant to see
+/// answered held half a gigabyte of olliesrv per connection. Tflush and Tclunk, which end
+/// requests and fids, have as many again on top.
+constexpr std::size_t max_requests = 1024, max_sandboxed_requests = 64;
+constexpr const char* too_many_requests = "too many requests in flight";
+
 Fcall rerror(std::uint16_t tag, std::string ename) {
   Fcall r;
   r.type = Rerror;
@@ -352,6 +360,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (t.type != Tversion) {
       if (!msize_) return refuse(t.tag, err::no_version);
       if (reqs_.contains(t.tag)) return refuse(t.tag, err::duplicate_tag);
+      const std::size_t cap = peer_.no_new_privs ? max_sandboxed_requests : max_requests;
+      if (reqs_.size() >= (t.type == Tflush || t.type == Tclunk ? 2 * cap : cap)) return refuse(t.tag, too_many_requests);
     }
     auto req = std::make_shared<Req>();
     req->t = std::move(t);

@@ -33,6 +33,7 @@ p9::Result<KeyValues> parse_request(std::string_view text, std::initializer_list
     while (i < text.size() && blank(text[i])) i++;
     if (i == text.size()) break;
     if (prompt_key && text.substr(i, kPrompt.size()) == kPrompt) {
+      if (kv.prompt) return p9::error("duplicate key: prompt");
       std::string_view rest = text.substr(i + kPrompt.size());
       if (!rest.empty() && rest.back() == '\n') rest.remove_suffix(1);
       kv.prompt = std::string(rest);
@@ -47,6 +48,11 @@ p9::Result<KeyValues> parse_request(std::string_view text, std::initializer_list
       const auto eq = tok.find('=');
       if (eq == std::string::npos) return p9::error("bad token: " + tok);
       std::string key = tok.substr(0, eq);
+      if (prompt_key && key == "prompt") {  // quoted: its value alone, not the raw remainder
+        if (kv.prompt) return p9::error("duplicate key: prompt");
+        kv.prompt = tok.substr(eq + 1);
+        continue;
+      }
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) return p9::error("unknown key: " + key);
       if (kv.has(key)) return p9::error("duplicate key: " + key);
       kv.values.emplace(std::move(key), tok.substr(eq + 1));

@@ -113,7 +113,8 @@ class Adapter : public p9::FileServer {
     std::uint8_t rw = mode & 3;
     int p = perm(*h);
     if (mode & p9::ORCLOSE) return p9::error(p9::err::permission_denied);
-    bool wants_read = rw != p9::OWRITE, wants_write = rw == p9::OWRITE || rw == p9::ORDWR;
+    // OTRUNC changes nothing here (§1.5) but asks for write permission, as open(9p) says.
+    bool wants_read = rw != p9::OWRITE, wants_write = rw == p9::OWRITE || rw == p9::ORDWR || (mode & p9::OTRUNC);
     if ((wants_read && !(p & 4)) || (wants_write && !(p & 2))) return p9::error(p9::err::permission_denied);
     auto o = std::make_shared<Open>(fid.conn_buffered, h->who->hostowner);
     if (wants_read && n.block_read) {

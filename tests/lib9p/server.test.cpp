@@ -893,6 +893,64 @@ TEST_F(Limits, SandboxedPeersLeaveAQuarterOfTheConnectionsToTheOthers) {
   ASSERT_TRUE(tool.wait());
 }
 
+// Requests in flight are capped per connection (each holds memory until answered; a blocked
+// read, until its file has bytes): past it an Rerror, and a Tflush or Tclunk still gets through.
+TEST_F(Limits, RequestsInFlightAreCappedPerConnection) {
+  serve({});
+  auto c = attached();
+  ASSERT_EQ(c->walk(0, 1, {"log"}).type, Rwalk);
+  ASSERT_EQ(c->open(1, OREAD).type, Ropen);
+  ASSERT_EQ(c->walk(0, 2, {"hello"}).type, Rwalk);
+  std::vector<std::uint8_t> batch;
+  for (std::uint16_t tag = 1; tag <= 1024; tag++) ASSERT_TRUE(encode(Raw::tread(1, 0, 100, tag), batch));
+  c->send_bytes(batch);
+  c->send(Raw::tread(1, 0, 100, 5000));
+  auto r = c->recv();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->tag, 5000);
+  EXPECT_EQ(r->ename, "too many requests in flight");
+  EXPECT_EQ(c->clunk(2).type, Rclunk);
+  auto flush = req(Tflush, 6000);
+  flush.oldtag = 7;
+  c->send(flush);
+  r = c->recv();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->type, Rflush);
+  EXPECT_EQ(c->walk(0, 3, {"hello"}).type, Rwalk);  // the flushed read's room
+  st->log->append("now\n");  // one of the reads left takes it
+  r = c->recv();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->data, "now\n");
+}
+
+// A sandboxed peer (no_new_privs: a tool) has far fewer: 64.
+TEST_F(Limits, ASandboxedPeerHasSixtyFourRequestsInFlight) {
+  serve({});
+  const std::string script =
+      "import ctypes, socket, struct, sys\n"
+      "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)\n"
+      "c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5)\n"
+      "def s(b): return struct.pack('<H', len(b)) + b\n"
+      "def msg(t, tag, body): return struct.pack('<IBH', 7 + len(body), t, tag) + body\n"
+      "def recv():\n"
+      "    h = b''\n"
+      "    while len(h) < 4: h += c.recv(4 - len(h))\n"
+      "    n = struct.unpack('<I', h)[0]; b = h\n"
+      "    while len(b) < n: b += c.recv(n - len(b))\n"
+      "    return b\n"
+      "c.sendall(msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000'))); recv()\n"
+      "c.sendall(msg(104, 1, struct.pack('<II', 0, 0xffffffff) + s(b'glenda') + s(b''))); recv()\n"
+      "c.sendall(msg(110, 1, struct.pack('<IIH', 0, 1, 1) + s(b'log'))); recv()\n"
+      "c.sendall(msg(112, 1, struct.pack('<IB', 1, 0))); recv()\n"
+      "c.sendall(b''.join(msg(116, t, struct.pack('<IQI', 1, 0, 100)) for t in range(1, 66)))\n"
+      "r = recv(); n = struct.unpack('<H', r[7:9])[0]\n"
+      "print(struct.unpack('<H', r[5:7])[0], r[9:9 + n].decode(), flush=True)\n";
+  testing_support::Child tool({"/usr/bin/python3", "-c", script, srv->sock});
+  EXPECT_EQ(tool.read_until("\n"), "65 too many requests in flight\n");
+  tool.close_stdin();
+  ASSERT_TRUE(tool.wait());
+}
+
 TEST_F(Limits, AuthFidsAreCapped) {
   serve({});
   Raw c(srv->sock);

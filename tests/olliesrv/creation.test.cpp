@@ -154,9 +154,10 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
       {"name=a name=b", "duplicate key: name"},
       {"remote=x", "unknown key: remote"},
       {"oops", "bad token: oops"},
-      // prompt= starts the raw remainder only outside quotes (§1.3): quoted, it is no key at all.
-      {"'prompt=hi there'", "unknown key: prompt"},
-      {"name=x 'prompt=hi'", "unknown key: prompt"},
+      // prompt= starts the raw remainder only outside quotes (§1.3): quoted, it is an ordinary
+      // token, the prompt its value (here with what sub-agent mode refuses).
+      {"'prompt=  ' name=x", "empty prompt"},
+      {"'prompt=hi' prompt=again", "duplicate key: prompt"},
   };
   for (const auto& [req, want] : cases) EXPECT_EQ(w.rdwr(s + "/agent/new", req).ename(), want) << req;
   auto missing = w.rdwr(s + "/agent/new", "backend=anthropic");

@@ -329,6 +329,7 @@ TEST_F(Kinds, AgentsGetGroupOrOtherBits) {
   EXPECT_EQ(a->open(2, OREAD).type, Ropen);
   ASSERT_EQ(a->walk(0, 3, {"hello"}).type, Rwalk);
   EXPECT_EQ(a->open(3, OWRITE).ename, "permission denied");
+  EXPECT_EQ(a->open(3, OREAD | OTRUNC).ename, "permission denied");  // OTRUNC asks for write (open(9p))
   ASSERT_EQ(a->walk(0, 4, {"event"}).type, Rwalk);
   EXPECT_EQ(a->open(4, ORDWR).type, Ropen);  // 0666
 }

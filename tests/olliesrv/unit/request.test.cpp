@@ -93,10 +93,14 @@ TEST(Request, PromptInsideQuotesIsAnOrdinaryToken) {
   EXPECT_EQ(r->get("name"), "x prompt=y");
   EXPECT_EQ(r->get("timeout"), "5");
   EXPECT_FALSE(r->prompt);
-  // ...nor does a token that is quoted from its start: it is a key=value token like any other.
+  // ...nor does a token that is quoted from its start: it is a key=value token like any other,
+  // the prompt its value alone.
   auto q = parse_request("'prompt=a b' name=x", kAgent, true);
-  ASSERT_FALSE(q);
-  EXPECT_EQ(q.ename(), "unknown key: prompt");
+  ASSERT_TRUE(q) << q.ename();
+  EXPECT_EQ(q->prompt, "a b");
+  EXPECT_EQ(q->get("name"), "x");
+  EXPECT_EQ(parse_request("'prompt=a' prompt=b", kAgent, true).ename(), "duplicate key: prompt");
+  EXPECT_EQ(parse_request("'prompt=a' 'prompt=b'", kAgent, true).ename(), "duplicate key: prompt");
 }
 
 TEST(Request, PromptAfterAnUnterminatedQuoteIsNotReached) {
