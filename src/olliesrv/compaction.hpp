@@ -41,11 +41,11 @@ extern const std::string_view SUMMARY_INSTRUCTION;
 // ---- tiers (§8.4) ----
 
 /// The model's copy of a cold result after its one request: the one-line summary of the result
-/// as delivered, followed by an appended inject (§8.8) verbatim.
-std::string collapsed(std::string_view tool, std::string_view content);
-/// A warm result cut to WARM_BYTES with the note `[shortened from <B> bytes]`; an appended inject
-/// stays verbatim. Shorter results are returned unchanged.
-std::string shortened(std::string_view content);
+/// as delivered, followed by the inject appended to it (§8.8: its last `inject` bytes) verbatim.
+std::string collapsed(std::string_view tool, std::string_view content, std::size_t inject = 0);
+/// A warm result cut to WARM_BYTES with the note `[shortened from <B> bytes]`; the inject
+/// appended to it (its last `inject` bytes) stays verbatim. Shorter results are returned unchanged.
+std::string shortened(std::string_view content, std::size_t inject = 0);
 
 /// What collapsing or shortening dropped.
 struct Pruned {
@@ -56,8 +56,8 @@ struct Pruned {
     return *this;
   }
 };
-/// §8.1.3 step 2: collapses every cold result the model has seen, i.e. every one before the last
-/// assistant message (those after it were produced by the round that has not been sent yet).
+/// §8.1.3 step 2: collapses every cold result the model has seen: carried by a request (`sent`),
+/// or, in a restored history, before the last assistant message.
 Pruned collapse_sent(std::vector<HistoryMessage>& h);
 /// Collapses the cold results (tier `cold`) or shortens the warm ones (tier `warm`) among the
 /// first `end` messages; each is marked `collapsed`.

@@ -16,8 +16,6 @@ const std::string_view SUMMARY_INSTRUCTION =
 
 namespace {
 
-constexpr std::string_view INJECT_OPEN = "\n\n<system-user-interruption>\n";
-constexpr std::string_view INJECT_CLOSE = "\n</system-user-interruption>";
 constexpr std::string_view LATEST_HEADER = "\n\n## Latest request (verbatim)\n";
 constexpr std::string_view OMITTED = "[earlier history omitted]";
 constexpr std::size_t FIRST_LINE_CHARS = 120, SENTENCE_CHARS = 100, INDEX_LINES = 10;
@@ -43,15 +41,15 @@ std::string_view first_bytes(std::string_view s, std::size_t n) {
 
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
 
-/// A result as delivered and the inject appended to it (§8.8), split.
+/// A result as delivered and the inject appended to it (§8.8), split: the engine says how long
+/// the inject is (a tool's output that ends like one is the tool's).
 struct Delivered {
   std::string_view result, inject;
 };
 
-Delivered split_inject(std::string_view content) {
-  const auto at = content.rfind(INJECT_OPEN);
-  if (at == std::string_view::npos || !content.ends_with(INJECT_CLOSE)) return {content, {}};
-  return {content.substr(0, at), content.substr(at)};
+Delivered split_inject(std::string_view content, std::size_t inject) {
+  inject = std::min(inject, content.size());
+  return {content.substr(0, content.size() - inject), content.substr(content.size() - inject)};
 }
 
 std::size_t line_count(std::string_view s) {
@@ -81,8 +79,8 @@ bool is_system_note(const HistoryMessage& m) { return m.msg.content.starts_with(
 /// The model's copy of a tool result for the summarizer, by tier (§8.4).
 std::string summarizer_copy(const HistoryMessage& m) {
   if (m.collapsed || m.tier.empty() || m.tier == "hot") return m.msg.content;
-  if (m.tier == "warm") return shortened(m.msg.content);
-  return collapsed(m.tool_name, m.msg.content);
+  if (m.tier == "warm") return shortened(m.msg.content, m.inject);
+  return collapsed(m.tool_name, m.msg.content, m.inject);
 }
 
 std::string section(const HistoryMessage& m) {
@@ -113,8 +111,8 @@ std::string call_outcomes(const HistoryMessage& m, const std::map<std::string, b
 
 }  // namespace
 
-std::string collapsed(std::string_view tool, std::string_view content) {
-  const auto d = split_inject(content);
+std::string collapsed(std::string_view tool, std::string_view content, std::size_t inject) {
+  const auto d = split_inject(content, inject);
   std::string out = "[" + std::string(tool) + " result elided after use: " + std::to_string(line_count(d.result)) +
                     " lines, " + std::to_string(d.result.size()) + " bytes; first line: " +
                     std::string(first_chars(first_nonempty_line(d.result), FIRST_LINE_CHARS)) + "]";
@@ -122,8 +120,8 @@ std::string collapsed(std::string_view tool, std::string_view content) {
   return out;
 }
 
-std::string shortened(std::string_view content) {
-  const auto d = split_inject(content);
+std::string shortened(std::string_view content, std::size_t inject) {
+  const auto d = split_inject(content, inject);
   if (d.result.size() <= WARM_BYTES) return std::string(content);
   const std::string note = "\n[shortened from " + std::to_string(d.result.size()) + " bytes]";
   std::string out(first_bytes(d.result, WARM_BYTES - note.size()));
@@ -138,7 +136,7 @@ Pruned prune(std::vector<HistoryMessage>& h, std::size_t end, std::string_view t
   for (std::size_t i = 0; i < std::min(end, h.size()); i++) {
     auto& m = h[i];
     if (m.msg.role != backend::Role::tool || m.collapsed || m.tier != tier) continue;
-    std::string copy = cold ? collapsed(m.tool_name, m.msg.content) : shortened(m.msg.content);
+    std::string copy = cold ? collapsed(m.tool_name, m.msg.content, m.inject) : shortened(m.msg.content, m.inject);
     if (copy.size() >= m.msg.content.size()) continue;
     p += Pruned{1, m.msg.content.size() - copy.size()};
     m.msg.content = std::move(copy);
@@ -148,19 +146,18 @@ Pruned prune(std::vector<HistoryMessage>& h, std::size_t end, std::string_view t
 }
 
 Pruned collapse_sent(std::vector<HistoryMessage>& h) {
-  std::size_t last = h.size();
+  std::size_t last = 0;  // a restored history (no `sent`): what precedes its last assistant message
   for (std::size_t i = h.size(); i-- > 0;)
     if (h[i].msg.role == backend::Role::assistant) {
       last = i;
       break;
     }
-  if (last == h.size()) return {};
   // Collapsed even when the line is not shorter: the form is the contract (§8.4).
   Pruned p;
-  for (std::size_t i = 0; i < last; i++) {
+  for (std::size_t i = 0; i < h.size(); i++) {
     auto& m = h[i];
-    if (m.msg.role != backend::Role::tool || m.collapsed || m.tier != "cold") continue;
-    std::string copy = collapsed(m.tool_name, m.msg.content);
+    if (m.msg.role != backend::Role::tool || m.collapsed || m.tier != "cold" || (!m.sent && i >= last)) continue;
+    std::string copy = collapsed(m.tool_name, m.msg.content, m.inject);
     p += Pruned{1, m.msg.content.size() > copy.size() ? m.msg.content.size() - copy.size() : 0};
     m.msg.content = std::move(copy);
     m.collapsed = true;
@@ -247,11 +244,7 @@ std::string first_sentence(std::string_view text) {
 std::string warm_index(const std::vector<HistoryMessage>& old) {
   std::map<std::string, bool> failed;  // call id → its result is an error
   for (const auto& m : old) {
-    if (m.msg.role != backend::Role::tool) continue;
-    // A collapsed cold result keeps its first line, which is where an error says so (§8.4).
-    std::string_view text = m.msg.content;
-    if (const auto at = text.find("; first line: "); m.collapsed && at != std::string_view::npos) text.remove_prefix(at + 14);
-    failed[m.msg.tool_call_id] = text.starts_with("error: ");
+    if (m.msg.role == backend::Role::tool) failed[m.msg.tool_call_id] = m.failed;
   }
   std::vector<std::string> lines;
   for (const auto& m : old) {

@@ -106,6 +106,8 @@ ojson message_json(const HistoryMessage& h) {
   if (m.role == Role::tool) {
     if (!h.tier.empty()) j["tier"] = h.tier;
     if (h.collapsed) j["collapsed"] = true;
+    if (h.failed) j["error"] = true;
+    if (h.inject) j["inject"] = h.inject;
   }
   return j;
 }
@@ -157,7 +159,8 @@ bool same_message(const HistoryMessage& x, const HistoryMessage& y) {
   const auto& b = y.msg;
   if (a.role != b.role || a.content != b.content || a.tool_call_id != b.tool_call_id || a.reasoning != b.reasoning ||
       a.reasoning_items != b.reasoning_items || a.reasoning_backend != b.reasoning_backend ||
-      x.tool_name != y.tool_name || x.tier != y.tier || x.collapsed != y.collapsed ||
+      x.tool_name != y.tool_name || x.tier != y.tier || x.collapsed != y.collapsed || x.failed != y.failed ||
+      x.inject != y.inject ||
       a.tool_calls.size() != b.tool_calls.size())
     return false;
   for (std::size_t i = 0; i < a.tool_calls.size(); i++)
@@ -301,8 +304,12 @@ struct Parser {
       return fail(p + "role", "unknown role");
     if (!str(j, "content", p, m.content) || !str(j, "tool_call_id", p, m.tool_call_id) ||
         !str(j, "name", p, h.tool_name) || !str(j, "tier", p, h.tier) || !boolean(j, "collapsed", p, h.collapsed) ||
-        !str(j, "reasoningBackend", p, m.reasoning_backend))
+        !boolean(j, "error", p, h.failed) || !str(j, "reasoningBackend", p, m.reasoning_backend))
       return false;
+    std::uint64_t inject = 0;
+    if (!u64(j, "inject", p, inject)) return false;
+    if (inject > m.content.size()) return fail(p + "inject", "longer than the content");
+    h.inject = static_cast<std::size_t>(inject);
     if (!h.tier.empty() && h.tier != "hot" && h.tier != "warm" && h.tier != "cold")
       return fail(p + "tier", "expected hot, warm or cold");
     auto* calls = array(j, "tool_calls", p);

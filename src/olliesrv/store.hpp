@@ -22,6 +22,11 @@ struct HistoryMessage {
   std::string tool_name;   ///< tool results: the tool's name
   std::string tier;        ///< tool results: hot | warm | cold ("" = hot)
   bool collapsed = false;  ///< a cold result already replaced by its one-line summary (§8.4)
+  bool failed = false;     ///< tool results: the call failed (the `error: ` of §8.3.4 was the engine's)
+  std::size_t inject = 0;  ///< tool results: bytes at the end that are an inject appended to it (§8.8)
+  /// Carried by a request (not saved: a restored history counts what precedes its last
+  /// assistant message as sent).
+  bool sent = false;
 };
 
 /// Pairs each result with a call of the last assistant message before it and removes calls

@@ -521,7 +521,10 @@ void Turn::fill_messages_locked(backend::ChatRequest& req) {
   Agent& a = *a_;
   req.messages.clear();
   req.messages.reserve(a.history.size());
-  for (const auto& m : a.history) req.messages.push_back(m.msg);
+  for (auto& m : a.history) {
+    req.messages.push_back(m.msg);
+    m.sent = true;  // §8.4: a cold result is verbatim in this request, collapsed in the next
+  }
 }
 
 asio::awaitable<void> Turn::before_request() {
@@ -834,13 +837,16 @@ void Turn::deliver(const Call& c, bool last) {
   {
     std::lock_guard lock(a.mu);
     // §8.8: the round's last result carries the pending inject; the block shows what the model gets.
-    if (last) content += a.take_inject();
+    const std::string inject = last ? a.take_inject() : std::string();
+    content += inject;
     HistoryMessage m;
     m.msg.role = backend::Role::tool;
     m.msg.tool_call_id = c.id;
     m.msg.content = content;
     m.tool_name = c.name;
     m.tier = c.tier;
+    m.failed = c.result->error;
+    m.inject = inject.size();
     a.history.push_back(std::move(m));
   }
   a.transcript.append(make_block("tool", content, c.name, c.format));

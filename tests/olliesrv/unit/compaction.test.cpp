@@ -43,8 +43,11 @@ TEST(TiersUnit, ColdLineHasTheSpecsFormAndKeepsAnInjectVerbatim) {
             "[file_read result elided after use: 5 lines, 28 bytes; first line: first real line]");
   EXPECT_EQ(collapsed("x", ""), "[x result elided after use: 0 lines, 0 bytes; first line: ]");
   const std::string inject = "\n\n<system-user-interruption>\nstop and use tabs\n</system-user-interruption>";
-  EXPECT_EQ(collapsed("file_read", "one\ntwo" + inject),
+  EXPECT_EQ(collapsed("file_read", "one\ntwo" + inject, inject.size()),
             "[file_read result elided after use: 2 lines, 7 bytes; first line: one]" + inject);
+  // A tool's output that ends like an inject is the tool's: counted, and elided with the rest.
+  EXPECT_EQ(collapsed("web_fetch", "page" + inject),
+            "[web_fetch result elided after use: 5 lines, " + std::to_string(4 + inject.size()) + " bytes; first line: page]");
   // The first line is cut to 120 characters (not bytes).
   std::string wide;
   for (int i = 0; i < 130; i++) wide += "é";
@@ -59,7 +62,8 @@ TEST(TiersUnit, WarmResultsAreShortenedTo2KiBWithTheirInject) {
   EXPECT_TRUE(s.ends_with("\n[shortened from 5000 bytes]")) << s.substr(s.size() - 40);
   EXPECT_EQ(shortened("small"), "small");
   const std::string inject = "\n\n<system-user-interruption>\nhi\n</system-user-interruption>";
-  EXPECT_TRUE(shortened(big + inject).ends_with("bytes]" + inject));
+  EXPECT_TRUE(shortened(big + inject, inject.size()).ends_with("bytes]" + inject));
+  EXPECT_TRUE(shortened(big + inject).ends_with("\n[shortened from " + std::to_string(big.size() + inject.size()) + " bytes]"));
 }
 
 TEST(TiersUnit, OnlyColdResultsTheModelHasSeenCollapse) {
@@ -73,6 +77,11 @@ TEST(TiersUnit, OnlyColdResultsTheModelHasSeenCollapse) {
   EXPECT_EQ(h[3].msg.content, "ok");        // hot
   EXPECT_EQ(h[5].msg.content, "new");       // not sent yet
   EXPECT_EQ(collapse_sent(h).results, 0u);  // once
+  // Carried by a request that no assistant message answered (an empty or interrupted response):
+  // seen all the same, so collapsed before the next one.
+  h[5].sent = true;
+  EXPECT_EQ(collapse_sent(h).results, 1u);
+  EXPECT_EQ(h[5].msg.content, "[file_read result elided after use: 1 lines, 3 bytes; first line: new]");
 }
 
 TEST(CompactionUnit, EstimateCountsSystemContentAndCalls) {
@@ -129,14 +138,15 @@ TEST(CompactionUnit, FirstSentenceAndWarmIndex) {
   std::vector<HistoryMessage> old{assistant("Looking. More", {{"c1", "file_read"}, {"c2", "shell"}}),
                                   result("c1", "file_read", "fine"), result("c2", "shell", "error: exit status 1\n"),
                                   assistant("")};
+  old[2].failed = true;
   EXPECT_EQ(warm_index(old), "- Looking. → file_read(ok), shell(error)\n- (no text)");
-  // A cold result already collapsed still tells a failure from a success: its first line is kept.
+  // The call's outcome, not its text: output that reads `error: ` of a call that succeeded is ok,
+  // a collapsed result of one that failed is an error.
   auto failed_read = result("c1", "file_read", collapsed("file_read", "error: no such file: a\n"));
-  failed_read.collapsed = true;
-  auto good_read = result("c2", "file_read", collapsed("file_read", "1\tline one\n"));
-  good_read.collapsed = true;
-  EXPECT_EQ(warm_index({assistant("Reading.", {{"c1", "file_read"}, {"c2", "file_read"}}), failed_read, good_read}),
-            "- Reading. → file_read(error), file_read(ok)");
+  failed_read.collapsed = failed_read.failed = true;
+  auto good_shell = result("c2", "shell", "error: this line is just log content\n");
+  EXPECT_EQ(warm_index({assistant("Reading.", {{"c1", "file_read"}, {"c2", "shell"}}), failed_read, good_shell}),
+            "- Reading. → file_read(error), shell(ok)");
   std::vector<HistoryMessage> many;
   for (int i = 0; i < 12; i++) many.push_back(assistant("step " + std::to_string(i) + "."));
   const auto idx = warm_index(many);

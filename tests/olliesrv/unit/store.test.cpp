@@ -109,8 +109,10 @@ SessionRecord full_session() {
   r1.tier = "cold";
   r1.collapsed = true;
   a.messages.push_back(r1);
-  auto r2 = result("call_2", "error: bad arguments");
+  auto r2 = result("call_2", "error: bad arguments\n\n<system-user-interruption>\nx\n</system-user-interruption>");
   r2.tier = "warm";
+  r2.failed = true;
+  r2.inject = 58;
   a.messages.push_back(r2);
   a.messages.push_back(msg(Role::assistant, "done"));
   s.agents.push_back(a);
@@ -137,6 +139,8 @@ void expect_same(const HistoryMessage& x, const HistoryMessage& y) {
   EXPECT_EQ(x.tool_name, y.tool_name);
   EXPECT_EQ(x.tier, y.tier);
   EXPECT_EQ(x.collapsed, y.collapsed);
+  EXPECT_EQ(x.failed, y.failed);
+  EXPECT_EQ(x.inject, y.inject);
 }
 
 void expect_same(const SessionRecord& x, const SessionRecord& y) {
@@ -217,6 +221,10 @@ TEST(StoreJson, UsesTheSpecFieldNames) {
   EXPECT_FALSE(m[0].contains("tool_calls"));
   EXPECT_FALSE(m[4].contains("reasoning"));
   EXPECT_FALSE(m[3].contains("collapsed"));
+  EXPECT_EQ(m[3]["error"], true);  // the call failed, and the end of its content is an inject
+  EXPECT_EQ(m[3]["inject"], 58);
+  EXPECT_FALSE(m[2].contains("error"));
+  EXPECT_FALSE(m[2].contains("inject"));
 }
 
 TEST(StoreJson, ToleratesMissingOptionalFields) {
