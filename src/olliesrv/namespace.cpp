@@ -28,6 +28,12 @@ using Text = p9::Result<std::string>;
 // ---- objects gone under an open fid (§1.5) -----------------------------------------------------
 
 p9::Status gone(const Ctx& c) {
+  if (!c.who.hostowner) {
+    auto me = c.me.lock();
+    if (!me) return p9::error("agent killed");
+    std::lock_guard lock(me->mu);
+    if (me->killed) return p9::error("agent killed");
+  }
   if (c.session) {
     std::lock_guard lock(c.session->mu);
     if (c.session->killed) return p9::error(c.agent ? "agent killed" : "session killed");

@@ -18,9 +18,13 @@ struct Ctx {
   std::shared_ptr<Agent> agent;      ///< inside …/agent/{agent}/
   std::shared_ptr<Agent> peer;       ///< …/peer/{agent}: the linked peer
   std::shared_ptr<BgProc> proc;      ///< inside …/proc/{pid}/
+  /// An agent principal's own agent (§1.1: a principal is an agent that exists), from its attach.
+  std::weak_ptr<Agent> me;
 };
 
-/// `session killed` / `agent killed` for a gone object (§1.5), else ok.
+/// `session killed` / `agent killed` for a gone object (§1.5), else ok; `agent killed` too for
+/// every fid of an agent principal whose agent is gone (a process that outlived it keeps none
+/// of its rights).
 p9::Status gone(const Ctx& c);
 
 /// The sessions by name, and one by name or id, for a `{session}` directory (session/, bypass/pending/).

@@ -179,7 +179,13 @@ p9::Status Olliesrv::start() {
   access.hostowner = m.identity.hostowner();
   access.auth = [this](const std::string& u, const std::string& a, const p9::Peer& p) { return impl_->identity.auth(u, a, p); };
   access.attach = [this](const virtfs::AttachRequest& r) { return impl_->identity.attach(r); };
-  access.root = [this](const virtfs::Principal& who) { return Ctx{this, who}; };
+  access.root = [this, hub = m.hub.get()](const virtfs::Principal& who) {
+    Ctx c{this, who};
+    if (!who.hostowner)
+      for (const auto& s : hub->sessions())
+        if (auto a = s->find(who.uname); a && a->id == who.uname) c.me = a;
+    return c;
+  };
   access.gone = gone;
   p9::ServerOptions sopt;
   if (m.opt.max_connections) sopt.max_connections = *m.opt.max_connections;

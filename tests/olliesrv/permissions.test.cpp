@@ -375,8 +375,14 @@ TEST(Permissions, ARawClientMustPresentTheAgentsOwnSecret) {
   EXPECT_NE(log.find("authentication failed"), std::string::npos);
   EXPECT_EQ(log.find(secret), std::string::npos);
   EXPECT_EQ(log.find(wrong), std::string::npos);
+  auto beta = attach(w, bid, secret_of(w, b, w.project));
+  ASSERT_TRUE(beta) << beta.ename();
+  EXPECT_TRUE(rdwr(*beta, "session/work/agent/beta/ctl", "tools"));
   ASSERT_TRUE(w.rdwr(b + "/ctl", "kill"));
   EXPECT_EQ(attach(w, bid, std::nullopt).ename(), "unknown user: " + bid);
+  // Nor does an attach made before the kill act for it (a process that outlived its agent).
+  EXPECT_EQ(rdwr(*beta, "session/work/agent/new", "name=gamma").ename(), "agent killed");
+  EXPECT_EQ(rdwr(*beta, "generate", "hi").ename(), "agent killed");
 
   // A restored agent gets a fresh secret (§7.7): the old one fails after a restart.
   w.stop_server(SIGTERM);
