@@ -180,7 +180,11 @@ TEST_F(Daemon, CtlKillRepliesThenStops) {
 
 TEST_F(Daemon, SigtermRemovesTheSocketAndExitsZero) {
   Child reader({built("bin/ollie-9p"), "-a", addr, "read", "event"});  // a blocked client
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Its read is under way once it prints an event (a sleep was not enough on a busy machine).
+  for (int i = 0; i < 100; i++) {
+    ASSERT_EQ(o9p({"rdwr", "session/new"}, "name=s" + std::to_string(i) + " cwd=/tmp\n").status, 0);
+    if (reader.read_until("\n", 100).find("session.") != std::string::npos) break;
+  }
   ::kill(srv->pid(), SIGTERM);
   ASSERT_TRUE(srv->wait());
   EXPECT_EQ(srv->result().status, 0) << srv->err_text();
