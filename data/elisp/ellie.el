@@ -148,11 +148,18 @@ seconds.  For timers and process filters, which must never block."
   (concat "'" (replace-regexp-in-string "'" "''" s) "'"))
 
 (defun ellie--default-session ()
+  "The directory's name, as a session name can be (64 characters at most,
+not a name of the tree's own files, not shaped like an id)."
   (let ((name (replace-regexp-in-string
                "\\`[^A-Za-z0-9]+" ""
                (replace-regexp-in-string "[^A-Za-z0-9._-]" "-"
                                          (file-name-nondirectory (directory-file-name default-directory))))))
-    (if (string-empty-p name) "ellie" name)))
+    (setq name (substring name 0 (min (length name) 62)))
+    (cond ((string-empty-p name) "ellie")
+          ((or (member name '("new" "idx"))
+               (string-match-p "\\`[[:xdigit:]]\\{8\\}-[[:xdigit:]]\\{4\\}-[[:xdigit:]]\\{4\\}-[[:xdigit:]]\\{4\\}-[[:xdigit:]]\\{12\\}\\'" name))
+           (concat name "-1"))
+          (t name))))
 
 (defun ellie--sessions ()
   (mapcar #'car (ellie--rows (ellie-read "session/idx"))))
@@ -193,22 +200,44 @@ What its agents do happens there, not in the directory ellie was called from."
       (message "ellie: session %s works in %s%s, not here" session cwd
                (if (member remote '(nil "-")) "" (concat " on " remote))))))
 
+(defun ellie--probe (path callback)
+  "Ask olliesrv whether PATH is there, without waiting.
+CALLBACK gets `here', `missing' (olliesrv answered that it is not) or
+`away' (olliesrv could not be asked: stopped, restarting, or not
+answering within `ellie-timeout' seconds)."
+  (let* ((out "")
+         (timer nil)
+         (proc (make-process :name "ellie-probe"
+                             :command (cons ellie-program (ellie--args "read" path))
+                             :coding 'utf-8
+                             :connection-type 'pipe
+                             :noquery t
+                             :filter (lambda (_proc text) (setq out (concat out text)))
+                             :sentinel (lambda (proc _event)
+                                         (unless (process-live-p proc)
+                                           (cancel-timer timer)
+                                           (funcall callback
+                                                    (cond ((and (eq (process-status proc) 'exit)
+                                                                (eql (process-exit-status proc) 0))
+                                                           'here)
+                                                          ((string-match-p ": file not found$" out) 'missing)
+                                                          (t 'away))))))))
+    (setq timer (run-at-time ellie-timeout nil (lambda () (when (process-live-p proc) (delete-process proc)))))
+    proc))
+
 (defun ellie--when-back (path then)
-  "Call THEN once olliesrv answers: with t when PATH can be read, else nil.
-Tried once a second, each try a process of its own (`ellie--read-async'):
-this runs from timers and sentinels.  For the streams a restart of
-olliesrv cut.  `session/idx' says olliesrv is back (a restarted olliesrv
-serves nothing before its sessions are restored); only then is PATH
-read, so that a read made while it was still away is not taken for
-PATH's absence."
+  "Call THEN once olliesrv answers: with t when PATH is there, else nil.
+Tried once a second, each try a process of its own (`ellie--probe'):
+this runs from timers and sentinels.  For the streams a stop of
+olliesrv ended.  Only olliesrv's own answer that PATH is not there
+counts as its absence (a restarted olliesrv serves nothing before its
+sessions are restored), never a try that could not reach it."
   (run-at-time 1 nil
                (lambda ()
-                 (ellie--read-async "session/idx"
-                                    (lambda (idx)
-                                      (cond ((not idx) (ellie--when-back path then))
-                                            ((equal path "session/idx") (funcall then t))
-                                            (t (ellie--read-async path (lambda (content)
-                                                                         (funcall then (and content t)))))))))))
+                 (ellie--probe path (lambda (answer)
+                                      (if (eq answer 'away)
+                                          (ellie--when-back path then)
+                                        (funcall then (eq answer 'here))))))))
 
 ;;;; Chat buffers
 
@@ -270,27 +299,35 @@ line break of ellie's own, taken away again once the chat ends the line."
           ((and has (not needs))
            (delete-region ellie--output (1+ ellie--output))))))
 
-(defun ellie--chat-sentinel (proc event)
-  "Say why the chat of PROC ended (EVENT).
-At the agent's end (EOF) that is all; when olliesrv went away, the chat is
-read again once it is back: its last 64 KiB replace the old text."
+(defun ellie--chat-sentinel (proc _event)
+  "Say why the chat of PROC ended.
+At the agent's end that is all; when olliesrv went away (a stop ends the
+chat at end of file too, a crash with an error), the chat is read again
+once it is back: its last 64 KiB replace the old text."
   (let ((buffer (process-get proc 'ellie-buffer)))
     (when (and (not (process-live-p proc)) (buffer-live-p buffer))
-      (if (equal event "finished\n")
-          (ellie--insert-output buffer "\n[chat ended: the agent is gone]\n" 'ellie-notice)
-        (ellie--insert-output buffer "\n[chat lost: olliesrv went away; it comes back with olliesrv]\n" 'ellie-notice)
-        (ellie--when-back (with-current-buffer buffer (ellie--path "id"))
-                          (lambda (ok)
-                            (when (buffer-live-p buffer)
-                              (cond ((not ok)
-                                     (ellie--insert-output buffer "[chat ended: the agent is gone]\n" 'ellie-notice))
-                                    ;; not when the chat was opened again meanwhile (M-x ellie)
-                                    ((not (process-live-p (buffer-local-value 'ellie--stream buffer)))
-                                     (with-current-buffer buffer
-                                       (let ((inhibit-read-only t))
-                                         (delete-region (point-min) ellie--output)
-                                         (ellie--prompt-on-its-line))
-                                       (ellie--open-stream buffer)))))))))))
+      (ellie--probe (with-current-buffer buffer (ellie--path "id"))
+                    (lambda (answer)
+                      (if (eq answer 'missing)
+                          (ellie--insert-output buffer "\n[chat ended: the agent is gone]\n" 'ellie-notice)
+                        (ellie--chat-lost buffer)))))))
+
+(defun ellie--chat-lost (buffer)
+  "Say that BUFFER's chat went with olliesrv; read it again once it is back."
+  (when (buffer-live-p buffer)
+    (ellie--insert-output buffer "\n[chat lost: olliesrv went away; it comes back with olliesrv]\n" 'ellie-notice)
+    (ellie--when-back (with-current-buffer buffer (ellie--path "id"))
+                      (lambda (ok)
+                        (when (buffer-live-p buffer)
+                          (cond ((not ok)
+                                 (ellie--insert-output buffer "[chat ended: the agent is gone]\n" 'ellie-notice))
+                                ;; not when the chat was opened again meanwhile (M-x ellie)
+                                ((not (process-live-p (buffer-local-value 'ellie--stream buffer)))
+                                 (with-current-buffer buffer
+                                   (let ((inhibit-read-only t))
+                                     (delete-region (point-min) ellie--output)
+                                     (ellie--prompt-on-its-line))
+                                   (ellie--open-stream buffer)))))))))
 
 (defun ellie--open-stream (buffer)
   "Start following the chat of BUFFER's agent, and the session's bypass requests."
@@ -437,9 +474,9 @@ Their events came before the watch began; buffers open before have them."
           (ellie--follow "ellie-events" (list "rdwr" "event") "bypass.*.request session.*.rename agent.*.rename\n"
                          #'ellie--events-filter
                          (lambda (proc _event)
-                           ;; cut by a restart while chats are open: followed again once it is back
-                           (when (and (not (process-live-p proc)) (/= (process-exit-status proc) 0)
-                                      (ellie--chat-buffers))
+                           ;; ended by olliesrv's stop (end of file) or crash (an error) while chats
+                           ;; are open: followed again once it is back
+                           (when (and (not (process-live-p proc)) (ellie--chat-buffers))
                              (ellie--when-back "session/idx" (lambda (_) (ellie--watch-events)))))))))
 
 (defun ellie--pending (session)
@@ -599,8 +636,8 @@ For the event filter and the timers; several at once show the last one only."
                            (lambda (_proc _text)
                              (when (buffer-live-p buffer) (ellie--list-refresh buffer)))
                            (lambda (proc _event)
-                             (when (and (not (process-live-p proc)) (/= (process-exit-status proc) 0)
-                                        (buffer-live-p buffer))
+                             ;; ended by olliesrv's stop or crash: followed again once it is back
+                             (when (and (not (process-live-p proc)) (buffer-live-p buffer))
                                (ellie--when-back "session/idx"
                                                  (lambda (_)
                                                    (when (buffer-live-p buffer)

@@ -245,8 +245,9 @@ int cmd_read(const p9::CFid& root, const std::vector<std::string>& args, bool fo
     const auto start = Clock::now();
     auto r = f.read();
     if (!r) fail(args[0], r.ename());
-    // A later pass that ends at once, or gives a plain file's same content back at once, is the end.
-    if (again && (r->empty() || (*r == first_of_last && Clock::now() - start < std::chrono::seconds(1)))) return 0;
+    // A later pass that ends at once, or gives a plain file's same content back at once, is the
+    // end; an empty reply that took its time is a BlockOnce heartbeat with nothing to say (feed).
+    if (again && (r->empty() || *r == first_of_last) && Clock::now() - start < std::chrono::seconds(1)) return 0;
     first_of_last = *r;
     while (!r->empty()) {
       put(*r);

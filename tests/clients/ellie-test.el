@@ -181,7 +181,8 @@ In BODY, `root' is the world's directory and `project' the session's working dir
     (should-not (ellie--sessions))))
 
 (ert-deftest ellie-chat-comes-back-after-olliesrv-restarts ()
-  (ellie-test-with-world (list '(:text "Before the restart.") '(:text "After the restart."))
+  (ellie-test-with-world (list '(:text "Before the restart.") '(:text "After the restart.")
+                               '(:text "After the stop."))
     (ellie "work" "main")
     (let ((chat (get-buffer "*ellie work/main*")))
       (ellie-test-type chat "one")
@@ -193,7 +194,16 @@ In BODY, `root' is the world's directory and `project' the session's working dir
       (should (ellie-test-until (lambda () (not (ellie-test-contains chat "[chat lost:")))))
       (should (ellie-test-until (lambda () (ellie-test-contains chat "Before the restart."))))
       (ellie-test-type chat "two")
-      (should (ellie-test-until (lambda () (ellie-test-contains chat "After the restart.")))))))
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "After the restart."))))
+      ;; a stop (systemctl's SIGTERM) ends the chat at end of file: lost too, not the agent's end
+      (signal-process (car procs) 'SIGTERM)
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "[chat lost:"))))
+      (should-not (ellie-test-contains chat "the agent is gone"))
+      (should (ellie-test-until (lambda () (not (process-live-p (car procs))))))  ; its data directory's lock
+      (funcall start-olliesrv)
+      (should (ellie-test-until (lambda () (not (ellie-test-contains chat "[chat lost:")))))
+      (ellie-test-type chat "three")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "After the stop.")))))))
 
 (ert-deftest ellie-complete-shows-ghost-text-that-tab-accepts ()
   (ellie-test-with-world (list '(:text "a + b;") '(:text "a - b;"))

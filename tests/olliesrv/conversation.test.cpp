@@ -541,6 +541,25 @@ TEST(Conversation, ReadDashLFollowsStatewait) {
   EXPECT_NE(out.find("thinking\nidle\n"), std::string::npos) << out;
 }
 
+// `read -l feed`: feed's heartbeat (5 s without a change) is 0 bytes, "nothing yet", not the
+// end: a value written after it is printed too (the reader exited at the first heartbeat).
+TEST(Conversation, ReadDashLFollowsFeedPastItsHeartbeat) {
+  World w;
+  auto a = w.agent(w.session("work"), "main");
+  testing_support::Child feed({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "read", "-l", a + "/feed"},
+                              w.env());
+  // The reader's fid opens at an unknown moment: write until it prints a value.
+  std::string out;
+  for (int i = 0; i < 20 && out.empty(); i++) {
+    ASSERT_TRUE(w.write(a + "/feed", "v" + std::to_string(i) + "\n"));
+    out = feed.read_until("\n", 500);
+  }
+  ASSERT_FALSE(out.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(6500));  // past a heartbeat of nothing
+  ASSERT_TRUE(w.write(a + "/feed", "later\n"));
+  EXPECT_EQ(feed.read_until("later\n", 10000), out + "later\n");
+}
+
 TEST(Conversation, SessionAndAgentErrorsAreTheSpecsStrings) {
   World w;
   EXPECT_EQ(w.rdwr("session/new", "name=x").ename(), "cwd is required");
