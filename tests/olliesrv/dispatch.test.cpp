@@ -103,6 +103,24 @@ TEST(Dedupe, IdenticalReadsOfABatchRunOnceAndEachKeepsItsBlocks) {
   EXPECT_EQ(ids, (std::vector<std::string>{"c1", "c2", "c3"}));
 }
 
+// §8.3.1, §8.2: a batch of 300 reads all run and each gets its own result; they go to toolsrv
+// 64 at a time (all at once, past 255 calls they were refused `too many requests in flight`).
+TEST(Dispatch, ABatchOfThreeHundredCallsAllRunWithABoundOnThoseInFlight) {
+  ProbeWorld p;
+  json calls = json::array();
+  for (int i = 0; i < 300; i++) {
+    write_file(p.w.project + "/f" + std::to_string(i), std::to_string(i) + "\n");
+    calls.push_back(call("c" + std::to_string(i), "probe", {{"path", "f" + std::to_string(i)}}));
+  }
+  p.turn({round(calls)});
+  EXPECT_EQ(p.runs(), 300u);
+  std::vector<std::string> results;
+  for (auto& b : blocks_of(p.w, p.a))
+    if (b["role"] == "tool") results.push_back(b["content"]);
+  ASSERT_EQ(results.size(), 300u);
+  for (int i = 0; i < 300; i++) EXPECT_EQ(results[i], std::to_string(i) + "\n") << i;
+}
+
 TEST(ResultCache, AReadIsServedAgainUntilAWriteOnItsPathOrAGlobalCall) {
   ProbeWorld p;
   write_file(p.w.project + "/a.txt", "alpha\n");

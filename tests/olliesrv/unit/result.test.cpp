@@ -86,6 +86,21 @@ TEST(Result, EnvelopeIsErrorPrefixesTheText) {
   EXPECT_TRUE(c.error);
 }
 
+// An envelope is parsed on the session's I/O thread: one over 1 MiB, or nested deeper than 32
+// (a tool's 10 MiB of `[` held the thread for half a minute), is taken as raw text, cut as any.
+TEST(Result, AnEnvelopeTooLargeOrTooDeepIsRawText) {
+  const std::string deep = R"({"content":[{"type":"text","text":"x"}],"bogus":)" + std::string(40, '[') + std::string(40, ']') + "}";
+  EXPECT_EQ(convert_reply(exited(0, deep), 30).text, deep);
+  const std::string shallow = R"({"content":[{"type":"text","text":"[[[[x"}],"ok":)" + std::string(30, '[') + std::string(30, ']') + "}";
+  EXPECT_EQ(convert_reply(exited(0, shallow), 30).text, "[[[[x");  // brackets in strings do not count
+  std::string big = R"({"content":[)";
+  while (big.size() <= (1u << 20)) big += R"({"type":"text","text":"y"},)";
+  big += R"({"type":"text","text":"end"}]})";
+  const auto c = convert_reply(exited(0, big), 30);
+  EXPECT_TRUE(c.text.starts_with(R"({"content":[{"type":"text")")) << c.text.substr(0, 80);
+  EXPECT_NE(c.text.find("bytes omitted"), std::string::npos);
+}
+
 TEST(Result, JsonWithoutContentArrayIsPlainText) {
   const std::string j = R"({"content":"not an array"})";
   EXPECT_EQ(convert_reply(exited(0, j), 30).text, j);
