@@ -302,7 +302,7 @@ void Agent::start_next() {
                    }
                    // Before the sub-agent counts as idle, so while its issuer's call still runs.
                    if (auto up = self->issuer.lock(); up && self->subagent) up->roll_up(spent);
-                   if (end) self->idle_signal->notify();
+                   self->idle_signal->notify();  // a sub-agent's request waits for its turn's end
                    // Not from inside the handler: start_next replaces the signal this handler is bound to.
                    asio::post(self->ex, [self] { self->start_next(); });
                  }));

@@ -160,10 +160,16 @@ p9::Status Olliesrv::start() {
   m.hub->reload_conf();
   for (const auto& text : m.opt.addresses)
     if (text.rfind("unix!", 0) == 0 && m.hub->addr.empty()) m.hub->addr = text;
-  m.identity.agent_key = [hub = m.hub.get()](const std::string& uname) -> std::optional<Identity::AgentKey> {
+  // The agent whose id is `uname` (a principal's: Tauth, Tattach, its root) and its session.
+  auto agent_of = [hub = m.hub.get()](const std::string& uname) -> std::pair<std::shared_ptr<Session>, std::shared_ptr<Agent>> {
     for (const auto& s : hub->sessions())
-      if (auto a = s->find(uname); a && a->id == uname) return Identity::AgentKey{a->secret, a->subagent ? "subagent" : "agent", s->id};
-    return std::nullopt;
+      if (auto a = s->find(uname); a && a->id == uname) return {s, a};
+    return {};
+  };
+  m.identity.agent_key = [agent_of](const std::string& uname) -> std::optional<Identity::AgentKey> {
+    auto [s, a] = agent_of(uname);
+    if (!a) return std::nullopt;
+    return Identity::AgentKey{a->secret, a->subagent ? "subagent" : "agent", s->id};
   };
   m.identity.forwarded_session = [&m](std::uint64_t tag) {
     std::lock_guard lk(m.fwd_mu);
@@ -179,11 +185,9 @@ p9::Status Olliesrv::start() {
   access.hostowner = m.identity.hostowner();
   access.auth = [this](const std::string& u, const std::string& a, const p9::Peer& p) { return impl_->identity.auth(u, a, p); };
   access.attach = [this](const virtfs::AttachRequest& r) { return impl_->identity.attach(r); };
-  access.root = [this, hub = m.hub.get()](const virtfs::Principal& who) {
+  access.root = [this, agent_of](const virtfs::Principal& who) {
     Ctx c{this, who};
-    if (!who.hostowner)
-      for (const auto& s : hub->sessions())
-        if (auto a = s->find(who.uname); a && a->id == who.uname) c.me = a;
+    if (!who.hostowner) c.me = agent_of(who.uname).second;
     return c;
   };
   access.gone = gone;
