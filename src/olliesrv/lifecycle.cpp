@@ -157,40 +157,20 @@ class AgentGuard {
 };
 
 /// A running sub-agent's place among its depth's `subagents` (released however the request ends).
-class SubagentSlot {
- public:
-  SubagentSlot(std::shared_ptr<Session> s, int depth) : s_(std::move(s)), depth_(depth) {}
-  SubagentSlot(const SubagentSlot&) = delete;
-  SubagentSlot& operator=(const SubagentSlot&) = delete;
-  ~SubagentSlot() {
-    {
-      std::lock_guard lock(s_->mu);
-      --s_->subagents_running[depth_];
-    }
-    s_->subagent_done->notify();
-  }
-
- private:
-  std::shared_ptr<Session> s_;
-  int depth_;
-};
-
 /// Waits for a place among the sub-agents of `depth` (one pool per depth: a sub-agent waiting
 /// for its own sub-agents never holds the place they need). A flushed request stops waiting.
-asio::awaitable<p9::Result<std::shared_ptr<SubagentSlot>>> subagent_slot(std::shared_ptr<Session> s, int depth,
-                                                                        int limit) {
-  for (;;) {
-    const auto seen = s->subagent_done->version();
-    {
-      std::lock_guard lock(s->mu);
-      if (s->killed) co_return p9::error("session killed");
-      if (s->subagents_running[depth] < limit) {
-        ++s->subagents_running[depth];
-        co_return std::make_shared<SubagentSlot>(s, depth);
-      }
-    }
-    co_await s->subagent_done->wait(seen);
+asio::awaitable<p9::Result<virtfs::Gate::Pass>> subagent_slot(std::shared_ptr<Session> s, int depth, int limit) {
+  std::shared_ptr<virtfs::Gate> gate;
+  {
+    std::lock_guard lock(s->mu);
+    auto& g = s->subagent_gates[depth];
+    if (!g) g = std::make_shared<virtfs::Gate>();
+    gate = g;
   }
+  auto pass = co_await gate->enter(static_cast<std::size_t>(std::max(limit, 0)));
+  std::lock_guard lock(s->mu);
+  if (s->killed) co_return p9::error("session killed");
+  co_return std::move(pass);
 }
 
 /// Sub-agent mode, steps 3-4: submits the prompt, waits for the end of its turn (or the timeout),
@@ -327,11 +307,11 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   const int depth = sub ? (caller ? caller->depth : 0) + 1 : 0;
   if (sub && depth > limits.depth)
     co_return p9::error("agent/new: sub-agent depth limit reached: " + std::to_string(limits.depth));
-  std::shared_ptr<SubagentSlot> slot;
+  std::optional<virtfs::Gate::Pass> slot;  // held to the end of the request
   if (sub) {
     auto got = co_await subagent_slot(s, depth, limits.running);
     if (!got) co_return got.error();
-    slot = std::move(*got);
+    slot.emplace(std::move(*got));
   }
 
   auto a = std::make_shared<Agent>(hub, s, id, s->ex);
@@ -374,28 +354,12 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
 
 asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, std::string text) {
   if (auto st = check_goal(text); !st) co_return st;
-  for (;;) {
-    const auto seen = s->goal_done->version();
-    {
-      std::lock_guard lock(s->mu);
-      if (s->killed) co_return p9::error("session killed");
-      if (!s->goal_busy) {
-        s->goal_busy = true;
-        break;
-      }
-    }
-    co_await s->goal_done->wait(seen);
+  // The next goal write goes on however this one ends (a flush included).
+  auto turn = co_await s->goal_gate->enter(1);
+  {
+    std::lock_guard lock(s->mu);
+    if (s->killed) co_return p9::error("session killed");
   }
-  struct Done {  // the next goal write goes on however this one ends (a flush included)
-    Session& s;
-    ~Done() {
-      {
-        std::lock_guard lock(s.mu);
-        s.goal_busy = false;
-      }
-      s.goal_done->notify();
-    }
-  } done{*s};
   auto conductor = s->find("conductor");
   // A sub-agent named so is gone at its request's end, and the goal with it.
   if (conductor && conductor->subagent) co_return p9::error("conductor: not a persistent agent");

@@ -40,23 +40,10 @@ class RemoteStream : public virtfs::Cursor {
 
   // Bytes come only through wait: nothing is buffered here.
   virtfs::Chunk read(std::size_t) override { return {{}, eof_}; }
-  std::shared_ptr<virtfs::Signal> signal() override { return turn_; }
+  std::shared_ptr<virtfs::Signal> signal() override { return ended_; }
 
   asio::awaitable<virtfs::Chunk> wait(std::size_t max) override {
-    // Reads of one fid in flight together take turns on its toolsrv fid.
-    for (;;) {
-      const auto seen = turn_->version();
-      if (!busy_) break;
-      co_await turn_->wait(seen);
-    }
-    busy_ = true;
-    struct Release {
-      RemoteStream& s;
-      ~Release() {
-        s.busy_ = false;
-        s.turn_->notify();
-      }
-    } release{*this};
+    auto turn = co_await turn_->enter(1);  // reads of one fid in flight together take turns on its toolsrv fid
     if (eof_ || killed()) co_return end();
     proc_->touch();
     // A flushed read may have taken bytes that never reached us: read again from the start.
@@ -87,6 +74,7 @@ class RemoteStream : public virtfs::Cursor {
   virtfs::Chunk end() {
     eof_ = true;
     remote_.reset();
+    ended_->notify();
     return {{}, true};
   }
   bool killed() const {
@@ -102,8 +90,9 @@ class RemoteStream : public virtfs::Cursor {
   std::string path_;
   std::optional<p9::AsyncFid> remote_;
   std::uint64_t pos_ = 0;  ///< bytes delivered
-  bool eof_ = false, busy_ = false, in_flight_ = false;
-  std::shared_ptr<virtfs::Signal> turn_ = std::make_shared<virtfs::Signal>();
+  bool eof_ = false, in_flight_ = false;
+  std::shared_ptr<virtfs::Gate> turn_ = std::make_shared<virtfs::Gate>();
+  std::shared_ptr<virtfs::Signal> ended_ = std::make_shared<virtfs::Signal>();
 };
 
 template <const char* File>

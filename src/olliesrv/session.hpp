@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent.hpp"
+#include "virtfs/gate.hpp"
 #include "toolhost.hpp"
 
 namespace ollie {
@@ -46,14 +47,12 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string goal, bypass;
   std::uint64_t bypass_counter = 0;
   bool killed = false;
-  /// Sub-agents running now, by depth: backends.conf's `subagents` bounds each depth; a
-  /// request beyond it waits for `subagent_done` (doc/engine.md, "Sub-agents and budgets").
-  std::map<int, int> subagents_running;
-  const std::shared_ptr<virtfs::Signal> subagent_done = std::make_shared<virtfs::Signal>();
-  /// A goal write is being stored and submitted (§8.13): one at a time, the others wait for
-  /// `goal_done`, so that they share the conductor the first one makes.
-  bool goal_busy = false;
-  const std::shared_ptr<virtfs::Signal> goal_done = std::make_shared<virtfs::Signal>();
+  /// Sub-agents running now, one gate per depth: backends.conf's `subagents` bounds each depth
+  /// (doc/engine.md, "Sub-agents and budgets").
+  std::map<int, std::shared_ptr<virtfs::Gate>> subagent_gates;
+  /// Goal writes are stored and submitted one at a time (§8.13), so that they share the
+  /// conductor the first one makes.
+  const std::shared_ptr<virtfs::Gate> goal_gate = std::make_shared<virtfs::Gate>();
 
   /// The name now (it changes under mu).
   std::string current_name() const {

@@ -862,8 +862,7 @@ struct Join {
   /// Calls that have asked toolsrv and not had their answer yet: at most max_running, the others
   /// wait their turn. A response of a thousand calls would otherwise ask toolsrv a thousand
   /// times at once, past what one connection has in flight (`too many requests in flight`).
-  std::size_t running = 0;
-  std::shared_ptr<virtfs::Signal> freed = std::make_shared<virtfs::Signal>();
+  std::shared_ptr<virtfs::Gate> running = std::make_shared<virtfs::Gate>();
   static constexpr std::size_t max_running = 64;
 };
 
@@ -943,19 +942,7 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch, bool last) {
     asio::co_spawn(
         ex,
         [host, agent, req, outcomes, i, join]() -> asio::awaitable<void> {
-          for (;;) {  // §8.3.1: concurrently, max_running at a time
-            const auto seen = join->freed->version();
-            if (join->running < Join::max_running) break;
-            co_await join->freed->wait(seen);
-          }
-          join->running++;
-          struct Leave {
-            Join& j;
-            ~Leave() {
-              j.running--;
-              j.freed->notify();
-            }
-          } leave{*join};
+          auto place = co_await join->running->enter(Join::max_running);  // §8.3.1: concurrently
           if (agent) (*outcomes)[i] = co_await start_background(agent, req);
           else (*outcomes)[i] = co_await host->call(req);
         },
