@@ -89,6 +89,9 @@ void top_level(BackendsConf& conf, const std::string& key, const std::string& va
       {"subagent_budget", 0, std::int64_t{1} << 40, [](SubagentLimits& l, std::int64_t n) { l.budget = n; }},
   };
   if (key == "backend") {
+    // Kept all the same: an agent without a backend then fails naming it, rather than talking
+    // to another provider than the one written here.
+    if (!find_defaults(value)) warn("unknown backend '" + value + "'");
     conf.backend = value;
     return;
   }
@@ -123,7 +126,14 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
     ++lineno;
     if (line.empty() || line.front() == '#') continue;
     if (line.front() == '[') {
-      if (line.back() != ']') { warn("malformed section header, ignored"); continue; }
+      if (line.back() != ']') {
+        // Its keys are ignored with it: kept under the section before, a key_env meant for one
+        // provider would be sent to another.
+        warn("malformed section header, its keys ignored");
+        section = nullptr;
+        in_unknown = true;
+        continue;
+      }
       section_name = std::string(trim(line.substr(1, line.size() - 2)));
       in_unknown = !find_defaults(section_name);
       section = in_unknown ? nullptr : &conf.sections[section_name];

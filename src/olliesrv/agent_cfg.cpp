@@ -119,12 +119,15 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
   if (c.cwd && !c.cwd->empty()) {
     // Resolved and checked on the tool host, where it is also set (§3.3: pushed to toolsrv as
     // agentcwd, which holds only a resolved directory: one replaced since is refused).
-    std::vector<std::string> paths{*c.cwd};  // named: GCC 12 and co_await temporaries
+    std::vector<std::string> paths{*c.cwd, s->cwd};  // named: GCC 12 and co_await temporaries
     auto r = co_await s->host->resolve(a->id, std::move(paths));
     if (!r) co_return r.error();
     if (r->front().empty()) co_return p9::error("cwd: " + *c.cwd + ": not a directory");
-    *c.cwd = r->front();
-    if (auto st = co_await s->host->check_agent_cwd(a->id, *c.cwd); !st) co_return st;
+    // The session's cwd named another way (a symlink, `..`) is no override: the agent inherits.
+    if (r->front() == r->back()) c.cwd->clear();
+    else *c.cwd = r->front();
+    if (!c.cwd->empty())
+      if (auto st = co_await s->host->check_agent_cwd(a->id, *c.cwd); !st) co_return st;
   }
   // Nothing can fail from here on.
   if (be) a->use_backend(c.target->backend, std::move(be));
@@ -235,11 +238,19 @@ asio::awaitable<p9::Status> write_cfg(Hub& hub, std::shared_ptr<Session> s, std:
   if (!w->params.empty()) {
     json o = json::parse(overrides, nullptr, false);
     if (!o.is_object()) o = json::object();
+    const json base = json::parse(profile.params, nullptr, false);
     for (const auto& [k, v] : w->params) {
-      if (v) o[k] = json::parse(*v);
-      else o.erase(k);
+      if (!v) {
+        o.erase(k);
+        continue;
+      }
+      auto value = json::parse(*v);
+      // OP-70: the profile's own value written back (a whole `cfg` read and written) is no
+      // change; pinned as an override, a later edit of the profile would no longer reach it.
+      const bool profiles = !o.contains(k) && base.is_object() && base.contains(k) && base.at(k) == value;
+      if (!profiles) o[k] = std::move(value);
     }
-    c.overrides = o.dump();
+    if (o.dump() != json::parse(overrides, nullptr, false).dump()) c.overrides = o.dump();
   }
   co_return co_await apply_change(hub, s, a, std::move(c));
 }

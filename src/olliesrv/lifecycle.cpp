@@ -247,11 +247,12 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     if (!d) co_return d.error();
     cwd = *d;
     if (!caller) {  // the resolved directory is what toolsrv holds (a caller's is resolved below)
-      std::vector<std::string> paths{*d};  // named: GCC 12 and co_await temporaries
+      std::vector<std::string> paths{*d, s->cwd};  // named: GCC 12 and co_await temporaries
       auto r = co_await s->host->resolve(id, std::move(paths));
       if (!r) co_return p9::error("agent/new: " + r.ename());
       if (r->front().empty()) co_return p9::error("cwd: " + *d + ": not a directory");
-      if (*d != s->cwd) cwd = r->front();
+      // The session's cwd, however it is named (a symlink, `..`), is no override.
+      cwd = r->front() == r->back() ? s->cwd : r->front();
     }
   } else if (parent) {
     cwd = parent->effective_cwd();

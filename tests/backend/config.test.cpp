@@ -64,6 +64,21 @@ TEST(BackendConfig, UnknownSectionsKeysAndBadLinesWarnWithFileAndLine) {
   EXPECT_FALSE(c.sections.count("mistral"));
 }
 
+// `[openai] # the fake` is no header: the keys under it must not land in the section before, or
+// the key_env meant for one provider goes to the other's endpoint.
+TEST(BackendConfig, AMalformedHeaderTakesItsKeysWithIt) {
+  auto c = parse_backends_conf("backend = anthorpic\n[anthropic]\nmodel = a\n[openai] # the fake\nurl = http://x\n"
+                               "key_env = MINE\n",
+                               "b.conf");
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_EQ(c.warnings[0], "b.conf:1: unknown backend 'anthorpic'");
+  EXPECT_EQ(c.warnings[1], "b.conf:4: malformed section header, its keys ignored");
+  EXPECT_EQ(c.sections.at("anthropic").model, "a");
+  EXPECT_EQ(c.sections.at("anthropic").url, "");
+  EXPECT_EQ(c.sections.at("anthropic").key_env, "");
+  EXPECT_FALSE(c.sections.count("openai"));
+}
+
 TEST(BackendConfig, SubagentLimitsBeforeTheFirstSectionWithDefaultsAndBounds) {
   auto d = parse_backends_conf("");
   EXPECT_EQ(d.subagents.running, 4);

@@ -376,9 +376,34 @@ TEST(AgentCtl, CwdSetsTheToolsDirectoryAndClearsBackToTheSessions) {
   EXPECT_EQ(cfg_value(w, a, "cwd"), "");
   ASSERT_TRUE(w.write(a + "/prompt", "!pwd"));
   EXPECT_TRUE(wait_block(w, a, "exec", w.project + "\n"));
-  // Naming the session cwd is inheriting it.
+  // Naming the session cwd is inheriting it, however it is named.
   EXPECT_EQ(ctl(w, a, "cwd " + w.project), w.project + "\n");
   EXPECT_EQ(cfg_value(w, a, "cwd"), "");
+  std::filesystem::create_symlink(w.project, w.home + "/link");
+  for (const auto& other : {w.project + "/sub/..", w.home + "/link"}) {
+    EXPECT_EQ(ctl(w, a, "cwd " + other), w.project + "\n") << other;
+    EXPECT_EQ(cfg_value(w, a, "cwd"), "") << other;
+    ASSERT_TRUE(w.write(a + "/cfg", "cwd=" + other));
+    EXPECT_EQ(cfg_value(w, a, "cwd"), "") << other;
+  }
+  auto b = w.agent(s, "other", "cwd=" + w.home + "/link");
+  EXPECT_EQ(cfg_value(w, b, "cwd"), "");
+}
+
+// OP-70: writing back what cfg reads changes nothing, the profile's values included: pinned as
+// overrides, a later edit of the profile would no longer reach the agent.
+TEST(AgentCtl, CfgWrittenBackKeepsFollowingTheProfile) {
+  World w;
+  own_profiles(w, {{"warm", R"({"temperature": 0.9, "topK": 40})"}});
+  auto s = w.session("work");
+  auto a = w.agent(s, "main", "agent=warm");
+  ASSERT_TRUE(w.write(a + "/cfg", *w.read(a + "/cfg")));
+  ASSERT_TRUE(w.write(a + "/cfg", "temperature=0.9 topK=41"));  // one of them is a real override
+  write_file(w.config + "/agents/warm.json", R"({"temperature": 0.2, "topK": 7})");
+  w.stop_server(SIGTERM);
+  w.start();
+  EXPECT_EQ(cfg_value(w, a, "temperature"), "0.2");
+  EXPECT_EQ(cfg_value(w, a, "topK"), "41");
 }
 
 TEST(AgentCtl, CfgWritesArePartialAtomicOrderedAndPersisted) {
