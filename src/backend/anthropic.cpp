@@ -25,7 +25,7 @@ class AnthropicDecoder : public Decoder {
     if (failure) return;
     auto j = parse_json(data);
     if (!j.is_object()) {
-      fail(Error{ErrorClass::client, "anthropic: unparsable response", 200, {}});
+      fail(unparsable("anthropic", data));
       return;
     }
     // The event's type, block index, block and delta carry the answer (a wrong type is a

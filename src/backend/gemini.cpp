@@ -21,7 +21,7 @@ class GeminiDecoder : public Decoder {
     if (failure) return;
     auto j = parse_json(data);
     if (!j.is_object()) {
-      fail(Error{ErrorClass::client, "gemini: unparsable response", 200, {}});
+      fail(unparsable("gemini", data));
       return;
     }
     if (auto e = obj_field(j, "error")) {  // its details of the wrong type are left out

@@ -31,7 +31,7 @@ Result<json> HttpBackend::fetch_json(HttpRequest req, const std::string& model) 
   auto r = engine_.fetch(std::move(req));
   if (auto e = response_error(r, ctx)) return *e;
   auto j = parse_json(r.body);
-  if (j.is_discarded()) return Error{ErrorClass::client, s_.name + ": unparsable response", static_cast<int>(r.head.status), {}};
+  if (j.is_discarded()) return unparsable(s_.name, r.body, static_cast<int>(r.head.status));
   return j;
 }
 

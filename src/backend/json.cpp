@@ -39,6 +39,27 @@ json parse_json(std::string_view s) {
   return json::parse(s, nullptr, false);
 }
 
+Error unparsable(std::string_view backend, std::string_view text, int http_status) {
+  std::string why;
+  if (too_deep(text)) {
+    why = "nested deeper than " + std::to_string(limits::json_depth);
+  } else {
+    try {
+      why = std::string(type_phrase(json::parse(text))) + ", not an object";
+    } catch (const json::parse_error& e) {
+      // "[json.exception.parse_error.101] parse error at line 1, column 3: syntax error while
+      // parsing value - invalid literal; last read: 'x'": the part after " - ", without the
+      // bytes read (they may be anything).
+      const std::string_view w = e.what();
+      const auto dash = w.find(" - ");
+      const auto last = w.find("; last read");
+      why = dash == std::string_view::npos ? "invalid JSON" : std::string(w.substr(dash + 3, last - (dash + 3)));
+      why += " at byte " + std::to_string(e.byte);
+    }
+  }
+  return Error{ErrorClass::client, std::string(backend) + ": unparsable response: " + why, http_status, {}};
+}
+
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string_view type_phrase(const json& v) {

@@ -36,6 +36,11 @@ bool too_deep(std::string_view s, int limit = limits::json_depth);
 /// `j` as compact JSON text, invalid UTF-8 in its strings replaced by U+FFFD.
 std::string dump_json(const json& j);
 
+/// `<backend>: unparsable response: <why>`, the client error for JSON text that parse_json()
+/// refused or that is no object: why names the parser's complaint and its byte (an invalid UTF-8
+/// sequence, a stray character), the nesting, or the type found.
+Error unparsable(std::string_view backend, std::string_view text, int http_status = 200);
+
 /// "a string", "an integer", "null", ...: the type of `v` as messages name it.
 std::string_view type_phrase(const json& v);
 

@@ -26,7 +26,7 @@ class OllamaDecoder : public Decoder {
     if (failure) return;
     auto j = parse_json(line);
     if (!j.is_object()) {
-      fail(Error{ErrorClass::client, "ollama: unparsable response", 200, {}});
+      fail(unparsable("ollama", line));
       return;
     }
     if (auto e = str_field(j, "error"); !e.empty()) {

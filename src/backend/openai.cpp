@@ -34,7 +34,7 @@ class OpenAiDecoder : public Decoder {
     }
     auto j = parse_json(data);
     if (!j.is_object()) {
-      fail(Error{ErrorClass::client, backend_ + ": unparsable response", 200, {}});
+      fail(unparsable(backend_, data));
       return;
     }
     if (auto e = j.find("error"); e != j.end() && !e->is_null()) {

@@ -18,6 +18,20 @@ TEST(BackendJson, NestingPastTheBoundIsUnparsable) {
       << "brackets inside strings are no nesting";
 }
 
+// A provider's bad event names what is wrong and where, never the bytes themselves.
+TEST(BackendJson, AnUnparsableResponseSaysWhy) {
+  EXPECT_EQ(unparsable("openai", "{\"a\":\"\xff\"}").message,
+            "openai: unparsable response: invalid string: ill-formed UTF-8 byte at byte 7");
+  EXPECT_EQ(unparsable("openai", R"({"a":"\ud800"})").message.rfind("openai: unparsable response: invalid string: surrogate", 0), 0u);
+  EXPECT_EQ(unparsable("gemini", "<html>").message,
+            "gemini: unparsable response: invalid literal at byte 1");
+  EXPECT_EQ(unparsable("ollama", "[1]").message, "ollama: unparsable response: an array, not an object");
+  EXPECT_EQ(unparsable("x", std::string(100000, '[')).message,
+            "x: unparsable response: nested deeper than " + std::to_string(limits::json_depth));
+  EXPECT_EQ(unparsable("x", "{", 502).http_status, 502);
+  EXPECT_EQ(unparsable("x", "{").cls, ErrorClass::client);
+}
+
 TEST(BackendJson, StrictReadsRecordTheFirstWrongTypeAndNeverThrow) {
   const auto j = parse_json(R"({"index":"0","done":"true","n":null,"parts":[1],"big":18446744073709551615})");
   Strict f;
