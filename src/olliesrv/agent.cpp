@@ -101,6 +101,7 @@ AgentRecord Agent::record() const {
   r.id = id;
   r.name = name;
   r.profile = profile.name;
+  r.parent = parent;
   r.created = created;
   r.backend = backend_name;
   r.model = model;

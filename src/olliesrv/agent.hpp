@@ -75,7 +75,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Set before the agent joins its session, never changed.
   bool subagent = false;
   /// agent/idx's `parent` (§2.6): the `parent=` agent's id, else the issuing agent's, else "".
-  /// Set before the agent joins its session, never changed; not persisted.
+  /// Set before the agent joins its session, never changed; persisted as "parent".
   std::string parent;
   /// The agent whose request started this sub-agent (none: the hostowner's); its stats get
   /// this one's usage and cost (§8.10.3). Set before the agent joins its session.

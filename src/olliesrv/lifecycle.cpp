@@ -434,6 +434,7 @@ std::optional<std::string> refused(const SessionRecord& r, const std::set<std::s
     if (!looks_like_uuid(ar.id)) return "invalid agent id: " + shown(ar.id);
     if (ids_in_use.contains(ar.id)) return "agent " + ar.id + ": id taken by another session";
     if (!valid_name(ar.name)) return "agent " + ar.id + ": invalid agent name: " + shown(ar.name);
+    if (!ar.parent.empty() && !looks_like_uuid(ar.parent)) return "agent " + ar.id + ": invalid parent: " + shown(ar.parent);
     if (bad_cwd(ar.cwd)) return "agent " + ar.id + ": cwd: invalid character: " + shown(ar.cwd);
     if (!check_model(ar.model)) return "agent " + ar.id + ": invalid model: " + shown(ar.model);
   }
@@ -497,6 +498,7 @@ std::size_t restore(Hub& hub) {
       {
         std::lock_guard lock(a->mu);
         a->name = ar.name;
+        a->parent = ar.parent;
         a->profile = std::move(*profile);
         a->backend_name = ar.backend;
         a->model = ar.model;

@@ -123,6 +123,7 @@ ojson agent_json(const AgentRecord& a) {
   j["id"] = a.id;
   j["name"] = a.name;
   j["profile"] = a.profile;
+  if (!a.parent.empty()) j["parent"] = a.parent;
   j["created"] = a.created;
   j["backend"] = a.backend;
   j["model"] = a.model;
@@ -347,7 +348,7 @@ struct Parser {
     auto* id = get(j, "id");
     if (!id) return fail(p + "id", "missing");
     if (!str(j, "id", p, a.id) || !str(j, "name", p, a.name) || !str(j, "profile", p, a.profile) ||
-        !i64(j, "created", p, a.created) || !str(j, "backend", p, a.backend) || !str(j, "model", p, a.model) ||
+        !str(j, "parent", p, a.parent) || !i64(j, "created", p, a.created) || !str(j, "backend", p, a.backend) || !str(j, "model", p, a.model) ||
         !str(j, "cwd", p, a.cwd) || !strings(j, "tools", p, a.tools) || !strings(j, "peers", p, a.peers) ||
         !str(j, "plan", p, a.plan) || !count(j, "blockCounter", p, a.block_counter) || !str(j, "feed", p, a.feed))
       return false;

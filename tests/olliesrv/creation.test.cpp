@@ -204,10 +204,12 @@ TEST(AgentNew, ResolutionOrderAndTheParentColumn) {
   // A cwd= equal to the session cwd is no override.
   ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=same cwd=" + w.project + "/"));
   EXPECT_EQ(idx_row(w, s + "/agent/idx", "same")[6], w.project);
-  // Persisted: the override survives a restart, the parent column does not claim more than it knows.
+  // Persisted: the override and the parent column survive a restart.
   w.stop_server(SIGTERM);
   w.start();
   EXPECT_EQ(idx_row(w, s + "/agent/idx", "child")[6], w.project + "/sub");
+  EXPECT_EQ(idx_row(w, s + "/agent/idx", "child")[7], lead_id);
+  EXPECT_EQ(idx_row(w, s + "/agent/idx", "main")[7], "-");
 }
 
 TEST(AgentNew, ParentSeedsTheHistory) {
