@@ -65,6 +65,9 @@ t==o-work/main
 within 10 tmux has-session -t "$t" 2>/dev/null || fail "o did not open its tmux session: $(cat "$root/term.out")"
 clients() { [ "$(tmux list-clients -t "$t:" | wc -l)" -ge "$1" ]; }
 within 10 clients 1 || fail "o did not attach: $(cat "$root/term.out")"
+status_shows() { tmux show -v -t "$t:" status-right | grep -q "$1"; }
+# from the start, not only at statewait's first heartbeat (5 s)
+within 4 status_shows 'idle · fake-model' || fail "status line at the start: $(tmux show -v -t "$t:" status-right)"
 ollie-9p read session/idx | grep -q "^work	.*	$root/project/my proj	" || fail "session cwd: $(ollie-9p read session/idx)"
 ollie-9p read session/work/agent/idx | grep -q '^main	' || fail "agent main not created"
 grep -qF 'works in' "$root/term.out" && fail "o made the session here, yet says it works elsewhere"
@@ -91,7 +94,6 @@ has 'half typed' && fail "the line cleared by Ctrl-C was sent: $(chat)"
 [ "$(panes)" = "$before" ] || fail "Ctrl-C ended a pane: $before, now $(panes)"
 
 # the status line follows the agent: the model and the context
-status_shows() { tmux show -v -t "$t:" status-right | grep -q "$1"; }
 within 10 status_shows 'idle · fake-model · ctx [0-9]*% · \$0' ||
   fail "status line: $(tmux show -v -t "$t:" status-right)"
 
