@@ -33,7 +33,10 @@ Status Mux::start(Fcall& t, Done done, std::vector<std::uint8_t>& out) {
   {
     std::lock_guard lk(mu_);
     if (closed_) refused = error(why_);
-    else if (pending_.size() >= MAX_IN_FLIGHT) refused = error("too many requests in flight");
+    // A Tclunk has room beyond the cap, as at the server (twice): refused, its fid would be
+    // taken for free here while the server still held it, and its number reused (`duplicate fid`).
+    else if (pending_.size() >= (t.type == Tclunk ? 2 * MAX_IN_FLIGHT : MAX_IN_FLIGHT))
+      refused = error("too many requests in flight");
     else {
       t.tag = t.type == Tversion ? NOTAG : free_tag();
       if (auto st = encode(t, out); !st) {

@@ -26,7 +26,8 @@ namespace p9 {
 class Mux {
  public:
   using Done = std::function<void(Result<Fcall>)>;
-  /// Requests in flight at once (flushes aside); one more fails with `too many requests in flight`.
+  /// Requests in flight at once (flushes aside, and Tclunks up to twice as many); one more fails
+  /// with `too many requests in flight`.
   static constexpr std::size_t MAX_IN_FLIGHT = 1024;
 
   /// The Tversion asking for msize; until its reply, frames up to msize are accepted.

@@ -415,6 +415,18 @@ class Conn : public std::enable_shared_from_this<Conn> {
     respond(req, std::move(r));
   }
 
+  // The requests still waiting on the fid a Tclunk or Tremove frees are cancelled, each answered
+  // `interrupted`: what they wait for (a sub-agent, an LLM request, toolsrv) ends with the fid,
+  // and their tags are free again (a client that clunks without flushing first would otherwise
+  // fill its connection's requests in flight with reads nobody can end).
+  void abandon(const ReqPtr& gone) {
+    if (!gone->fid) return;
+    std::vector<ReqPtr> waiting;  // cancelling may answer at once, which edits reqs_
+    for (auto& [tag, r] : reqs_)
+      if (r != gone && r->fid == gone->fid) waiting.push_back(r);
+    for (auto& r : waiting) r->cancel.emit(asio::cancellation_type::terminal);
+  }
+
   // A flush waits for the request it names (directly, or through a pending Tflush of it), which
   // is cancelled and answered by no reply; its Rflush goes out when that request ends.
   void sflush(const ReqPtr& req) {
@@ -539,6 +551,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void sclunk(const ReqPtr& req) {
     drop_fid(req->t.fid);
+    abandon(req);
     const Fid& f = *req->fid;
     if (stopping_ || (!f.is_open() && !is_auth(f))) return respond(req, reply_to(req->t));
     answer(req);
@@ -546,6 +559,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void sremove(const ReqPtr& req) {
     drop_fid(req->t.fid);  // removed or not, the fid is gone (remove(5))
+    abandon(req);
     if (auto st = fs_->remove(*req->fid); !st) return fail(req, st.ename());
     respond(req, reply_to(req->t));
   }

@@ -31,6 +31,22 @@ struct Seen {
 
 }  // namespace
 
+// At the cap a read is refused, a clunk is not: the server frees the fid only if it gets it.
+TEST(Mux, AClunkHasRoomPastTheCap) {
+  Mux m;
+  Seen seen;
+  std::vector<std::uint8_t> out;
+  for (std::size_t i = 0; i < Mux::MAX_IN_FLIGHT; i++) {
+    auto t = tmsg::read(1, 0, 10);
+    ASSERT_TRUE(m.start(t, seen.done(), out));
+  }
+  auto read = tmsg::read(1, 0, 10);
+  EXPECT_EQ(m.start(read, seen.done(), out).ename(), "too many requests in flight");
+  auto clunk = tmsg::on_fid(Tclunk, 2);
+  EXPECT_TRUE(m.start(clunk, seen.done(), out));
+  EXPECT_NE(clunk.tag, NOTAG);
+}
+
 TEST(Mux, AFlushedTagIsNotReusedUntilItsRflush) {
   Mux m;
   Seen seen;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -533,6 +534,35 @@ TEST_F(Server9p, FlushCancelsABlockedReadAndSuppressesItsReply) {
   st->log->append("late\n");
   EXPECT_FALSE(c->recv(300));  // and nothing after it
   EXPECT_EQ(c->read(1, 0).data, "late\n");  // tag 5's bytes were not consumed
+}
+
+// clunk(5): the fid is gone, and so is what waits on it. A client that clunks without flushing
+// gets its read answered `interrupted` (before, the read waited for good and kept its tag: 1024
+// of them left the connection refusing every request `too many requests in flight`).
+TEST_F(Server9p, ClunkEndsTheReadsWaitingOnTheFid) {
+  auto c = attached();
+  for (int round = 0; round < 1100; round++) {
+    ASSERT_EQ(c->walk(0, 1, {"log"}).type, Rwalk);
+    ASSERT_EQ(c->open(1, OREAD).type, Ropen);
+    c->send(Raw::tread(1, 0, 100, 5));
+    auto clunk = req(Tclunk, 6);
+    clunk.fid = 1;
+    c->send(clunk);
+    std::map<std::uint16_t, p9::Fcall> got;
+    for (int i = 0; i < 2; i++) {
+      auto r = c->recv();
+      ASSERT_TRUE(r) << round;
+      got[r->tag] = *r;
+    }
+    ASSERT_EQ(got[5].type, Rerror) << round;
+    EXPECT_EQ(got[5].ename, "interrupted");
+    ASSERT_EQ(got[6].type, Rclunk) << round;
+  }
+  st->log->append("late\n");
+  EXPECT_FALSE(c->recv(300));  // no reply for a fid that is gone
+  ASSERT_EQ(c->walk(0, 1, {"log"}).type, Rwalk);
+  ASSERT_EQ(c->open(1, OREAD).type, Ropen);
+  EXPECT_EQ(c->read(1, 0).data, "late\n");
 }
 
 TEST_F(Server9p, BlockedReadNeverStallsOtherTags) {
