@@ -49,6 +49,10 @@ class RemoteStream : public virtfs::Cursor {
     // A flushed read may have taken bytes that never reached us: read again from the start.
     if (in_flight_) remote_.reset();
     if (!remote_) {
+      if (!place_) {
+        auto place = co_await host_->streams->enter(ToolHost::max_streams);
+        place_.emplace(std::move(place));
+      }
       auto f = co_await host_->open(proc_->instance, path_, p9::OREAD);
       if (!f) co_return end();  // dismissed, expired or toolsrv gone: the stream has ended
       remote_.emplace(std::move(*f));
@@ -74,6 +78,7 @@ class RemoteStream : public virtfs::Cursor {
   virtfs::Chunk end() {
     eof_ = true;
     remote_.reset();
+    place_.reset();
     ended_->notify();
     return {{}, true};
   }
@@ -88,6 +93,7 @@ class RemoteStream : public virtfs::Cursor {
   std::shared_ptr<ToolHost> host_;
   std::shared_ptr<BgProc> proc_;
   std::string path_;
+  std::optional<virtfs::Gate::Pass> place_;  ///< among the session's streams, while remote_ may be open
   std::optional<p9::AsyncFid> remote_;
   std::uint64_t pos_ = 0;  ///< bytes delivered
   bool eof_ = false, in_flight_ = false;

@@ -20,6 +20,7 @@
 
 #include "lib9p/async_client.hpp"
 #include "lib9p/result.hpp"
+#include "virtfs/gate.hpp"
 
 namespace ollie {
 
@@ -82,6 +83,14 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   };
   /// `ex`: where the client and its waits run (a strand of olliesrv's pool).
   static std::shared_ptr<ToolHost> make(asio::any_io_executor ex, Config cfg);
+
+  /// Clients' streams of toolsrv (an agent's proc/<pid>/out and wait, each a toolsrv fid and at
+  /// most one read waiting there) open at once: a quarter of the connection's requests in flight
+  /// (p9::Mux::MAX_IN_FLIGHT) and of toolsrv's fids per connection. Those beyond wait in olliesrv:
+  /// however many reads clients leave waiting, the engine's calls and the background processes'
+  /// watchers keep their places.
+  const std::shared_ptr<virtfs::Gate> streams = std::make_shared<virtfs::Gate>();
+  static constexpr std::size_t max_streams = 256;
   ~ToolHost();
 
   // ---- what the session wants; pushed at once when toolsrv runs, else at its next start ----

@@ -327,6 +327,10 @@ constexpr virtfs::Verb<Reply (*)(AgentCall&, const virtfs::Command&)> agent_verb
 // `!command` (§3.4): the agent's shell tool, sandboxed, in its effective cwd; an `exec` block.
 asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string command) {
   auto tools = co_await s->host->tools(a->id);
+  if (!tools) {  // toolsrv could not say (unavailable, lost): not "not loaded"
+    a->note("error", "!: " + tools.ename());
+    co_return;
+  }
   const bool loaded = tools && std::any_of(tools->begin(), tools->end(), [](const ToolInfo& t) { return t.name == "shell"; });
   if (!loaded) {
     a->note("error", "!: shell tool not loaded (use /tool_load shell)");

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -386,6 +388,75 @@ TEST(AgentFiles, AFlushedProcReadReachesToolsrvAndLosesNothing) {
   write_file(w.project + "/go", "");
   EXPECT_EQ(read_to_eof(out), "two\n");
   EXPECT_EQ(read_to_eof(out), "");
+}
+
+// A client's waiting reads of proc/<pid>/wait each held a request on the session's one connection
+// to toolsrv: 1200 of them filled it, the running process was taken for `lost` (unkillable
+// through its ctl), and the engine's calls failed `too many requests in flight`. At most 256
+// streams now wait at toolsrv, the others in olliesrv, and every reader gets its status.
+TEST(AgentFiles, ManyWaitingProcReadsLeaveTheEngineItsPlaces) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "while [ ! -e go ]; do sleep 0.05; done; exit 4")})}});
+  w.fake.push({{"text", "started"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  const std::string dir = a + "/proc/" + pids[0];
+  constexpr int per_conn = 600;
+  std::vector<std::unique_ptr<Conn>> conns;
+  std::vector<p9::CFid> fids;
+  for (int k = 0; k < 2; k++) {
+    conns.push_back(std::make_unique<Conn>(w));
+    for (int i = 0; i < per_conn; i++) fids.push_back(conns.back()->open(dir + "/wait", p9::OREAD));
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::size_t, p9::Result<p9::Fcall>>> replies;
+  const auto read_on = [&](std::size_t i) {
+    p9::Fcall t;
+    t.type = p9::Tread;
+    t.fid = fids[i].num();
+    t.count = 4096;
+    conns[i / per_conn]->c->start(t, [&, i](p9::Result<p9::Fcall> r) {
+      std::lock_guard lock(mu);
+      replies.emplace_back(i, std::move(r));
+      cv.notify_all();
+    });
+  };
+  for (std::size_t i = 0; i < fids.size(); i++) read_on(i);
+  // The engine still has its calls: a tool round runs, and the process is still running.
+  w.fake.push({{"tool_calls", json::array({{{"id", "c2"}, {"name", "shell"}, {"arguments", {{"cmd", "echo still here"}}}}})}});
+  w.fake.push({{"text", "fine"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "are you there?"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));
+  EXPECT_EQ(contents(w, a, "tool", "shell").back(), "still here\n");
+  EXPECT_NE(w.read(dir + "/stat")->find("\nstatus=running\n"), std::string::npos);
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  w.fake.push({{"text", "it ended"}});  // the turn of the interrupt
+  write_file(w.project + "/go", "");
+  // Each reader gets the status, then EOF; a stream at its end makes way for one still waiting.
+  std::vector<std::string> status(fids.size());
+  std::size_t ended = 0;
+  std::unique_lock lock(mu);
+  while (ended < fids.size()) {
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return !replies.empty(); })) << ended << " streams ended";
+    auto [i, r] = std::move(replies.front());
+    replies.erase(replies.begin());
+    ASSERT_TRUE(r) << r.ename();
+    if (r->data.empty()) {
+      EXPECT_EQ(status[i].rfind("pid=" + pids[0] + "\nstatus=exited\nexit=4\n", 0), 0u) << status[i];
+      ended++;
+      continue;
+    }
+    status[i] += r->data;
+    lock.unlock();
+    read_on(i);
+    lock.lock();
+  }
 }
 
 TEST(AgentFiles, AKilledAgentsFilesSayAgentKilledAndItsStreamsEnd) {
