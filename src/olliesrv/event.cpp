@@ -73,6 +73,12 @@ p9::Result<std::shared_ptr<Subscription>> Bus::subscribe(const std::string& who,
     held->fetch_add(1);
     s->held_ = held;
   }
+  // publish drops the ended ones; with no event for a while, a client opening and closing event
+  // would pile them up (each holds its Subscription's memory): swept here once the list doubled.
+  if (subs_.size() >= 2 * swept_) {
+    std::erase_if(subs_, [](const auto& w) { return w.expired(); });
+    swept_ = std::max<std::size_t>(subs_.size(), 64);
+  }
   subs_.push_back(s);
   return s;
 }

@@ -47,6 +47,7 @@ class Bus {
   friend class Subscription;
   std::mutex mu_;
   std::vector<std::weak_ptr<Subscription>> subs_;
+  std::size_t swept_ = 64;  ///< subs_'s size after the last sweep by subscribe (at least 64)
   std::map<std::string, std::shared_ptr<std::atomic<std::size_t>>> held_;  // by principal
 };
 

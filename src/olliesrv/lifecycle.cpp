@@ -503,7 +503,10 @@ std::size_t restore(Hub& hub) {
         a->backend_name = ar.backend;
         a->model = ar.model;
         a->cwd_override = ar.cwd;
-        a->overrides = ar.params.empty() ? "{}" : ar.params;
+        // A value a cfg write refuses is not served (a hand-edited file's `"maxTokens": -5`).
+        a->overrides = checked_params(ar.params, [&](const std::string& why) {
+          spdlog::warn("restore: agent {}: cfg override dropped: {}", ar.id, why);
+        });
         a->tools = want;
         a->plan = ar.plan;
         a->peers = ar.peers;

@@ -167,6 +167,25 @@ p9::Result<Profile> load_profile(const std::string& config_root, const std::stri
   return p;
 }
 
+std::string checked_params(const std::string& params, const std::function<void(const std::string&)>& dropped) {
+  const json j = json::parse(params, nullptr, false);
+  json out = json::object();
+  if (!j.is_object()) {
+    if (!params.empty() && params != "{}") dropped("params are not a JSON object");
+    return out.dump();
+  }
+  const auto& keys = param_keys();
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      dropped("unknown key " + key);
+      continue;
+    }
+    if (auto v = profile_param(key, value)) out[key] = json::parse(*v);
+    else dropped(v.ename());
+  }
+  return out.dump();
+}
+
 std::vector<std::string> profile_names(const std::string& config_root) {
   std::vector<std::string> names;
   const std::string dir = config_root + "/agents";

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <nlohmann/json_fwd.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct Profile {
 /// `unknown agent profile: <p>`; bad JSON or a field of the wrong type is
 /// `agent profile <p>: <parse error>`. A name with `/` or starting with `.` is unknown.
 p9::Result<Profile> load_profile(const std::string& config_root, const std::string& name);
+/// Stored cfg overrides (JSON object text, as session.json keeps them) with each entry checked
+/// as a profile's parameter is: an unknown key or a value a `cfg` write would refuse is left
+/// out, and `dropped` is told why (`temperature must be a number`, `invalid maxTokens: -5`).
+std::string checked_params(const std::string& params, const std::function<void(const std::string&)>& dropped);
 /// The profile names (`agents/*.json` without `.json`), sorted (root `agents`, §2.1).
 std::vector<std::string> profile_names(const std::string& config_root);
 

@@ -32,6 +32,12 @@ using backend::Role;
 constexpr auto replace = nlohmann::json::error_handler_t::replace;
 constexpr std::int64_t max_total = std::int64_t{1} << 53;
 constexpr double max_cost = 1e12;
+/// A count as written: at most what the parser takes back (a total restored at the bound grows
+/// past it, and the file would no longer load).
+template <class T>
+T bounded(T n) {
+  return std::min(n, static_cast<T>(max_total));
+}
 /// An agent's files in its session's directory: `<agent id><suffix>` (§7.7).
 constexpr const char* agent_files[] = {".blocks.jsonl", ".compaction.jsonl"};
 /// A killed session's directory, renamed `.<id><suffix>` while it is removed.
@@ -137,17 +143,17 @@ ojson agent_json(const AgentRecord& a) {
   j["tools"] = a.tools;
   j["peers"] = a.peers;
   j["plan"] = a.plan;
-  j["blockCounter"] = a.block_counter;
+  j["blockCounter"] = bounded(a.block_counter);
   j["feed"] = a.feed;
   const auto& u = a.usage;
-  j["usage"] = ojson{{"input", u.input},
-                     {"output", u.output},
-                     {"cachedInput", u.cached_input},
-                     {"cacheCreation", u.cache_creation},
-                     {"requests", u.requests},
+  j["usage"] = ojson{{"input", bounded(u.input)},
+                     {"output", bounded(u.output)},
+                     {"cachedInput", bounded(u.cached_input)},
+                     {"cacheCreation", bounded(u.cache_creation)},
+                     {"requests", bounded(u.requests)},
                      {"estimated", u.estimated},
-                     {"costLast", u.cost_last},
-                     {"costSession", u.cost_session}};
+                     {"costLast", std::min(u.cost_last, max_cost)},
+                     {"costSession", std::min(u.cost_session, max_cost)}};
   j["messages"] = ojson::array();  // to_json splices the messages in (session_text)
   return j;
 }

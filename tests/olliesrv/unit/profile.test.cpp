@@ -153,6 +153,24 @@ TEST_F(ProfileTest, BadJsonAndWrongTypes) {
   }
 }
 
+// Restored overrides are checked as cfg and a profile check them: a hand-edited session.json's
+// bad value is left out, not shown in cfg and sent to the provider.
+TEST(CheckedParams, KeepsWhatACfgWriteTakesAndSaysWhyOfTheRest) {
+  std::vector<std::string> why;
+  const auto tell = [&](const std::string& w) { why.push_back(w); };
+  EXPECT_EQ(checked_params(R"({"temperature":0.5,"stop":["END"],"reasoningEffort":"low","maxTokens":-5,)"
+                           R"("topP":"hot","foo":{"x":[1]}})",
+                           tell),
+            R"({"reasoningEffort":"low","stop":["END"],"temperature":0.5})");
+  EXPECT_EQ(why, (std::vector<std::string>{"unknown key foo", "invalid maxTokens: -5", "topP must be a number"}));
+  why.clear();
+  EXPECT_EQ(checked_params("{}", tell), "{}");
+  EXPECT_EQ(checked_params("", tell), "{}");
+  EXPECT_TRUE(why.empty());
+  EXPECT_EQ(checked_params("[1]", tell), "{}");
+  EXPECT_EQ(why, std::vector<std::string>{"params are not a JSON object"});
+}
+
 TEST_F(ProfileTest, NamesSorted) {
   write("agents/zeta.json", "{}");
   write("agents/alpha.json", "{}");

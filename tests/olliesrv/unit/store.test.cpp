@@ -196,6 +196,20 @@ TEST(StoreJson, RoundTripsEveryField) {
   EXPECT_EQ(to_json(*back), text) << "stable";
 }
 
+// What olliesrv writes it reads back: a total restored at the bound and grown past it is written
+// at the bound (written as it was, the next start refused the whole session `out of range`).
+TEST(StoreJson, CountsGrownPastTheBoundAreWrittenAtIt) {
+  auto s = full_session();
+  s.agents[0].block_counter = (std::uint64_t{1} << 53) + 25;
+  s.agents[0].usage.input = (std::int64_t{1} << 53) + 1;
+  s.agents[0].usage.cost_session = 2e12;
+  auto back = parse_session(to_json(s));
+  ASSERT_TRUE(back) << back.ename();
+  EXPECT_EQ(back->agents[0].block_counter, std::uint64_t{1} << 53);
+  EXPECT_EQ(back->agents[0].usage.input, std::int64_t{1} << 53);
+  EXPECT_DOUBLE_EQ(back->agents[0].usage.cost_session, 1e12);
+}
+
 TEST(StoreJson, UsesTheSpecFieldNames) {
   auto j = nlohmann::json::parse(to_json(full_session()));
   EXPECT_EQ(j["bypassCounter"], 7);
