@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <spdlog/spdlog.h>
 
 #include "lib9p/dial.hpp"
@@ -13,6 +14,7 @@
 #include "toolsrv/auth.hpp"
 #include "toolsrv/namespace.hpp"
 #include "toolsrv/paths.hpp"
+#include "toolsrv/session.hpp"
 #include "virtfs/serve.hpp"
 
 namespace toolsrv {
@@ -89,8 +91,24 @@ void Toolsrv::shutdown() {
 
 void Toolsrv::wait() { impl_->pool.join(); }
 
+namespace {
+
+/// A toolsrv run by hand (no OLLIE_SESSION_ID) made its TMPDIR, `pid-<pid>`, for itself alone:
+/// no session kill removes it, so it goes when toolsrv does. A session's stays for its next toolsrv.
+struct OwnTmpdir {
+  SessionConfig c;
+  ~OwnTmpdir() {
+    if (c.session_id.rfind("pid-", 0) != 0) return;
+    std::error_code ec;
+    std::filesystem::remove_all(c.tmpdir, ec);
+  }
+};
+
+}  // namespace
+
 int run(Options opt) {
   ::signal(SIGPIPE, SIG_IGN);
+  OwnTmpdir tmp{SessionConfig::from_environment(opt.config_root, opt.cwd, opt.bin_path)};
   Toolsrv srv(std::move(opt));
   p9::StopSignals signals([&] { srv.shutdown(); });  // before the socket exists
   if (auto st = srv.start(); !st) {

@@ -1,5 +1,6 @@
 // fakeprovider [--port N] [--script FILE]: serves the scripted provider on 127.0.0.1 until
 // SIGINT or SIGTERM; prints "fakeprovider: listening on http://127.0.0.1:<port>".
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -14,12 +15,21 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--port" && i + 1 < argc) {
-      port = std::atoi(argv[++i]);
+      const std::string_view v = argv[++i];
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), port);
+      if (ec != std::errc() || end != v.data() + v.size() || port < 0 || port > 65535) {
+        std::cerr << "fakeprovider: --port takes 0 to 65535, not " << v << "\n";
+        return 2;
+      }
     } else if (a == "--script" && i + 1 < argc) {
       std::ifstream in(argv[++i]);
-      script = nlohmann::json::parse(in, nullptr, false);
-      if (!in || script.is_discarded()) {
+      if (!in) {
         std::cerr << "fakeprovider: cannot read script " << argv[i] << "\n";
+        return 2;
+      }
+      script = nlohmann::json::parse(in, nullptr, false);
+      if (script.is_discarded()) {
+        std::cerr << "fakeprovider: script " << argv[i] << " is not valid JSON\n";
         return 2;
       }
     } else {

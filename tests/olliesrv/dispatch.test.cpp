@@ -67,13 +67,13 @@ struct ProbeWorld {
     const std::string t = read_file(w.project + "/.probe-runs");
     return static_cast<std::size_t>(std::count(t.begin(), t.end(), '\n'));
   }
-  /// Scripts `rounds` and a final answer, sends a prompt, waits for the turn to end.
-  void turn(const std::vector<json>& rounds) {
+  /// Scripts `rounds` and a final answer, sends a prompt, waits (up to `limit`) for the turn to end.
+  void turn(const std::vector<json>& rounds, std::chrono::milliseconds limit = 20s) {
     for (const auto& r : rounds) w.fake.push(r);
     w.fake.push({{"text", "done"}});
     const auto before = chat_requests(w);
     ASSERT_TRUE(w.write(a + "/prompt", "go"));
-    ASSERT_TRUE(eventually([&] { return chat_requests(w) == before + rounds.size() + 1; }));
+    ASSERT_TRUE(eventually([&] { return chat_requests(w) == before + rounds.size() + 1; }, limit));
     ASSERT_TRUE(w.wait_state(a, "idle"));
   }
 };
@@ -112,7 +112,7 @@ TEST(Dispatch, ABatchOfThreeHundredCallsAllRunWithABoundOnThoseInFlight) {
     write_file(p.w.project + "/f" + std::to_string(i), std::to_string(i) + "\n");
     calls.push_back(call("c" + std::to_string(i), "probe", {{"path", "f" + std::to_string(i)}}));
   }
-  p.turn({round(calls)});
+  p.turn({round(calls)}, 120s);  // 300 sandboxed runs take 20 s under ASan on 2 busy cores
   EXPECT_EQ(p.runs(), 300u);
   std::vector<std::string> results;
   for (auto& b : blocks_of(p.w, p.a))

@@ -391,9 +391,13 @@ TEST(ToolsrvExit, SigtermKillsEveryGroupAndRemovesTheSocket) {
   ASSERT_EQ(*rdwr(root, "proc/new.bg", "tool=shell\nagent=a1\n\n{\"cmd\":\"sleep 1000 & echo $! > child; wait\"}"), "pid=1\n");
   ASSERT_TRUE(eventually([&] { return read_file(d.cwd + "/child").find('\n') != std::string::npos; }));
   const pid_t grandchild = std::stoi(read_file(d.cwd + "/child"));
+  // Run without OLLIE_SESSION_ID (by hand), its TMPDIR is its own: it goes with it.
+  const std::string tmpdir = world().root + "/run/ollie/tmp/pid-" + std::to_string(d.pid());
+  EXPECT_TRUE(exists(tmpdir));
   ::kill(d.pid(), SIGTERM);
   EXPECT_EQ(d.wait_exit(), 0) << d.err_text();
   EXPECT_FALSE(exists(d.sock));
+  EXPECT_FALSE(exists(tmpdir));
   EXPECT_TRUE(eventually([&] { return gone(grandchild); })) << "sleep survived toolsrv";
 }
 
