@@ -156,7 +156,6 @@ class AgentGuard {
   std::shared_ptr<Agent> a_;
 };
 
-/// A running sub-agent's place among its depth's `subagents` (released however the request ends).
 /// Waits for a place among the sub-agents of `depth` (one pool per depth: a sub-agent waiting
 /// for its own sub-agents never holds the place they need). A flushed request stops waiting.
 asio::awaitable<p9::Result<virtfs::Gate::Pass>> subagent_slot(std::shared_ptr<Session> s, int depth, int limit) {
