@@ -406,6 +406,10 @@ TEST(AgentFiles, ManyWaitingProcReadsLeaveTheEngineItsPlaces) {
   auto pids = started_pids(w, a);
   ASSERT_EQ(pids.size(), 1u);
   const std::string dir = a + "/proc/" + pids[0];
+  // Before the connections: a failure's early return hangs them up, which completes every read.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::size_t, p9::Result<p9::Fcall>>> replies;
   constexpr int per_conn = 600;
   std::vector<std::unique_ptr<Conn>> conns;
   std::vector<p9::CFid> fids;
@@ -413,9 +417,6 @@ TEST(AgentFiles, ManyWaitingProcReadsLeaveTheEngineItsPlaces) {
     conns.push_back(std::make_unique<Conn>(w));
     for (int i = 0; i < per_conn; i++) fids.push_back(conns.back()->open(dir + "/wait", p9::OREAD));
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::pair<std::size_t, p9::Result<p9::Fcall>>> replies;
   const auto read_on = [&](std::size_t i) {
     p9::Fcall t;
     t.type = p9::Tread;
