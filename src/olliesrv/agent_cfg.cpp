@@ -238,6 +238,7 @@ asio::awaitable<p9::Status> write_cfg(Hub& hub, std::shared_ptr<Session> s, std:
   if (!w->params.empty()) {
     json o = json::parse(overrides, nullptr, false);
     if (!o.is_object()) o = json::object();
+    const json before = o;
     const json base = json::parse(profile.params, nullptr, false);
     for (const auto& [k, v] : w->params) {
       if (!v) {
@@ -250,7 +251,7 @@ asio::awaitable<p9::Status> write_cfg(Hub& hub, std::shared_ptr<Session> s, std:
       const bool profiles = !o.contains(k) && base.is_object() && base.contains(k) && base.at(k) == value;
       if (!profiles) o[k] = std::move(value);
     }
-    if (o.dump() != json::parse(overrides, nullptr, false).dump()) c.overrides = o.dump();
+    if (o != before) c.overrides = o.dump();
   }
   co_return co_await apply_change(hub, s, a, std::move(c));
 }

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdint>
 
+#include "backend/json.hpp"
 #include "lib9p/utf8.hpp"
 
 namespace ollie {
@@ -32,32 +33,12 @@ bool is_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 
 constexpr std::size_t max_envelope = 1u << 20;
 constexpr int max_envelope_depth = 32;
 
-/// Whether the JSON text nests deeper than `limit` (brackets in strings do not count).
-bool nests_deeper(std::string_view s, int limit) {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < s.size(); i++) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') i++;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return true;
-    } else if (c == ']' || c == '}') {
-      depth--;
-    }
-  }
-  return false;
-}
-
 /// The envelope's text when `out` is a JSON object with a `content` array.
 bool envelope(const std::string& out, std::string& text, bool& is_error) {
   // Cheap test first: an envelope is an object, so it starts with `{` after blanks.
   auto first = out.find_first_not_of(" \t\r\n");
   if (first == std::string::npos || out[first] != '{') return false;
-  if (out.size() > max_envelope || nests_deeper(out, max_envelope_depth)) return false;
+  if (out.size() > max_envelope || backend::too_deep(out, max_envelope_depth)) return false;
   nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return false;
   auto c = j.find("content");

@@ -331,7 +331,7 @@ asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent
     a->note("error", "!: " + tools.ename());
     co_return;
   }
-  const bool loaded = tools && std::any_of(tools->begin(), tools->end(), [](const ToolInfo& t) { return t.name == "shell"; });
+  const bool loaded = std::any_of(tools->begin(), tools->end(), [](const ToolInfo& t) { return t.name == "shell"; });
   if (!loaded) {
     a->note("error", "!: shell tool not loaded (use /tool_load shell)");
     co_return;
