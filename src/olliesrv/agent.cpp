@@ -335,7 +335,7 @@ bool Agent::stop() {
   {
     std::lock_guard lock(mu);
     inject_.reset();
-    if (!running_) return false;
+    if (!running_ || (held_ && !held_stoppable_)) return false;
     // A hold's work (a manual compaction) sees stopped_; a turn queued behind it is not this stop's.
     if (!held_) turn = turn_active_ ? turns_ : turns_ + 1;
   }
@@ -372,10 +372,11 @@ void Agent::requeue_inject() {
   inject_.reset();
 }
 
-bool Agent::hold() {
+bool Agent::hold(bool stoppable) {
   std::lock_guard lock(mu);
   if (running_ || killed) return false;
   running_ = held_ = true;
+  held_stoppable_ = stoppable;
   held_at_ = stopped_->version();
   return true;
 }

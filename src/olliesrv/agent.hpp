@@ -151,15 +151,16 @@ class Agent : public std::enable_shared_from_this<Agent> {
   p9::Status submit(Submission s);
   /// Takes the head of the prompt queue (a `fifo` read, §2.8.5); nullopt when it is empty.
   std::optional<Submission> pop_queued();
-  /// Interrupts the running turn (§8.9), or the manual compaction of a hold, and discards a
-  /// pending inject. True when one was running.
+  /// Interrupts the running turn (§8.9), or the manual compaction of a stoppable hold, and
+  /// discards a pending inject. True when one was running (a hold for a change is not).
   bool stop();
   /// `inject` (§8.8): while running, makes `text` the pending inject (replacing an undelivered
   /// one) and returns true; idle, returns false (the caller submits it instead).
   bool inject(std::string text);
   /// For an idle-only change that waits (profile switch, cwd, cfg, compact): marks the agent
   /// running so that prompts queue and idle-only verbs are refused meanwhile. False when it runs.
-  bool hold();
+  /// A stoppable hold's work (a manual compaction) is what `stop` interrupts meanwhile.
+  bool hold(bool stoppable);
   /// Ends hold(): what was queued (or injected) meanwhile starts.
   void release();
   /// A backend for (backend, model) without installing it (model "" = the backend's default).
@@ -201,6 +202,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   bool running_ = false;      // a turn runs or is about to (the queue is being drained)
   bool turn_active_ = false;  // a turn's coroutine exists (set by start_next, cleared at its end)
   bool held_ = false;         // hold(): no turn starts until release()
+  bool held_stoppable_ = false;
   std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn
   std::uint64_t turns_ = 0;                            ///< turns started (start_next), for stop()
   /// Bumped by every stop() that found the agent running; hold() notes its version, so the work

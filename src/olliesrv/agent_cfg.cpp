@@ -62,7 +62,7 @@ asio::awaitable<void> load_profile_tools(std::shared_ptr<Session> s, std::shared
   for (const auto& w : p.warnings) a->note("info", w);
 }
 
-Hold::Hold(Agent& a) : ok(a.hold()), a_(a) {}
+Hold::Hold(Agent& a, bool stoppable) : ok(a.hold(stoppable)), a_(a) {}
 
 Hold::~Hold() {
   if (ok) a_.release();
@@ -258,7 +258,7 @@ asio::awaitable<p9::Status> write_cfg(Hub& hub, std::shared_ptr<Session> s, std:
 
 p9::Status set_agent_name(Hub& hub, const std::shared_ptr<Session>& s, const std::shared_ptr<Agent>& a,
                           const std::string& n) {
-  if (!valid_name(n)) return p9::error("invalid name: " + n);
+  if (!valid_name(n)) return p9::error(invalid_name(n));
   const std::string old = a->current_name();
   if (old == n) return {};
   if (auto st = s->rename_agent(a, n); !st) return st;

@@ -62,7 +62,7 @@ p9::Status set_agent_name(Hub& hub, const std::shared_ptr<Session>& s, const std
 /// Agent::hold() for a scope: `ok` is false when the agent runs a turn.
 class Hold {
  public:
-  explicit Hold(Agent& a);
+  explicit Hold(Agent& a, bool stoppable = false);
   ~Hold();
   Hold(const Hold&) = delete;
   Hold& operator=(const Hold&) = delete;

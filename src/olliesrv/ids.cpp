@@ -1,5 +1,7 @@
 #include "ids.hpp"
 
+#include "bypass_policy.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -47,6 +49,8 @@ bool valid_name(std::string_view n) {
     if (!alnum(c) && c != '.' && c != '_' && c != '-') return false;
   return true;
 }
+
+std::string invalid_name(std::string_view n) { return "invalid name: " + bypass::escape(n.substr(0, 64)); }
 
 std::string new_secret() {
   unsigned char b[32];

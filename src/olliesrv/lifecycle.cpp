@@ -78,7 +78,7 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   const std::string id = new_uuid();
   std::string name = kv->get("name");
   if (name.empty()) name = default_name(id);
-  if (!valid_name(name)) co_return p9::error("invalid name: " + name);
+  if (!valid_name(name)) co_return p9::error(invalid_name(name));
   if (!remote.empty() && !remote::valid_destination(remote)) co_return p9::error("remote: invalid destination: " + remote);
   if (auto st = check_backend(kv->get("backend")); !st) co_return st.error();
   if (auto st = check_model(kv->get("model")); !st) co_return st.error();
@@ -221,7 +221,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   const std::string id = new_uuid();
   std::string name = kv->get("name");
   if (name.empty()) name = default_name(id);
-  if (!valid_name(name)) co_return p9::error("invalid name: " + name);
+  if (!valid_name(name)) co_return p9::error(invalid_name(name));
   if (s->find(name)) co_return p9::error("agent already exists: " + name);
   // The agent that sends the request (null for the hostowner), contained by §4.2's rules.
   auto called_by = new_agent_caller(*s, who, kv->get("parent"));

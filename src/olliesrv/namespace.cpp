@@ -99,7 +99,7 @@ Reply session_new(Ctx& c, std::string request) { co_return co_await new_session(
 p9::Status rename_session(Ctx& c, std::string text) {
   if (auto st = gone(c); !st) return st;
   const std::string n(backend::trim(text));
-  if (!valid_name(n)) return p9::error("invalid name: " + n);
+  if (!valid_name(n)) return p9::error(invalid_name(n));
   const std::string old = c.session->current_name();
   if (old == n) return {};
   if (auto st = c.srv->hub().rename(c.session, n); !st) return st;

@@ -104,7 +104,7 @@ Reply verb_kill(AgentCall& c, const virtfs::Command&) {
 }
 
 Reply verb_compact(AgentCall& c, const virtfs::Command& cmd) {
-  Hold held(*c.a);
+  Hold held(*c.a, true);  // `stop` interrupts the summary's request
   if (!held.ok) co_return running(cmd);
   if (!compactable(*c.a)) co_return std::string("nothing to compact\n");
   auto n = co_await compact(c.a, c.s);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <future>
 #include <optional>
 
 #include "olliesrv/world.hpp"
@@ -120,7 +121,7 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
   EXPECT_EQ(ctl(w, a, "stop now"), "error: usage: stop");
   EXPECT_EQ(ctl(w, a, "model 'x"), "error: unterminated quote");
   // A model is one field of agent/idx and one value of cfg: no TAB or newline gets in (§1.2).
-  EXPECT_EQ(ctl(w, a, "model 'm1\tEVIL'"), "error: invalid model: m1\tEVIL");
+  EXPECT_EQ(ctl(w, a, "model 'm1\tEVIL'"), "error: invalid model: m1\\tEVIL");
   EXPECT_EQ(ctl(w, a, "agent nosuch"), "error: unknown agent profile: nosuch");
   EXPECT_EQ(ctl(w, a, "backend nosuch"),
             "error: unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
@@ -305,6 +306,21 @@ TEST(AgentCtl, StopDiscardsAPendingInject) {
   EXPECT_EQ(bodies[1]["messages"].back()["content"], "next");
 }
 
+// §3.3: `stop` answers `idle` when no turn runs, also while a change holds the agent (a profile
+// switch running its slow `!` entry); the change is not interrupted.
+TEST(AgentCtl, StopDuringAProfileSwitchFindsNoTurn) {
+  World w;
+  const std::string marker = w.root + "/entry-ran";
+  own_profiles(w, {{"slow", json{{"prompt", {"!echo started > " + marker + "; sleep 1; echo slow"}}}.dump()}});
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto switched = std::async(std::launch::async, [&] { return ctl(w, a, "agent slow"); });
+  ASSERT_TRUE(eventually([&] { return read_file(marker) == "started\n"; })) << read_file(marker);
+  EXPECT_EQ(ctl(w, a, "stop"), "idle\n");
+  EXPECT_EQ(switched.get(), "slow\n");
+  EXPECT_NE(ctl(w, a, "systemprompt").find("\nslow"), std::string::npos);
+}
+
 TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   World w;
   own_profiles(w, {{"pinned", R"({"prompt": ["agent-observer.md"], "autoLoad": ["file_read"],
@@ -432,7 +448,7 @@ TEST(AgentCtl, CfgWritesArePartialAtomicOrderedAndPersisted) {
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=rel").ename(), "cwd must be absolute: rel");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=/nonexistent-dir").ename(), "cwd: /nonexistent-dir: not a directory");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 agent=nosuch").ename(), "unknown agent profile: nosuch");
-  EXPECT_EQ(w.write(a + "/cfg", "model='m2\nbackend=evil'").ename(), "invalid model: m2\nbackend=evil");
+  EXPECT_EQ(w.write(a + "/cfg", "model='m2\nbackend=evil'").ename(), "invalid model: m2\\nbackend=evil");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 backend=nosuch").ename(),
             "unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 backend=anthropic").ename().rfind("anthropic: missing key: set ", 0), 0u);

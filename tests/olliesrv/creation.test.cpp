@@ -100,8 +100,9 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd='" + w.project + "\tx'", "cwd: invalid character"},
       {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},  // not the directory checked
       {"cwd=" + w.project + " name=bad/name", "invalid name: bad/name"},
-      // Quoted back as text: no 9P string holds a NUL (ollie-9p refused the whole reply).
-      {"cwd=" + w.project + " name=q6" + std::string(1, '\0') + "x", "invalid name: q6\xEF\xBF\xBDx"},
+      // Quoted back escaped: no 9P string holds a NUL (ollie-9p refused the whole reply).
+      {"cwd=" + w.project + " name=q6" + std::string(1, '\0') + "x", "invalid name: q6\\x00x"},
+      {"cwd=" + w.project + " name='a\nb'", "invalid name: a\\nb"},  // on one line
       {"cwd=" + w.project + " name=new", "invalid name: new"},
       {"cwd=" + w.project + " name=idx", "invalid name: idx"},
       {"cwd=" + w.project + " name=3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77", "invalid name: 3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77"},
@@ -111,7 +112,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd=relative remote=me@host", "cwd must be absolute: relative"},
       {"cwd=" + w.project + " backend=nope",
        "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
-      {"cwd=" + w.project + " model='a\tb\nfake\tline'", "invalid model: a\tb\nfake\tline"},
+      {"cwd=" + w.project + " model='a\tb\nfake\tline'", "invalid model: a\\tb\\nfake\\tline"},
       {"cwd=" + w.project + " justaword", "bad token: justaword"},
       {"cwd=" + w.project + " colour=blue", "unknown key: colour"},
       {"cwd=" + w.project + " name=a name=b", "duplicate key: name"},
@@ -143,7 +144,7 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
       {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},
       {"agent=nope", "unknown agent profile: nope"},
       {"backend=nope", "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
-      {"model='x\ty'", "invalid model: x\ty"},
+      {"model='x\ty'", "invalid model: x\\ty"},
       {"parent=ghost", "no such agent: ghost"},
       {"timeout=30", "timeout requires prompt"},
       {"timeout=abc prompt=x", "invalid timeout: abc"},

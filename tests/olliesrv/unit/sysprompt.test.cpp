@@ -45,6 +45,8 @@ TEST(Sysprompt, DefaultIsTheShippedSystemMd) {
   ASSERT_FALSE(file.empty()) << "set OLLIE_SOURCE_DIR";
   while (!file.empty() && file.back() == '\n') file.pop_back();
   EXPECT_EQ(default_system_prompt(), file);
+  // §7.6's Tools section is the rendered prompt's one `# Tools` heading.
+  EXPECT_EQ(("\n" + file).find("\n# Tools\n"), std::string::npos);
 }
 
 TEST(Sysprompt, EnvironmentSectionAsSpecified) {
