@@ -56,7 +56,7 @@ std::string provider_message(std::string_view body) {
   if (auto e = obj_field(j, "error"); e && msg.empty()) msg = str_field(*e, "message");
   for (const char* k : {"message", "Message"})
     if (msg.empty()) msg = str_field(j, k);
-  if (!msg.empty()) return clip(msg, limits::error_text);
+  if (!msg.empty()) return clip(one_line(std::move(msg)), limits::error_text);  // blocks hold it on one line (§8.2)
   const auto s = trim(body);
   if (s.empty()) return "empty response body";
   if (s.front() == '<') {
@@ -118,7 +118,7 @@ Error in_stream_error(std::string_view backend, int code, std::string_view messa
   std::string text(backend);
   if (cls == ErrorClass::transient) text += ": server error: " + (code ? std::to_string(code) + " " : std::string());
   else text += ": error in stream: ";
-  return Error{cls, text + std::string(message), code, {}};
+  return Error{cls, text + one_line(std::string(message)), code, {}};
 }
 
 std::string redact(std::string text, std::string_view secret) {

@@ -44,16 +44,46 @@ inline constexpr const char* string_too_long = "string too long";
 inline constexpr const char* stat_too_long = "stat entry too long";
 inline constexpr const char* message_too_long = "message too long";
 
-/// An error string as it goes out in an Rerror: UTF-8 (a walked name or another client's bytes
-/// quoted in it need not be: each bad sequence is a U+FFFD) of at most ERRMAX-1 bytes, cut at
-/// a character boundary (never before a UTF-8 continuation byte).
+/// An error string as it goes out in an Rerror: one line of UTF-8 that a terminal shows as it
+/// is. A control character in it (a newline of a quoted request, a provider's escape sequence,
+/// a NUL no 9P string holds) is written `\n`, `\t`, `\r` or `\xNN`; a byte sequence that is
+/// not UTF-8 is U+FFFD. At most ERRMAX-1 bytes: a longer one keeps its start and its end, where
+/// the reason is (`cwd: <a long path>: not a directory`), with `…` for the middle; neither cut
+/// splits a character.
 inline std::string cut(std::string_view text) {
-  std::string ename = valid_utf8(text);
-  if (ename.size() < ERRMAX) return ename;
-  std::size_t n = ERRMAX - 1;
-  while (n > 0 && (static_cast<unsigned char>(ename[n]) & 0xC0) == 0x80) n--;
-  ename.resize(n);
-  return ename;
+  static constexpr char hex[] = "0123456789abcdef";
+  const std::string u = valid_utf8(text);
+  std::string e;
+  e.reserve(u.size());
+  for (std::size_t i = 0; i < u.size(); i++) {
+    const auto b = static_cast<unsigned char>(u[i]);
+    // C0 controls, DEL, and the C1 controls (U+0080-U+009F, 0xC2 0x80-0x9F) some terminals obey
+    const bool c1 = b == 0xC2 && i + 1 < u.size() && (static_cast<unsigned char>(u[i + 1]) & 0xE0) == 0x80;
+    if (b >= 0x20 && b != 0x7F && !c1) {
+      e += u[i];
+      continue;
+    }
+    if (b == '\n') e += "\\n";
+    else if (b == '\t') e += "\\t";
+    else if (b == '\r') e += "\\r";
+    else {
+      for (std::size_t k = 0; k < (c1 ? 2u : 1u); k++) {
+        const auto x = static_cast<unsigned char>(u[i + k]);
+        e += "\\x";
+        e += hex[x >> 4];
+        e += hex[x & 15];
+      }
+      i += c1;
+    }
+  }
+  if (e.size() < ERRMAX) return e;
+  constexpr std::string_view ellipsis = "\xE2\x80\xA6";
+  constexpr std::size_t keep = ERRMAX - 1 - ellipsis.size();
+  const auto inside = [&](std::size_t i) { return (static_cast<unsigned char>(e[i]) & 0xC0) == 0x80; };
+  std::size_t head = keep / 2, tail = e.size() - (keep - keep / 2);
+  while (head > 0 && inside(head)) head--;
+  while (tail < e.size() && inside(tail)) tail++;
+  return e.substr(0, head).append(ellipsis).append(e, tail);
 }
 
 }  // namespace p9::err

@@ -691,15 +691,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // The Rerror of a frame that never became a request (undecodable, duplicate tag, ...).
   void refuse(std::uint16_t tag, std::string ename) { send(rerror(tag, std::move(ename))); }
 
-  // An Rerror's text is cut to ERRMAX-1 bytes, with a U+FFFD for each NUL (a request's bytes
-  // quoted back; no 9P string holds one); any other reply over msize becomes `message larger
-  // than msize`; a reply the codec cannot encode becomes the codec's reason.
+  // An Rerror's text is made one line and cut to ERRMAX-1 bytes (err::cut); any other reply
+  // over msize becomes `message larger than msize`; a reply the codec cannot encode becomes the
+  // codec's reason.
   void send(Fcall r) {
     if (closed_) return;
-    if (r.type == Rerror) {
-      for (std::size_t i = 0; (i = r.ename.find('\0', i)) != std::string::npos;) r.ename.replace(i, 1, "\xEF\xBF\xBD");
-      r.ename = err::cut(std::move(r.ename));
-    }
+    if (r.type == Rerror) r.ename = err::cut(r.ename);
     else if (encoded_size(r) > frame_limit()) r = rerror(r.tag, err::message_too_large);
     if (spdlog::should_log(spdlog::level::trace)) spdlog::trace("9p -> {} tag {}", type_name(r.type), r.tag);
     if (auto st = encode(r, pending_); !st) {

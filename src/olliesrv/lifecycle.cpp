@@ -433,6 +433,8 @@ std::optional<std::string> refused(const SessionRecord& r, const std::set<std::s
     if (!looks_like_uuid(ar.id)) return "invalid agent id: " + shown(ar.id);
     if (ids_in_use.contains(ar.id)) return "agent " + ar.id + ": id taken by another session";
     if (!valid_name(ar.name)) return "agent " + ar.id + ": invalid agent name: " + shown(ar.name);
+    if (!ar.profile.empty() && !valid_profile_name(ar.profile))
+      return "agent " + ar.id + ": invalid profile: " + shown(ar.profile);
     if (!ar.parent.empty() && !looks_like_uuid(ar.parent)) return "agent " + ar.id + ": invalid parent: " + shown(ar.parent);
     if (bad_cwd(ar.cwd)) return "agent " + ar.id + ": cwd: invalid character: " + shown(ar.cwd);
     if (!check_model(ar.model)) return "agent " + ar.id + ": invalid model: " + shown(ar.model);

@@ -41,13 +41,6 @@ constexpr std::size_t kMaxResolvedBytes = 4 << 20;
 /// Warnings of one resolution (each becomes an info block), then one saying how many more.
 constexpr std::size_t kMaxWarnings = 16;
 
-bool valid_profile_name(const std::string& n) {
-  if (n.empty() || n.size() > 255 || n[0] == '.') return false;
-  for (unsigned char c : n)
-    if (c == '/' || c < 0x20 || c == 0x7f) return false;
-  return true;
-}
-
 std::string trim_trailing_newlines(std::string s) {
   while (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
@@ -112,6 +105,13 @@ p9::Result<std::string> profile_param(const std::string& key, const json& v) {
 }
 
 }  // namespace
+
+bool valid_profile_name(const std::string& n) {
+  if (n.empty() || n.size() > 255 || n[0] == '.') return false;
+  for (unsigned char c : n)
+    if (c == '/' || c < 0x20 || c == 0x7f) return false;
+  return true;
+}
 
 p9::Result<Profile> load_profile(const std::string& config_root, const std::string& name) {
   if (!valid_profile_name(name)) return p9::error("unknown agent profile: " + name);

@@ -27,9 +27,11 @@ struct Profile {
   std::vector<std::string> warnings;  ///< `agent profile <p>: unknown field <f>` per unknown field
 };
 
+/// A name a profile file may have: not empty, no `/`, no leading `.`, no control character.
+bool valid_profile_name(const std::string& name);
 /// `<config root>/agents/<name>.json`. A missing `default` is `{}`; another missing profile is
 /// `unknown agent profile: <p>`; bad JSON or a field of the wrong type is
-/// `agent profile <p>: <parse error>`. A name with `/` or starting with `.` is unknown.
+/// `agent profile <p>: <parse error>`. A name valid_profile_name refuses is unknown.
 p9::Result<Profile> load_profile(const std::string& config_root, const std::string& name);
 /// Stored cfg overrides (JSON object text, as session.json keeps them) with each entry checked
 /// as a profile's parameter is: an unknown key or a value a `cfg` write would refuse is left

@@ -848,10 +848,11 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
   }
 
-  /// A need that sends one ctl command; the error of a lost connection reads `tool server lost: …`.
+  /// A need that sends one ctl command; its errors read `tool server unavailable: …` when no
+  /// toolsrv could start, `tool server lost: …` when the connection failed (§6.1).
   asio::awaitable<p9::Status> need_ctl(std::string line) {
     auto i = co_await need();
-    if (!i) co_return i.error();
+    if (!i) co_return p9::error(unavailable_prefix + i.ename());
     co_return co_await ctl_on(*i, std::move(line));
   }
 
@@ -898,7 +899,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   /// One Rdwr exchange as a need.
   asio::awaitable<p9::Result<std::string>> need_rdwr(std::string path, std::string request) {
     auto i = co_await need();
-    if (!i) co_return i.error();
+    if (!i) co_return p9::error(unavailable_prefix + i.ename());
     auto r = co_await exchange(*i, std::move(path), std::move(request));
     if (r && r->size() > max_listing) co_return p9::error("reply too large");
     co_return r;

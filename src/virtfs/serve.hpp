@@ -427,7 +427,7 @@ class Adapter : public p9::FileServer {
     o.pending = true;
     // A filter takes effect as it is written (event, §5.2): events published before the first
     // read are kept or dropped by it, not by an unfiltered buffer that overflows meanwhile.
-    if (h->node->stream) (void)o.cursor->request(o.request.view());
+    if (o.cursor) (void)o.cursor->request(o.request.view());  // none on a fid opened to write only
     return static_cast<std::uint32_t>(data.size());
   }
 

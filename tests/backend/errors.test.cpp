@@ -83,6 +83,10 @@ TEST(BackendErrors, UnparsableBodyKeepsATrimmedMessage) {
             "openai: server error: 502 502 Bad Gateway");
   EXPECT_EQ(classify(503, "upstream connect error\n   or disconnect\treset\n").message,
             "openai: server error: 503 upstream connect error or disconnect reset");
+  // A JSON message too, and one that ends a stream: no newline or escape sequence reaches a block.
+  EXPECT_EQ(classify(502, R"({"error":{"message":"boom\nline2 \u001b[31mRED"}})").message,
+            "openai: server error: 502 boom line2  [31mRED");
+  EXPECT_EQ(in_stream_error("openai", 500, "boom\nline2", "{}").message, "openai: server error: 500 boom line2");
 }
 
 TEST(BackendErrors, HugeProviderMessageIsCutWithAnEllipsis) {

@@ -262,19 +262,33 @@ TEST(Codec, EncoderRefusesAStatEntryOver65535Bytes) {
   EXPECT_EQ(encode(f).ename(), "stat entry too long");
 }
 
-TEST(Codec, ErrorStringsAreCutToErrmaxOnACharacterBoundary) {
+TEST(Codec, ALongErrorKeepsItsStartAndItsReasonCutOnCharacterBoundaries) {
+  const std::string ell = "\xE2\x80\xA6";
   EXPECT_EQ(err::cut("short"), "short");
-  EXPECT_EQ(err::cut(std::string(200, 'a')), std::string(127, 'a'));
-  std::string e = "x";  // then two-byte characters: byte 127 starts one
+  EXPECT_EQ(err::cut(std::string(127, 'a')), std::string(127, 'a'));
+  EXPECT_EQ(err::cut(std::string(200, 'a')), std::string(62, 'a') + ell + std::string(62, 'a'));
+  auto cut = err::cut("cwd: /" + std::string(300, 'c') + ": not a directory");
+  EXPECT_EQ(cut.size(), 127u);
+  EXPECT_EQ(cut.substr(0, 8), "cwd: /cc");
+  EXPECT_TRUE(cut.ends_with("ccc: not a directory")) << cut;
+  std::string e;  // two-byte characters: both cuts fall on a boundary
   for (int i = 0; i < 100; i++) e += "\xc3\xa9";
-  auto cut = err::cut(e);
-  EXPECT_EQ(cut.size(), 127u);  // 'x' and 63 whole characters
-  e = "";
-  for (int i = 0; i < 100; i++) e += "\xc3\xa9";
+  EXPECT_EQ(err::cut(e), e.substr(0, 62) + ell + e.substr(138));
+  e = "x" + e;  // now bytes 62 and 138 are inside characters: the whole ones around them stay out
   cut = err::cut(e);
-  EXPECT_EQ(cut.size(), 126u);  // the character across byte 127 is dropped whole
-  EXPECT_EQ(cut, e.substr(0, 126));
+  EXPECT_EQ(cut, e.substr(0, 61) + ell + e.substr(139));
+  EXPECT_EQ(cut.size(), 126u);
   EXPECT_EQ(err::cut("caf\xC3: file not found"), "caf\xEF\xBF\xBD: file not found");  // a client's bytes in it
+}
+
+TEST(Codec, AnErrorIsOneLineATerminalShowsAsItIs) {
+  EXPECT_EQ(err::cut("bad token: a\nb"), "bad token: a\\nb");
+  EXPECT_EQ(err::cut("502 boom\x1b[31m\t\r\x7f"), "502 boom\\x1b[31m\\t\\r\\x7f");
+  EXPECT_EQ(err::cut(std::string("q\0x", 3)), "q\\x00x");  // no 9P string holds a NUL
+  EXPECT_EQ(err::cut("csi \xC2\x9B" "2J"), "csi \\xc2\\x9b2J");  // a C1 control
+  EXPECT_EQ(err::cut("caf\xC3\xA9 \xC2\xA9 \\n"), "caf\xC3\xA9 \xC2\xA9 \\n");  // é, ©, a backslash: as they are
+  // Escaped, then cut: the 127 bytes are those that go out.
+  EXPECT_EQ(err::cut(std::string(200, '\n')).size(), 127u);
 }
 
 TEST(Framing, FewerThanFourBytesNeedMore) {

@@ -353,12 +353,14 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   EXPECT_EQ(ctl(w, a, "tools").substr(0, 10), "file_read\t");
   const std::string bad = ctl(w, a, "agent bad");
   EXPECT_EQ(bad.rfind("error: agent profile bad: ", 0), 0u);
-  // Cut to 127 bytes in the Rerror; the whole of it is in the log (§1.8).
+  // Cut to 127 bytes in the Rerror, its start and its end kept; the whole of it is in the log (§1.8).
   EXPECT_EQ(bad.size(), 7 + 127u) << bad;
   const std::string log = w.log_text();
-  const auto at = log.find(bad.substr(7));
+  const auto at = log.find(bad.substr(7, 62));
   ASSERT_NE(at, std::string::npos) << log;
-  EXPECT_GT(log.find('\n', at) - at, 127u) << log;
+  const std::string logged = log.substr(at, log.find('\n', at) - at);
+  EXPECT_GT(logged.size(), 127u) << log;
+  EXPECT_TRUE(logged.ends_with(bad.substr(7 + 62 + 3))) << bad;
   EXPECT_EQ(ctl(w, a, "agent ../x"), "error: unknown agent profile: ../x");
   EXPECT_EQ(ctl(w, a, "agent"), "pinned\n");
   // !cmd respects the profile's tool set.

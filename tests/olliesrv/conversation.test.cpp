@@ -999,6 +999,12 @@ TEST(Conversation, ARestoredSessionWhoseToolsrvCannotStartAnswersCallsUnavailabl
   const auto errors = contents(w, a, "error");
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].rfind("tool server unavailable: ", 0), 0u) << errors[0];
+  // Every other need says so the same way: a `!` command, the agent's cwd set through ctl.
+  ASSERT_TRUE(w.write(a + "/prompt", "!ls"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "error").size() == 2; })) << w.log_text();
+  EXPECT_EQ(contents(w, a, "error")[1].rfind("!: tool server unavailable: ", 0), 0u) << contents(w, a, "error")[1];
+  auto cwd = w.rdwr(a + "/ctl", "cwd " + w.project);
+  EXPECT_EQ(cwd.ename().rfind("tool server unavailable: ", 0), 0u) << cwd.ename();
   // §7.6: the platform is toolsrv's to say; without it the prompt says `unknown`, and renders
   // again once toolsrv answers, not with a platform made up.
   auto system = [&](std::size_t i) { return chat_bodies(w).at(i)["messages"][0]["content"].get<std::string>(); };
@@ -1105,11 +1111,15 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   // A cwd with a newline would split its session/idx record; an agent id another session's agent
   // has (a session directory copied to fork it) would own that agent's files as its uname.
   const std::string bad_cwd = named("badcwd", "main"), copied = named("original", "main");
+  // A profile name agent/new would refuse: agent/idx would show it, a TAB splitting its record.
+  const std::string bad_profile = named("badprofile", "main");
   w.stop_server(SIGTERM);
-  for (const auto& [file, key] : {std::pair{bad_session, "session"}, std::pair{bad_agent, "agent"}, std::pair{bad_cwd, "cwd"}}) {
+  for (const auto& [file, key] : {std::pair{bad_session, "session"}, std::pair{bad_agent, "agent"}, std::pair{bad_cwd, "cwd"},
+                                  std::pair{bad_profile, "profile"}}) {
     auto k = json::parse(read_file(file));
     if (std::string(key) == "session") k["name"] = "bad\nname";
     else if (std::string(key) == "cwd") k["cwd"] = w.project + "\nX\tY";
+    else if (std::string(key) == "profile") k["agents"][0]["profile"] = "../x\ty";
     else k["agents"][0]["name"] = "new";
     write_file(file, k.dump(1));
   }
@@ -1138,6 +1148,8 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   EXPECT_EQ(read_file(bad_agent), bad_agent_text);
   EXPECT_EQ(idx->find("badcwd"), std::string::npos) << *idx;
   EXPECT_NE(w.log_text().find(": cwd: invalid character: "), std::string::npos) << w.log_text();
+  EXPECT_EQ(idx->find("badprofile"), std::string::npos) << *idx;
+  EXPECT_NE(w.log_text().find(": invalid profile: ../x\\ty"), std::string::npos) << w.log_text();
   EXPECT_NE(idx->find("original\t"), std::string::npos) << *idx;
   EXPECT_EQ(idx->find("copy\t"), std::string::npos) << *idx;
   EXPECT_NE(w.log_text().find("ffffffff-0000-4000-8000-000000000000: agent " + copy["agents"][0]["id"].get<std::string>() +

@@ -301,6 +301,17 @@ TEST_F(Kinds, StreamingRdwrFilterWrittenBeforeTheFirstRead) {
   EXPECT_EQ(c->write(1, 0, "agent.").ename, "filter already set");
 }
 
+// A fid opened to write only has no stream to filter: its write is taken and changes nothing
+// (it crashed olliesrv: any agent could write its `event` file).
+TEST_F(Kinds, StreamingRdwrOpenedToWriteOnlyTakesTheWriteAndNothingElse) {
+  open(1, "event", OWRITE);
+  EXPECT_EQ(c->write(1, 0, "x\n").count, 2u);
+  EXPECT_EQ(c->clunk(1).type, Rclunk);
+  open(2, "event", OREAD);
+  st->log->append("a\n");
+  EXPECT_EQ(c->read(2, 0).data, "a\n");
+}
+
 TEST_F(Kinds, StreamingRdwrWithoutAFilterGetsEverything) {
   open(1, "event", OREAD);
   st->log->append("a\nb\n");
