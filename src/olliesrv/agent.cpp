@@ -332,24 +332,40 @@ std::optional<Submission> Agent::pop_queued() {
 
 bool Agent::stop() {
   std::uint64_t turn = 0;  // the turn to interrupt: the one running, or the one about to start
+  bool running;
+  std::vector<std::shared_ptr<asio::cancellation_signal>> commands;
   {
     std::lock_guard lock(mu);
     inject_.reset();
-    if (!running_ || (held_ && !held_stoppable_)) return false;
+    running = running_ && !(held_ && !held_stoppable_);
+    commands = commands_;
+    if (!running && commands.empty()) return false;
     // A hold's work (a manual compaction) sees stopped_; a turn queued behind it is not this stop's.
-    if (!held_) turn = turn_active_ ? turns_ : turns_ + 1;
+    if (running && !held_) turn = turn_active_ ? turns_ : turns_ + 1;
   }
-  stopped_->notify();
-  if (turn)
-    asio::post(ex, [self = shared_from_this(), turn] {
-      std::shared_ptr<asio::cancellation_signal> c;
-      {
-        std::lock_guard lock(self->mu);
-        if (self->turns_ == turn) c = self->cancel_;  // not a later turn that started meanwhile
-      }
-      if (c) c->emit(asio::cancellation_type::terminal);
-    });
+  if (running) stopped_->notify();
+  asio::post(ex, [self = shared_from_this(), turn, commands = std::move(commands)] {
+    std::shared_ptr<asio::cancellation_signal> c;
+    {
+      std::lock_guard lock(self->mu);
+      if (turn && self->turns_ == turn) c = self->cancel_;  // not a later turn that started meanwhile
+    }
+    if (c) c->emit(asio::cancellation_type::terminal);
+    for (const auto& command : commands) command->emit(asio::cancellation_type::terminal);
+  });
   return true;
+}
+
+std::shared_ptr<asio::cancellation_signal> Agent::begin_command() {
+  auto c = std::make_shared<asio::cancellation_signal>();
+  std::lock_guard lock(mu);
+  commands_.push_back(c);
+  return c;
+}
+
+void Agent::end_command(const std::shared_ptr<asio::cancellation_signal>& c) {
+  std::lock_guard lock(mu);
+  std::erase(commands_, c);
 }
 
 bool Agent::inject(std::string text) {

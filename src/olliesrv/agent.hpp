@@ -151,9 +151,14 @@ class Agent : public std::enable_shared_from_this<Agent> {
   p9::Status submit(Submission s);
   /// Takes the head of the prompt queue (a `fifo` read, §2.8.5); nullopt when it is empty.
   std::optional<Submission> pop_queued();
-  /// Interrupts the running turn (§8.9), or the manual compaction of a stoppable hold, and
-  /// discards a pending inject. True when one was running (a hold for a change is not).
+  /// Interrupts the running turn (§8.9), or the manual compaction of a stoppable hold, and the
+  /// `!` commands running (§3.4), and discards a pending inject. True when one was running (a
+  /// hold for a change is not).
   bool stop();
+  /// A `!` command for its run: stop() emits the signal, whose slot the caller binds to the
+  /// command's coroutine; end_command when it has ended.
+  std::shared_ptr<asio::cancellation_signal> begin_command();
+  void end_command(const std::shared_ptr<asio::cancellation_signal>& c);
   /// `inject` (§8.8): while running, makes `text` the pending inject (replacing an undelivered
   /// one) and returns true; idle, returns false (the caller submits it instead).
   bool inject(std::string text);
@@ -210,6 +215,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::shared_ptr<virtfs::Signal> stopped_ = std::make_shared<virtfs::Signal>();
   std::uint64_t held_at_ = 0;
   std::optional<std::string> inject_;                  ///< the pending inject (§8.8)
+  std::vector<std::shared_ptr<asio::cancellation_signal>> commands_;  ///< the `!` commands running
   std::shared_ptr<backend::Backend> backend_;
   double rolled_cost_ = 0;  ///< sub-agents' cost rolled up during the running turn (§8.10.3)
 };

@@ -1,7 +1,7 @@
 #include "verbs.hpp"
 
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -325,7 +325,9 @@ constexpr virtfs::Verb<Reply (*)(AgentCall&, const virtfs::Command&)> agent_verb
 };
 
 // `!command` (§3.4): the agent's shell tool, sandboxed, in its effective cwd; an `exec` block.
-asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string command) {
+// A `stop` cancels it (its proc/new is flushed: toolsrv kills its process group); its block
+// then says `interrupted`.
+asio::awaitable<void> exec_command(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string command) {
   auto tools = co_await s->host->tools(a->id);
   if (!tools) {  // toolsrv could not say (unavailable, lost): not "not loaded"
     a->note("error", "!: " + tools.ename());
@@ -350,6 +352,16 @@ asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent
   auto out = co_await s->host->call(std::move(req), ToolHost::For::terminal);
   a->transcript.append(make_block("exec", out.text, command));
   a->note_sandbox(out);
+}
+
+asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string command) {
+  try {
+    co_await exec_command(s, a, command);
+    co_return;
+  } catch (const std::system_error& e) {
+    if (e.code() != asio::error::operation_aborted) throw;
+  }
+  a->transcript.append(make_block("exec", "interrupted", command));
 }
 
 asio::awaitable<void> run_slash(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string request) {
@@ -383,23 +395,26 @@ asio::awaitable<p9::Result<std::string>> agent_ctl(Hub& hub, std::shared_ptr<Ses
 p9::Status write_prompt(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string text) {
   text = std::string(backend::trim(text));
   if (text.empty()) return {};
-  auto detach = [&](asio::awaitable<void> work) {
-    asio::co_spawn(a->ex, std::move(work), [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        spdlog::error("prompt: {}", x.what());
-      }
-    });
+  const auto logged = [](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      spdlog::error("prompt: {}", x.what());
+    }
   };
   if (text.rfind("//", 0) == 0) {
     text.erase(0, 1);
   } else if (text[0] == '/') {
-    detach(run_slash(hub, s, a, text.substr(1)));
+    asio::co_spawn(a->ex, run_slash(hub, s, a, text.substr(1)), logged);
     return {};
   } else if (text[0] == '!') {
-    detach(run_exec(s, a, std::string(backend::trim(std::string_view(text).substr(1)))));
+    auto stop = a->begin_command();
+    asio::co_spawn(a->ex, run_exec(s, a, std::string(backend::trim(std::string_view(text).substr(1)))),
+                   asio::bind_cancellation_slot(stop->slot(), [a, stop, logged](std::exception_ptr e) {
+                     a->end_command(stop);
+                     logged(e);
+                   }));
     return {};
   }
   return a->submit({text, ""});

@@ -321,6 +321,23 @@ TEST(AgentCtl, StopDuringAProfileSwitchFindsNoTurn) {
   EXPECT_NE(ctl(w, a, "systemprompt").find("\nslow"), std::string::npos);
 }
 
+// §3.4, §8.9: `stop` ends the agent's `!` commands too, the only handle a user has on them (a
+// `!` is no turn): the command's process group is killed and its block says `interrupted`.
+TEST(AgentCtl, StopEndsTheBangCommandsRunning) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string pidfile = w.project + "/cmd.pid";
+  ASSERT_TRUE(w.write(a + "/prompt", "!echo $$ > cmd.pid; sleep 60; echo slept"));
+  ASSERT_TRUE(eventually([&] { return read_file(pidfile).ends_with("\n"); })) << w.log_text();
+  const pid_t pid = std::stoi(read_file(pidfile));
+  EXPECT_EQ(ctl(w, a, "stop"), "stopped\n");
+  EXPECT_TRUE(wait_block(w, a, "exec", "interrupted"));
+  EXPECT_TRUE(eventually([&] { return ::kill(pid, 0) != 0; })) << "the command still runs";
+  EXPECT_EQ(ctl(w, a, "stop"), "idle\n");
+  converse(w, a, "still there?", "yes");  // the global lock the command held is free
+}
+
 TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   World w;
   own_profiles(w, {{"pinned", R"({"prompt": ["agent-observer.md"], "autoLoad": ["file_read"],
