@@ -31,6 +31,22 @@ std::string normalized(std::string s) {
   return out;
 }
 
+/// Levenshtein distance: the edits (insert, delete, replace a byte) from a to b.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); j++) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); i++) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); j++) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
 std::set<std::string> words(const std::string& s) {
   std::set<std::string> out;
   std::string w;
@@ -141,15 +157,25 @@ std::string unknown_tool(const std::string& name, const std::vector<ToolInfo>& c
   for (const auto& t : catalog)
     if (t.error.empty() && normalized(t.name) == n && near.size() < 3) near.push_back(t.name);
   if (near.size() < 3) {
+    // By word overlap: the most words shared first, then the name closest to the one written
+    // (`file_reed` → file_read before file_edit and file_glob, which share `file` too).
+    struct Near {
+      std::size_t shared, distance;
+      const std::string* name;
+    };
+    std::vector<Near> ranked;
     const auto mine = words(name);
     for (const auto& t : catalog) {
       if (!t.error.empty() || std::find(near.begin(), near.end(), t.name) != near.end()) continue;
       const auto theirs = words(t.name + " " + t.description);
-      if (std::any_of(mine.begin(), mine.end(), [&](const std::string& w) { return theirs.count(w) > 0; })) {
-        near.push_back(t.name);
-        if (near.size() == 3) break;
-      }
+      const auto shared = static_cast<std::size_t>(
+          std::count_if(mine.begin(), mine.end(), [&](const std::string& w) { return theirs.count(w) > 0; }));
+      if (shared) ranked.push_back({shared, edit_distance(normalized(t.name), n), &t.name});
     }
+    std::stable_sort(ranked.begin(), ranked.end(), [](const Near& a, const Near& b) {
+      return a.shared != b.shared ? a.shared > b.shared : a.distance < b.distance;
+    });
+    for (std::size_t i = 0; i < ranked.size() && near.size() < 3; i++) near.push_back(*ranked[i].name);
   }
   if (near.empty()) return out;
   out += "; did you mean: ";

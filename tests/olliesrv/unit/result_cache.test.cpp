@@ -138,3 +138,16 @@ TEST(UnknownTool, ACatalogNameGetsTheLoadHintEvenWhenTheToolIsInvalid) {
             "error: unknown tool: lsp_hover; it exists but is not loaded: call tool_load with lsp_hover first");
   EXPECT_EQ(unknown_tool("File-Read", catalog), "error: unknown tool: File-Read; did you mean: file_read?");
 }
+
+// The near names by word overlap come most shared words first, then the closest name: a typo
+// finds the tool it misspells, not the first names in the catalog's order.
+TEST(UnknownTool, NearNamesAreRankedByWordsSharedThenByTheClosestName) {
+  const std::vector<ToolInfo> catalog = {{.name = "codeintel", .description = "symbols of a file"},
+                                         {.name = "file_edit", .description = "edits a file"},
+                                         {.name = "file_glob", .description = "finds file names"},
+                                         {.name = "file_grep", .description = "searches file contents"},
+                                         {.name = "file_read", .description = "reads a file"}};
+  EXPECT_EQ(unknown_tool("file_reed", catalog), "error: unknown tool: file_reed; did you mean: file_read, file_grep, file_edit?");
+  EXPECT_EQ(unknown_tool("grep_file_contents", catalog),
+            "error: unknown tool: grep_file_contents; did you mean: file_grep, file_edit, file_read?");
+}
