@@ -536,6 +536,12 @@ std::size_t restore(Hub& hub) {
       continue;
     }
     hub.store.settle(l);  // restored: now its torn last lines and stale temp files may go (§7.7)
+    // A turn a kill -9 cut off ended without a word (its calls without results are dropped):
+    // its agent's transcript says so, once (the save takes the mark off).
+    bool cut_off = false;
+    for (std::size_t i = 0; i < agents.size(); i++)
+      if (r.agents[i].turn) agents[i]->note("info", "interrupted: olliesrv stopped during the turn"), cut_off = true;
+    if (cut_off) s->save_soon();
     for (const auto& a : agents) ids_in_use.insert(a->id);
     n++;
     hub.bus.publish("session." + r.id + ".new", "session/" + r.name);

@@ -130,6 +130,7 @@ ojson agent_json(const AgentRecord& a) {
   j["name"] = a.name;
   j["profile"] = a.profile;
   if (!a.parent.empty()) j["parent"] = a.parent;
+  if (a.turn) j["turn"] = true;
   j["created"] = a.created;
   j["backend"] = a.backend;
   j["model"] = a.model;
@@ -356,7 +357,8 @@ struct Parser {
     if (!str(j, "id", p, a.id) || !str(j, "name", p, a.name) || !str(j, "profile", p, a.profile) ||
         !str(j, "parent", p, a.parent) || !i64(j, "created", p, a.created) || !str(j, "backend", p, a.backend) || !str(j, "model", p, a.model) ||
         !str(j, "cwd", p, a.cwd) || !strings(j, "tools", p, a.tools) || !strings(j, "peers", p, a.peers) ||
-        !str(j, "plan", p, a.plan) || !count(j, "blockCounter", p, a.block_counter) || !str(j, "feed", p, a.feed))
+        !str(j, "plan", p, a.plan) || !count(j, "blockCounter", p, a.block_counter) || !str(j, "feed", p, a.feed) ||
+        !boolean(j, "turn", p, a.turn))
       return false;
     if (a.id.empty()) return fail(p + "id", "empty");
     auto* params = object(j, "params", p);

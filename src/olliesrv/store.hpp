@@ -45,6 +45,7 @@ struct UsageRecord {
 struct AgentRecord {
   std::string id, name, profile;
   std::string parent;        ///< agent/idx's parent (an extension of §7.7: "parent", when set)
+  bool turn = false;         ///< a turn ran at the save (an extension: "turn", when true)
   std::int64_t created = 0;  ///< Unix seconds
   std::string backend, model;
   std::string cwd;           ///< the override only ("" = inherit)

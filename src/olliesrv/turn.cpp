@@ -271,6 +271,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     if (fresh && !up.empty()) a.transcript.append(make_block("context", up, "userPrompts"));
   }
   if (!sub.shown) a.transcript.append(make_block("user", sub.text, sub.origin));
+  s_->save_soon();  // the turn's start: a restart after a kill -9 says the turn was cut off
 
   try {
     if (!interrupt) for (;;) {

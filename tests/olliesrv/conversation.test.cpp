@@ -861,12 +861,26 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   ASSERT_GE(restored.size(), before.size());
   for (std::size_t i = 0; i < before.size(); i++) EXPECT_EQ(restored[i], before[i]);
   EXPECT_EQ(w.read_state(a), "idle");
+  // The turn the kill cut off says so, once.
+  const std::string cut = "interrupted: olliesrv stopped during the turn";
+  auto cuts = [&] {
+    auto notes = contents(w, a, "info");
+    return std::count(notes.begin(), notes.end(), cut);
+  };
+  EXPECT_EQ(cuts(), 1) << *after;
+  EXPECT_EQ(restored.back()["content"], cut);
   // The restored agent talks again, with the first exchange in its history.
   w.fake.push({{"text", "still here"}});
   ASSERT_TRUE(w.write(a + "/prompt", "third"));
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
   auto body = request_body(w, 2);
   EXPECT_NE(body.dump().find("remember me"), std::string::npos);
+  // A restart with no turn running (the mark was taken off) adds nothing.
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  w.start();
+  EXPECT_EQ(cuts(), 1) << *w.read(a + "/log.raw");
 }
 
 // §7.7, §4.2: a write that changes what is persisted is answered once session.json holds the

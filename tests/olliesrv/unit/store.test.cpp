@@ -95,6 +95,7 @@ SessionRecord full_session() {
   a.peers = {"99999999-2222-4333-8444-555555555555"};
   a.plan = "- [ ] step\n- [x] done\n";
   a.block_counter = 212;
+  a.turn = true;
   a.feed = "feed value";
   a.usage = {1, 2, 3, 4, 5, true, 0.0123, 1.5};
   a.messages.push_back(msg(Role::user, "hello \"there\"\n"));
@@ -169,6 +170,7 @@ void expect_same(const SessionRecord& x, const SessionRecord& y) {
     EXPECT_EQ(a.peers, b.peers);
     EXPECT_EQ(a.plan, b.plan);
     EXPECT_EQ(a.block_counter, b.block_counter);
+    EXPECT_EQ(a.turn, b.turn);
     EXPECT_EQ(a.feed, b.feed);
     EXPECT_EQ(a.usage.input, b.usage.input);
     EXPECT_EQ(a.usage.output, b.usage.output);
@@ -216,6 +218,7 @@ TEST(StoreJson, UsesTheSpecFieldNames) {
   EXPECT_EQ(j["env"]["FOO"], "bar");
   const auto& a = j["agents"][0];
   EXPECT_EQ(a["blockCounter"], 212);
+  EXPECT_EQ(a["turn"], true);  // an extension: only while a turn runs
   EXPECT_EQ(a["created"], 1757000000);
   EXPECT_EQ(a["params"]["temperature"], 0.2) << "params is an object";
   EXPECT_EQ(a["usage"]["cachedInput"], 3);
