@@ -39,7 +39,15 @@ ln -s "$src/data/prompts" "$cfg/prompts"
 o -h | grep -q 'o \[session \[agent\]\]' || fail "o -h does not show the usage"
 if o -x 2>/dev/null; then fail "o -x exits 0"; fi
 
-echo '{"loop":true,"responses":[{"text":"Hello from the fake model."}]}' >"$root/say.json"
+# Every prompt gets the hello, but a turn whose request holds "thirty rounds" (the busy agent's,
+# below) gets 30 rounds of a quick shell call, then its answer.
+{
+  printf '{"loop":true,"responses":['
+  for i in $(seq 30); do
+    printf '{"when":"thirty rounds","tool_calls":[{"id":"r%d","name":"shell","arguments":{"cmd":"echo %d"}}]},' "$i" "$i"
+  done
+  printf '{"when":"thirty rounds","text":"All thirty rounds are done."},{"text":"Hello from the fake model."}]}\n'
+} >"$root/say.json"
 "$build/tests/fakeprovider/fakeprovider" --port 0 --script "$root/say.json" >"$root/fake.out" &
 pids+=($!)
 within 10 grep -qs listening "$root/fake.out" || fail "the fake provider did not start"
@@ -92,6 +100,23 @@ tmux send-keys -t "$t:0.1" 'after ctrl-c' Enter || fail "the prompt pane is gone
 within 20 has 'user: after ctrl-c' || fail "no prompt after Ctrl-C: $(chat)"
 has 'half typed' && fail "the line cleared by Ctrl-C was sent: $(chat)"
 [ "$(panes)" = "$before" ] || fail "Ctrl-C ended a pane: $before, now $(panes)"
+
+# a pasted block is one prompt with all its lines, bracketed (as terminals and tmux's
+# paste-buffer -p send it: it waits in the line for Enter) or not (its lines come as if entered)
+user_blocks() { ollie-9p read session/work/agent/main/log.raw | grep '^{"role":"user",'; }
+pasted() {  # $1: the lines, as in the JSON string; one user block holds them, no other any of them
+  user_blocks | grep -qF "\"content\":\"$1\"" &&
+    [ "$(user_blocks | grep -cE "$(sed 's/\\n/|/g' <<<"$1")")" -eq 1 ]
+}
+within 10 reading || fail "no new prompt line: $(prompt_pane)"
+tmux set-buffer -b pasted $'first line\nsecond line\nthird line'
+tmux paste-buffer -p -b pasted -t "$t:0.1" && tmux send-keys -t "$t:0.1" Enter
+within 20 pasted 'first line\nsecond line\nthird line' || fail "a bracketed paste of 3 lines: $(user_blocks)"
+within 10 reading || fail "no new prompt line after a paste: $(prompt_pane)"
+tmux set-buffer -b pasted $'line one\nline two\nline three'
+tmux paste-buffer -b pasted -t "$t:0.1" && tmux send-keys -t "$t:0.1" Enter
+within 20 pasted 'line one\nline two\nline three' || fail "a paste of 3 lines, not bracketed: $(user_blocks)"
+within 10 reading || fail "no new prompt line after a paste: $(prompt_pane)"
 
 # the status line follows the agent: the model and the context
 within 10 status_shows 'idle · fake-model · ctx [0-9]*% · \$0' ||
@@ -164,6 +189,25 @@ gclients() { [ "$(tmux list-clients -t "$g:" | wc -l)" -eq 2 ]; }
 within 10 gclients || fail "clients of the old tmux session: $(tmux list-clients)"
 grep -qF 'works in' "$root/term3.out" && fail "a notice of the directory from the session's own"
 tmux kill-session -t "$g"
+
+# the status line shows the newest state at once, not every state in turn: after a turn of 30
+# quick tool rounds it says idle soon after the agent is (it said so 50 s late, replaying them)
+echo name=busy | ollie-9p rdwr session/work/agent/new >/dev/null
+(cd "$root/project/my proj" && script -qfec "o work busy" /dev/null <"$root/keys" >/dev/null 2>&1 &)
+b='=o-work/busy'
+within 10 tmux has-session -t "$b" 2>/dev/null || fail "o work busy did not open"
+busy_shows() { tmux show -v -t "$b:" status-right | grep -q "$1"; }
+within 10 busy_shows '^idle · fake-model' || fail "the busy pair's status line: $(tmux show -v -t "$b:" status-right)"
+tmux send-keys -t "$b:0.1" 'take thirty rounds' Enter
+busy_idle() {  # the turn is over: its answer is there and the agent is idle
+  ollie-9p read session/work/agent/busy/log.raw | grep -qF 'All thirty rounds are done.' &&
+    [ "$(ollie-9p read session/work/agent/idx | awk -F'\t' '$1 == "busy" { print $3 }')" = idle ]
+}
+within 90 busy_idle || fail "the turn of 30 rounds did not end: $(ollie-9p read session/work/agent/idx)"
+rounds=$(ollie-9p read session/work/agent/busy/log.raw | grep -c '^{"role":"call",')
+[ "$rounds" -eq 30 ] || fail "the busy turn made $rounds calls, not 30"
+within 5 busy_shows '^idle · ' || fail "the status line is not idle 5 s after the turn: $(tmux show -v -t "$b:" status-right)"
+tmux kill-session -t "$b"
 
 # renamed under it, the pair keeps working (o addresses it by id); the names shown follow, the
 # tmux session's too, and no error reaches the prompt line
