@@ -539,8 +539,11 @@ std::size_t restore(Hub& hub) {
     // A turn a kill -9 cut off ended without a word (its calls without results are dropped):
     // its agent's transcript says so, once (the save takes the mark off).
     bool cut_off = false;
-    for (std::size_t i = 0; i < agents.size(); i++)
-      if (r.agents[i].turn) agents[i]->note("info", "interrupted: olliesrv stopped during the turn"), cut_off = true;
+    for (std::size_t i = 0; i < agents.size(); i++) {
+      if (!r.agents[i].turn) continue;
+      agents[i]->note("info", "interrupted: olliesrv stopped during the turn");
+      cut_off = true;
+    }
     if (cut_off) s->save_soon();
     for (const auto& a : agents) ids_in_use.insert(a->id);
     n++;
