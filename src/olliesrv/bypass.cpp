@@ -138,7 +138,7 @@ p9::Result<std::vector<Answer>> parse_answers(std::string_view text) {
     else if (w.size() != 2 || w[1] != "deny") return p9::error(usage);
     const auto [end, ec] = std::from_chars(w[0].data(), w[0].data() + w[0].size(), a.reqid);
     if (ec != std::errc{} || end != w[0].data() + w[0].size() || a.reqid == 0)
-      return p9::error("no such request: " + bypass::escape(w[0].substr(0, 64)));
+      return p9::error("no such request: " + bypass::shown(w[0]));
     out.push_back(a);
   }
   return out;

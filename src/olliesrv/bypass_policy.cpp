@@ -54,9 +54,6 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-/// A value named in an error: escaped and short, so the error stays one readable line.
-std::string shown(std::string_view s) { return escape(s.substr(0, 64)); }
-
 /// The length of the UTF-8 sequence at s[i], and its code point; 1 and -1 for a byte that does
 /// not start a valid sequence.
 std::pair<std::size_t, std::int32_t> utf8_at(std::string_view s, std::size_t i) {
@@ -295,6 +292,8 @@ std::string escape(std::string_view s) {
   }
   return out;
 }
+
+std::string shown(std::string_view s) { return escape(s.substr(0, 64)); }
 
 std::string visible_json(std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";

@@ -50,7 +50,7 @@ bool valid_name(std::string_view n) {
   return true;
 }
 
-std::string invalid_name(std::string_view n) { return "invalid name: " + bypass::escape(n.substr(0, 64)); }
+std::string invalid_name(std::string_view n) { return "invalid name: " + bypass::shown(n); }
 
 std::string new_secret() {
   unsigned char b[32];

@@ -423,7 +423,7 @@ namespace {
 // is left as it is, like any other that fails to load. Values are shown escaped, as
 // bypass/pending shows a command.
 std::optional<std::string> refused(const SessionRecord& r, const std::set<std::string>& ids_in_use) {
-  const auto shown = [](const std::string& v) { return bypass::escape(v.substr(0, 64)); };
+  using bypass::shown;
   const auto bad_cwd = [](const std::string& d) { return d.find_first_of(bad_path_chars) != std::string::npos; };
   if (!looks_like_uuid(r.id)) return "invalid session id: " + shown(r.id);
   if (!valid_name(r.name)) return "invalid session name: " + shown(r.name);

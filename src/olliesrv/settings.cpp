@@ -93,7 +93,7 @@ p9::Status check_model(const std::string& name) {
   // A model name is one field of idx tables and one value of cfg: no TAB, newline or control.
   const bool ok = std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
   if (ok) return {};
-  return p9::error("invalid model: " + bypass::escape(std::string_view(name).substr(0, 64)));
+  return p9::error("invalid model: " + bypass::shown(name));
 }
 
 p9::Error unknown_backend(const std::string& name) { return p9::error("unknown backend: " + name + " (" + known_backends() + ")"); }
