@@ -4,6 +4,7 @@
 #include "agent_files.hpp"
 #include "backend/text.hpp"
 #include "bypass_files.hpp"
+#include "compaction.hpp"
 #include "generate.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
@@ -220,7 +221,13 @@ virtfs::Node<Ctx> declare() {
                 return c.agent->state_changed;
               })),
       D::Leaf("stats", Mode{0444}, Doc{"usage, context and cost, key=value"},
-              Read([](Ctx& c) { return Text(c.agent->stats_text()); })),
+              Read([](Ctx& c) -> Reply {
+                // A restored agent's window is not asked at the restore (no network for 10,000
+                // sessions): its first read asks, so contextLength is never the unknown 128000 of
+                // a model whose window is known (§8.5.1).
+                (void)co_await Compaction::context_length(c.agent);
+                co_return Text(c.agent->stats_text());
+              })),
       D::Leaf("chat", Mode{0440}, Doc{"the rendered transcript: the last 64 KiB, then live, token by token"},
               Stream([](Ctx& c) -> p9::Result<std::shared_ptr<Cursor>> { return c.agent->transcript.chat(); }),
               Vers(log_vers), Mtime(log_mtime)),

@@ -121,6 +121,11 @@ TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   ASSERT_TRUE(w.write(claude + "/cfg", "backend=openai model=fake-model")) << w.log_text();
   EXPECT_NE(w.read(claude + "/stats")->find("contextLength=65536\n"), std::string::npos) << *w.read(claude + "/stats");
   EXPECT_EQ(chat_requests(w), 0u);
+  // A restored agent's window is asked at its first read of stats, not shown as unknown.
+  w.stop_server(SIGKILL);
+  w.start();
+  EXPECT_NE(w.read(claude + "/stats")->find("contextLength=65536\n"), std::string::npos) << *w.read(claude + "/stats");
+  EXPECT_EQ(chat_requests(w), 0u);
 }
 
 // §8.5.1: a window the provider cannot tell is unknown (128000), cached like a known one: a models
