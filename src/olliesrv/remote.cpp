@@ -437,6 +437,8 @@ if [ -f "$P" ]; then
      fi ;;
   esac
 fi
+# What earlier starts of the session left (no toolsrv of it runs now): their sockets.
+rm -f "$R/$sid".*.sock
 export OLLIE_SESSION_ID="$sid" OLLIE_TOOLS_PATH="$D/tools" PATH="$D/bin:$PATH"
 printf '%s\n' "$k" | { exec 3<&0 </dev/null >/dev/null; exec toolsrv -a "unix!$S" -cwd "$cwd" -config "$D"; } &
 pid=$!
@@ -454,6 +456,9 @@ exec 4<&0
 { cat <&4; kill "$pid"; } >/dev/null 2>&1 &
 exec 4<&- </dev/null
 wait "$pid"
+# The reverse forward's socket is sshd's, which leaves it; the pid file, unless a newer start's.
+rm -f "$R/$sid.$n.olliesrv.sock"
+[ "$(cat "$P" 2>/dev/null)" != "$pid" ] || rm -f "$P"
 )SH";
   return s;
 }
@@ -467,6 +472,9 @@ const char* const remote_command =
 /// The ssh master: the bootstrap's connection, whose control socket later takes the forwards.
 std::vector<std::string> master_command(const Target& t, const std::string& control) {
   std::vector<std::string> a = ssh_command(t.env);
+  // A host that stops answering (asleep, unplugged) is a lost toolsrv within 30 s, not a turn
+  // stuck until TCP gives up: nothing else notices a silent connection (§6.1).
+  a.insert(a.end(), {"-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"});
   a.insert(a.end(), {"-o", "ControlMaster=yes", "-o", "ControlPath=" + control, "-o", "ControlPersist=no", "-T", "--",
                      t.destination, remote_command});
   return a;
@@ -482,6 +490,8 @@ std::vector<std::string> forward_command(const Target& t, const std::string& con
 
 }  // namespace
 
+std::string control_path(const std::string& session_id) { return p9::runtime_root() + "/fwd/" + session_id + ".ssh"; }
+
 bool valid_destination(const std::string& d) {
   if (d.empty() || d.size() > 255 || d.front() == '-' || d.front() == '@' || d.back() == '@') return false;
   if (std::count(d.begin(), d.end(), '@') > 1) return false;
@@ -495,7 +505,7 @@ asio::awaitable<p9::Result<Started>> start(asio::any_io_executor ex, Target t, s
   if (!valid_destination(t.destination)) co_return p9::error("remote: invalid destination: " + p9::valid_utf8(t.destination.substr(0, 64)));
   const std::string fwd_dir = p9::runtime_root() + "/fwd";
   if (auto d = p9::ensure_runtime_dir(fwd_dir); !d) co_return p9::error("remote: " + d.ename());
-  const std::string control = fwd_dir + "/" + t.session_id + ".ssh";
+  const std::string control = control_path(t.session_id);
   const std::string fwd_sock = fwd_dir + "/" + t.session_id + ".sock";
   if (control.size() + control_suffix > max_sock) co_return p9::error("remote: " + control + ": socket path too long");
   ::unlink(control.c_str());  // left by a master that was SIGKILLed: ssh would not multiplex

@@ -19,6 +19,9 @@
 
 namespace ollie::remote {
 
+/// The session's ssh control socket ($XDG_RUNTIME_DIR/ollie/fwd/<sid>.ssh).
+std::string control_path(const std::string& session_id);
+
 /// `[user@]host` as session/new accepts it (§4.1): no option, space or shell character.
 bool valid_destination(const std::string& d);
 

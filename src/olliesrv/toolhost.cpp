@@ -150,6 +150,7 @@ struct Instance {
   std::shared_ptr<p9::AsyncFid> root;  ///< only its const members are used, from any coroutine
   std::uint64_t synced = 0;  ///< the ToolHost's wish version its last sync sent
   std::string ollie_addr;    ///< a remote toolsrv's OLLIE_ADDR: its end of the reverse forward
+  std::string program = "toolsrv";  ///< what pid runs: toolsrv, or a remote one's ssh
 
   std::mutex mu;
   bool reaped = false, dead = false, err_eof = false;
@@ -204,7 +205,7 @@ struct Instance {
 
   std::string reason(const std::string& fallback) {
     std::lock_guard lk(mu);
-    if (reaped && !exit_text.empty()) return "toolsrv " + exit_text;
+    if (reaped && !exit_text.empty()) return program + " " + exit_text;
     return fallback;
   }
 };
@@ -429,6 +430,18 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
   }
 
+  /// The session's toolsrv socket (§6.1): toolsrv's own, or a remote one's -L forward.
+  static std::string sock_path(const std::string& session_id) {
+    return p9::runtime_root() + "/toolsrv/" + session_id + ".sock";
+  }
+
+  /// Removes the sockets a toolsrv that will not start again leaves: a SIGKILLed toolsrv's, and
+  /// the forward and control sockets of a remote one's ssh, which never removes them.
+  static void forget_sockets(const Config& c) {
+    ::unlink(sock_path(c.session_id).c_str());
+    if (!c.remote.empty()) ::unlink(remote::control_path(c.session_id).c_str());
+  }
+
   /// Kills a previous instance and waits (bounded) until it is reaped: its socket path is ours.
   asio::awaitable<void> bury(std::shared_ptr<Instance> old) {
     if (!old) co_return;
@@ -487,9 +500,8 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     if (c.remote.empty() && (::stat(c.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
       co_return p9::error("cwd: " + c.cwd + ": not a directory");
     if (c.remote.empty() && ::access(c.toolsrv.c_str(), X_OK) != 0) co_return p9::error(c.toolsrv + ": " + std::strerror(errno));
-    const std::string dir = p9::runtime_root() + "/toolsrv";
-    if (auto d = p9::ensure_runtime_dir(dir); !d) co_return d.error();
-    const std::string sock = dir + "/" + c.session_id + ".sock";
+    if (auto d = p9::ensure_runtime_dir(p9::runtime_root() + "/toolsrv"); !d) co_return d.error();
+    const std::string sock = sock_path(c.session_id);
     if (sock.size() >= 100) co_return p9::error(sock + ": socket path too long");
 
     auto i = std::make_shared<Instance>();
@@ -503,10 +515,12 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
       if (auto st2 = spawn(i, c, secret); !st2) co_return st2.error();
     } else {
       auto target = remote_target(c, sock);
+      i->program = "ssh";
       auto adopt = [i](pid_t pid, int pidfd) { i->pid = pid, i->pidfd = pidfd; };
       auto a = co_await remote::start(ex, std::move(target), secret, adopt);
       if (!a) {
         i->lose("bootstrap failed");
+        forget_sockets(c);
         co_return a.error();
       }
       i->ollie_addr = a->addr;
@@ -533,7 +547,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
           co_await t.async_wait(tuple_awaitable);
         }
         std::lock_guard lk(i->mu);
-        co_return p9::error("toolsrv " + i->exit_text + (i->last_err.empty() ? "" : ": " + i->last_err));
+        co_return p9::error(i->program + " " + i->exit_text + (i->last_err.empty() ? "" : ": " + i->last_err));
       }
       auto d = co_await p9::AsyncClient::dial(ex, "unix!" + sock);
       if (d) {
@@ -1322,11 +1336,14 @@ std::string ToolHost::forward_addr() const {
 }
 
 void ToolHost::stop() {
+  Config c;
   {
     std::lock_guard lk(s_->mu);
     s_->ended = true;
+    c = s_->cfg;
   }
   s_->stop();
+  State::forget_sockets(c);
 }
 
 void ToolHost::release() {

@@ -145,6 +145,15 @@ TEST(Remote, ToolsRunOnTheOtherHostAndCallBackThroughTheReverseForward) {
   auto as_main = (*c)->attach(main_id, "", &*afid2);
   ASSERT_FALSE(as_main);
   EXPECT_EQ(as_main.ename(), "authentication failed");
+
+  // A killed session leaves none of its sockets here: ssh's -L end and its control socket are
+  // not removed by ssh, nor olliesrv's listener for the reverse forward.
+  std::string sid = *w.read(s + "/id");
+  sid.pop_back();  // its newline
+  ASSERT_EQ(*w.rdwr(s + "/ctl", "kill"), "killed\n");
+  for (const auto& dir : {"/run/ollie/toolsrv", "/run/ollie/fwd"})
+    for (const auto& e : std::filesystem::directory_iterator(w.root + dir))
+      EXPECT_EQ(e.path().filename().string().find(sid), std::string::npos) << e.path();
 }
 
 TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
@@ -179,11 +188,11 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
   EXPECT_EQ(opt.ename(), "remote: invalid destination: -oProxyCommand=x");
 
   // No session, no ssh, no remote toolsrv (the refused forward's was started, then killed), no
-  // socket olliesrv would still listen on for a session that is not (§6.11.5).
+  // socket olliesrv would still listen on for a session that is not (§6.11.5), nor one of ssh's.
   EXPECT_EQ(*w.read("session/idx"), "");
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(w.root + "/run/ollie/fwd", ec))
-    EXPECT_EQ(e.path().extension(), ".ssh") << e.path();
+  for (const auto& dir : {"/run/ollie/toolsrv", "/run/ollie/fwd"})
+    for (const auto& e : std::filesystem::directory_iterator(w.root + dir, ec)) ADD_FAILURE() << e.path();
   EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
   EXPECT_TRUE(eventually([&] { return servers("toolsrv", sshd.cache).empty(); }, 10s));
 }
@@ -200,6 +209,8 @@ TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
   ASSERT_TRUE(w.wait_state(a, "calling: shell"));
   auto masters = matching("ControlMaster=yes", w.home);
   ASSERT_EQ(masters.size(), 1u);
+  // A host that stops answering is noticed by ssh itself (nothing else reads a silent link).
+  EXPECT_NE(read_file("/proc/" + std::to_string(masters[0]) + "/cmdline").find("ServerAliveInterval="), std::string::npos);
   const auto first_toolsrv = servers("toolsrv", sshd.cache);
   ::kill(masters[0], SIGKILL);
   ASSERT_TRUE(eventually([&] { return tool_results(w, a).size() > before; }));
@@ -213,6 +224,13 @@ TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
   auto now = servers("toolsrv", sshd.cache);
   ASSERT_EQ(now.size(), 1u);
   EXPECT_NE(now[0], first_toolsrv[0]);
+  // The lost start's sockets over there are gone: only the new start's two remain.
+  std::vector<std::string> socks;
+  for (const auto& e : std::filesystem::directory_iterator(sshd.cache + "/ollie/run"))
+    if (e.path().extension() == ".sock") socks.push_back(e.path().filename());
+  EXPECT_EQ(socks.size(), 2u) << ::testing::PrintToString(socks);
+  // ssh's status is not toolsrv's.
+  EXPECT_EQ(tool_results(w, a)[before].find("toolsrv exit status 255"), std::string::npos) << tool_results(w, a)[before];
 }
 
 TEST(Remote, RestartedOlliesrvRestoresTheSessionAndBootstrapsAtTheFirstNeed) {
