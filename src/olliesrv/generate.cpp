@@ -54,29 +54,28 @@ bool header_line(std::string_view line, std::initializer_list<std::string_view> 
   return true;
 }
 
-/// Header lines up to the first empty line when every one is key=value tokens with known keys;
-/// otherwise the whole request is the body. A key given twice is `duplicate key: <k>`.
+/// Header lines up to the first empty line (blanks only: a CRLF or a stray space ends it as well,
+/// §1.3) when every one is key=value tokens with known keys; otherwise the whole request is the
+/// body. A key given twice is `duplicate key: <k>`.
 p9::Result<Request> split_header(const std::string& text, std::initializer_list<std::string_view> keys) {
   Request r;
-  const auto end = text.rfind('\n', 0) == 0 ? 0 : text.find("\n\n");
-  if (end == std::string::npos) {
-    r.body = text;
-    return r;
-  }
-  const std::string_view header = std::string_view(text).substr(0, end);
-  for (std::string_view rest = header; !rest.empty();) {
-    const auto nl = rest.find('\n');
-    if (!header_line(rest.substr(0, nl), keys)) {
+  const auto blank = [](std::string_view l) { return l.find_first_not_of(" \t\r") == std::string_view::npos; };
+  for (std::size_t at = 0;;) {
+    const auto nl = text.find('\n', at);
+    const std::string_view line = std::string_view(text).substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    if (nl == std::string::npos || !(blank(line) || header_line(line, keys))) {
       r.body = text;
       return r;
     }
-    rest = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
+    if (blank(line)) {
+      auto kv = parse_request(std::string_view(text).substr(0, at), keys);
+      if (!kv) return kv.error();
+      r.header = std::move(*kv);
+      r.body = text.substr(nl + 1);
+      return r;
+    }
+    at = nl + 1;
   }
-  auto kv = parse_request(header, keys);
-  if (!kv) return kv.error();
-  r.header = std::move(*kv);
-  r.body = text.substr(end + (end == 0 ? 1 : 2));
-  return r;
 }
 
 /// A completion without the Markdown fence a model may wrap it in despite its prompt.

@@ -26,6 +26,8 @@ let olliesrv, fakeUrl;
 const slow = "slowly ".repeat(400);
 const elsewhere = "elsewhere ".repeat(50);  // another client's turn: about 2.5 s
 const responses = [
+  // the prompt linking a FIFO and the bridge's stdin (for that prompt alone, wherever it comes)
+  { text: "Named, not read.", when: "Mind the fifo." },
   // the tool-using turn
   { tool_calls: [{ id: "c1", name: "shell", arguments: { cmd: "sleep 1; echo hi-from-tool" } }] },
   { reasoning: "The tool said hi.", text: "Done: hi-from-tool" },
@@ -225,6 +227,33 @@ test("a tool-using prompt streams the tool call, its result, the plan, thoughts 
   assert.ok(log.includes("the attached file's text"), "the linked file is inlined");
 });
 
+// The bridge reads and writes on one thread: a linked FIFO or /dev/stdin (its own stdin, the
+// editor's pipe) read there would stop it for good. They are named, not read.
+test("a linked FIFO or /dev/stdin is named, and the bridge goes on", async () => {
+  const [sid, aid] = sessionId.split("/");
+  const fifo = path.join(project, "a.fifo");
+  execFileSync("mkfifo", [fifo]);
+  main.updates.length = 0;
+  const done = main.agent.request("session/prompt", {
+    sessionId,
+    prompt: [{ type: "text", text: "Mind the fifo." },
+             { type: "resource_link", uri: `file://${fifo}`, name: "a.fifo" },
+             { type: "resource_link", uri: "file:///dev/stdin", name: "stdin" }],
+  });
+  const late = new Promise((_, reject) => setTimeout(() => reject(new Error("the bridge is stuck on the FIFO")), 10000));
+  const r = await Promise.race([done, late]);
+  assert.equal(r.stopReason, "end_turn");
+  assert.equal(text(main.updates, "agent_message_chunk"), "Named, not read.");
+  const again = await Promise.race([main.agent.request("initialize", { protocolVersion: 1 }), late]);
+  assert.equal(again.protocolVersion, 1, "a second request is answered");
+  const log = ollie9p("read", `session/${sid}/agent/${aid}/log.raw`);
+  assert.ok(log.includes(`<file path=\\"${fifo}\\" inlined=\\"false\\"/>`), "the FIFO is named");
+  // Node's child stdio is a socket pair, which cannot be opened: named as unreadable (a pipe,
+  // as AcpPrompt.AFifoOrAPipeIsNamedWithoutBlocking has it, is named as not inlined).
+  assert.match(log, /<file path=\\"\/dev\/stdin\\" (inlined=\\"false\\"|unreadable=\\"true\\")\/>/, "so is /dev/stdin");
+  rmSync(fifo);
+});
+
 test("session/cancel stops the turn: the prompt ends cancelled", async () => {
   main.updates.length = 0;
   const done = main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Talk slowly." }] });
@@ -233,6 +262,21 @@ test("session/cancel stops the turn: the prompt ends cancelled", async () => {
   const r = await done;
   assert.equal(r.stopReason, "cancelled");
   assert.ok(text(main.updates, "agent_message_chunk").length < slow.length, "the answer was cut short");
+});
+
+// A !command runs at once, beside any turn; ctl stop ends it (its exec block says interrupted).
+test("session/cancel stops a !command: the prompt ends cancelled at once", async () => {
+  main.updates.length = 0;
+  const start = Date.now();
+  const done = main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "!sleep 30; echo slept" }] });
+  await new Promise((r) => setTimeout(r, 1000));
+  await main.agent.notify("session/cancel", { sessionId });
+  const r = await done;
+  assert.equal(r.stopReason, "cancelled");
+  assert.ok(Date.now() - start < 8000, `answered after ${Date.now() - start} ms`);
+  const said = text(main.updates, "agent_message_chunk");
+  assert.match(said, /interrupted/);
+  assert.doesNotMatch(said, /^slept$/m);
 });
 
 test("a bypass request becomes session/request_permission; allow runs it outside the sandbox", async () => {
@@ -246,7 +290,15 @@ test("a bypass request becomes session/request_permission; allow runs it outside
   assert.match(ask.toolCall.title, /shell echo outside-the-sandbox$/, "exactly what would run");
   assert.deepEqual(ask.options.map((o) => o.kind), ["allow_once", "allow_always", "reject_once"]);
   const ups = main.updates.map((u) => u.update);
+  // The request is an update of the call awaiting it, by that call's id; allowed, it runs.
+  const call = ups.find((u) => u.sessionUpdate === "tool_call");
+  assert.equal(call.title, "shell echo outside-the-sandbox", "the command, not the arguments' JSON");
+  assert.equal(ask.toolCall.toolCallId, call.toolCallId);
+  assert.equal(ask.toolCall.status, "pending");
+  const running = ups.findIndex((u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === call.toolCallId && u.status === "in_progress");
   const result = ups.find((u) => u.sessionUpdate === "tool_call_update" && u.status === "completed");
+  assert.ok(running >= 0 && running < ups.indexOf(result), "in progress once allowed, then completed");
+  assert.equal(result.toolCallId, call.toolCallId);
   assert.match(result.content[0].content.text, /outside-the-sandbox/);
   const [sid, aid] = sessionId.split("/");
   assert.match(ollie9p("read", `session/${sid}/agent/${aid}/log.raw`), /approved/);
@@ -293,7 +345,10 @@ test("deny in the permission request: nothing runs", async () => {
   const r = await main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Try again outside." }] });
   assert.equal(r.stopReason, "end_turn");
   assert.equal(main.permissions.length, 1);
+  const call = main.updates.map((u) => u.update).find((u) => u.sessionUpdate === "tool_call");
+  assert.equal(main.permissions[0].toolCall.toolCallId, call.toolCallId);
   const result = main.updates.map((u) => u.update).find((u) => u.sessionUpdate === "tool_call_update");
+  assert.equal(result.toolCallId, call.toolCallId);
   assert.equal(result.status, "failed");
   assert.match(result.content[0].content.text, /bypass denied/);
   assert.doesNotMatch(result.content[0].content.text, /must-not-run\n/);
@@ -386,15 +441,18 @@ test("the editor hanging up with a permission request open denies it before the 
   const hang = connect({ permission: () => new Promise(() => {}) });  // never answered
   await hang.agent.request("initialize", { protocolVersion: 1, clientCapabilities: {} });
   await hang.agent.request("session/load", { sessionId: second, cwd: project, mcpServers: [] });
-  hang.agent.request("session/prompt", { sessionId: second, prompt: [{ type: "text", text: "Once more outside." }] }).catch(() => {});
+  const abandoned = hang.agent.request("session/prompt", { sessionId: second, prompt: [{ type: "text", text: "Once more outside." }] });
+  abandoned.catch(() => {});
   await within(10, () => hang.permissions.length === 1, "the permission request");
-  const reqid = hang.permissions[0].toolCall.toolCallId.replace(/^bypass-/, "");
+  const reqid = hang.permissions[0].toolCall.content[0].content.text.match(/bypass request (\d+)/)[1];
   const pending = () => ollie9p("read", `bypass/pending/${ollie9p("read", `session/${sid}/name`).trim()}`);
   const listed = new RegExp(`^${reqid}\t`, "m");
   assert.match(pending(), listed);
   const exited = new Promise((r) => hang.p.on("exit", (code, signal) => r({ code, signal })));
   hang.p.stdin.end();
   assert.deepEqual(await exited, { code: 0, signal: null }, hang.stderr());
+  // Its prompt, not waited for, is answered all the same.
+  await assert.rejects(abandoned, /stdin ended/);
   assert.doesNotMatch(pending(), listed, "denied, not left pending");
   // The turn goes on without the bridge; its end keeps the fake provider's queue in step.
   await within(10, () => ollie9p("read", `session/${sid}/agent/${aid}/log.raw`).includes("Denied at hang-up."), "the turn's end");
@@ -406,20 +464,35 @@ test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", asyn
   children.push(p);
   const replies = [];
   createInterface({ input: p.stdout }).on("line", (l) => replies.push(JSON.parse(l)));
+  // Before initialize: a request is refused, a notification ignored.
+  p.stdin.write(`{"jsonrpc":"2.0","id":0,"method":"session/new","params":{"cwd":"${project}","mcpServers":[]}}\n`);
+  p.stdin.write(`{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"x"}}\n`);
   p.stdin.write("this is not json\n");
   p.stdin.write('{"jsonrpc":"2.0","id":1,"method":"no/such/method"}\n');
   p.stdin.write('{"jsonrpc":"1.0","id":2,"method":"initialize"}\n');
   p.stdin.write('[1,2,3]\n');
+  p.stdin.write('{"jsonrpc":"2.0","id":10,"method":"initialize","params":{"protocolVersion":1}}\n');
   p.stdin.write('{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"nope","prompt":[]}}\n');
+  // Parameters of the wrong type are invalid params, named.
+  p.stdin.write(`{"jsonrpc":"2.0","id":11,"method":"session/new","params":{"cwd":"${project}","mcpServers":"none"}}\n`);
+  p.stdin.write(`{"jsonrpc":"2.0","id":12,"method":"session/new","params":{"cwd":"${project}","mcpServers":[{"name":5}]}}\n`);
+  p.stdin.write('{"jsonrpc":"2.0","id":13,"method":"session/load","params":{"sessionId":"a/b","cwd":5,"mcpServers":[]}}\n');
+  p.stdin.write('{"jsonrpc":"2.0","id":14,"method":"session/load","params":{"sessionId":"a/b","cwd":"/","mcpServers":{}}}\n');
   p.stdin.write('{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":1}}\n');
-  await within(10, () => replies.length >= 6, "six replies");
+  await within(10, () => replies.length >= 12, "twelve replies");
   const byId = (id) => replies.find((r) => r.id === id);
-  assert.equal(replies[0].error.code, -32700);
-  assert.equal(replies[0].id, null);
+  assert.equal(byId(0).error.code, -32600);
+  assert.match(byId(0).error.message, /initialize first/);
+  assert.equal(replies.filter((r) => r.id === null).length, 2, "the notification was not answered");
+  assert.ok(replies.some((r) => r.id === null && r.error?.code === -32700), "not JSON");
   assert.equal(byId(1).error.code, -32601);
   assert.equal(byId(2).error.code, -32600);
   assert.ok(replies.some((r) => r.id === null && r.error?.code === -32600), "a batch is refused");
   assert.equal(byId(3).error.code, -32002);
+  for (const [id, field] of [[11, /mcpServers must be an array/], [12, /mcpServers\[0\]/], [13, /cwd must be a string/], [14, /mcpServers must be an array/]]) {
+    assert.equal(byId(id).error.code, -32602, `request ${id}`);
+    assert.match(byId(id).error.message, field);
+  }
   assert.equal(byId(4).result.protocolVersion, 1, "still answering");
   // A line over 16 MiB is refused even when its newline comes with its last bytes.
   const pad = 16 * 1024 * 1024 + 10 - '{"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":1,"pad":""}}'.length;
@@ -431,6 +504,29 @@ test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", asyn
   p.stdin.end();
   const code = await new Promise((r) => p.on("exit", r));
   assert.equal(code, 0, "stdin's end ends the bridge");
+});
+
+// What was read before stdin's end is answered before the bridge ends: a last line without its
+// newline, requests whose handlers had not run, and one that waits for olliesrv.
+test("requests read before stdin's end are answered", async () => {
+  const run = (input) => new Promise((resolve) => {
+    const p = spawn(`${build}/bin/ollie-acp`, [], { env, stdio: ["pipe", "pipe", "pipe"] });
+    children.push(p);
+    let out = "", err = "";
+    p.stdout.on("data", (d) => (out += d));
+    p.stderr.on("data", (d) => (err += d));
+    p.on("exit", (code) => resolve({ code, err, replies: out.split("\n").filter((l) => l).map((l) => JSON.parse(l)) }));
+    p.stdin.end(input);
+  });
+  const one = await run('{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1}}');
+  assert.equal(one.code, 0, one.err);
+  assert.deepEqual(one.replies.map((r) => [r.id, r.result?.protocolVersion]), [[7, 1]]);
+  const two = await run('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n' +
+                        `{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"${project}","mcpServers":[]}}\n`);
+  assert.equal(two.code, 0, two.err);
+  assert.equal(two.replies.find((r) => r.id === 1)?.result?.protocolVersion, 1);
+  const made = two.replies.find((r) => r.id === 2);
+  assert.match(made?.result?.sessionId ?? JSON.stringify(made), /^[0-9a-f-]{36}\/[0-9a-f-]{36}$/, "session/new answered");
 });
 
 test("the editor closing stdin ends the bridge cleanly (exit 0: no sanitizer report, no leak)", async () => {

@@ -1,8 +1,14 @@
 // ollie-acp's translation of blocks into ACP session updates, and of ACP prompts into text.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <fcntl.h>
 #include <fstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
 
 #include "acp/prompt.hpp"
 #include "acp/updates.hpp"
@@ -57,6 +63,42 @@ TEST(AcpTranslator, CallsAndResultsPairInOrderWithKindLocationsAndStatus) {
   EXPECT_EQ(r2[0]["status"], "failed");
 }
 
+// The title says what runs: the command or the path, whatever other arguments come with it.
+TEST(AcpTranslator, TheTitleIsTheCommandOrPathWhateverElseTheArgumentsHold) {
+  EXPECT_EQ(acp::tool_title("shell", json{{"cmd", "ls -l"}, {"description", "run"}}), "shell ls -l");
+  EXPECT_EQ(acp::tool_title("shell", json{{"cmd", "ls"}, {"bypass", true}, {"timeout", 5}}), "shell ls");
+  EXPECT_EQ(acp::tool_title("file_read", json{{"path", "a.c"}, {"line", 3}}), "file_read a.c");
+  EXPECT_EQ(acp::tool_title("x", json{{"cmd", "c"}, {"path", "p"}}), "x c");
+  EXPECT_EQ(acp::tool_title("x", json{{"cmd", 5}, {"q", "y"}}), R"(x {"cmd":5,"q":"y"})");
+  EXPECT_EQ(acp::tool_title("x", json::object()), "x {}");
+}
+
+#if 0
+// A bypass request names its call only by tool and summary (spec §6.9.2): the call awaiting it
+// is found by those, its dispatch flags left out of the summary as the broker never sees them.
+TEST(AcpTranslator, TheCallAwaitingABypassIsFoundByToolAndSummary) {
+  EXPECT_EQ(acp::bypass_summary(json{{"cmd", "ls"}, {"bypass", true}, {"timeout", 5}}), "ls");
+  EXPECT_EQ(acp::bypass_summary(json{{"cmd", "ls"}, {"description", "d"}}), R"({"cmd":"ls","description":"d"})");
+  EXPECT_EQ(acp::bypass_summary(json{{"path", "/x"}, {"bypass", true}, {"background", false}, {"sandbox", "no"}}),
+            R"({"path":"/x"})");
+  // bypass/pending's escapes (§2.3) undone; anything else left as it is.
+  EXPECT_EQ(acp::unescaped(R"(printf 'a\tb\n' \\ \x1b[0m)"), "printf 'a\tb\n' \\ \x1b[0m");
+  EXPECT_EQ(acp::unescaped(R"(\r\xZZ\)"), "\r\\xZZ\\");
+
+  acp::Translator t("/p");
+  (void)t.block(block(R"({"role":"call","id":"0000000a","name":"shell","content":"{\"cmd\":\"ls\"}"})"));
+  (void)t.block(block(R"({"role":"call","id":"0000000b","name":"shell","content":"{\"cmd\":\"echo hi\",\"bypass\":true}"})"));
+  (void)t.block(block(R"({"role":"call","id":"0000000c","name":"shell","content":"{\"cmd\":\"echo hi\",\"bypass\":true}"})"));
+  EXPECT_EQ(t.awaiting("shell", "echo hi", {}).value_or(""), "0000000b");
+  EXPECT_EQ(t.awaiting("shell", "echo hi", {"0000000b"}).value_or(""), "0000000c") << "one call per request";
+  EXPECT_FALSE(t.awaiting("shell", "echo hi", {"0000000b", "0000000c"}));
+  EXPECT_FALSE(t.awaiting("file_read", "echo hi", {})) << "another tool";
+  (void)t.block(block(R"({"role":"tool","id":"0000000d","name":"shell","content":"x"})"));
+  (void)t.block(block(R"({"role":"tool","id":"0000000e","name":"shell","content":"hi"})"));
+  EXPECT_EQ(t.awaiting("shell", "echo hi", {}).value_or(""), "0000000c") << "a call with its result awaits nothing";
+}
+
+#endif
 TEST(AcpTranslator, CallsWithoutAResultFailAtTheEnd) {
   acp::Translator t("/p");
   (void)t.block(block(R"({"role":"call","id":"0000000a","name":"shell","content":"{\"cmd\":\"sleep 100\"}"})"));
@@ -151,6 +193,65 @@ TEST(AcpPrompt, LinkedFilesAreInlinedUpToTheirBound) {
   EXPECT_EQ(t->find(std::string(100, 'x')), std::string::npos);
   std::remove(small.c_str());
   std::remove(big.c_str());
+}
+
+// A FIFO, or a pipe like the bridge's own stdin, is named, never read: the bridge has one thread.
+// Were either read, a writer coming after 3 s lets the FIFO's open through and the pipe's writer
+// closes (both then at EOF): the test fails on the time and the text rather than hanging.
+TEST(AcpPrompt, AFifoOrAPipeIsNamedWithoutBlocking) {
+  const std::string fifo = testing::TempDir() + "acp-fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  std::atomic<bool> done{false};
+  std::atomic<int> pipe_writer{pipe_fds[1]};
+  std::thread unblock([&] {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (!done && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (done) return;
+    ::close(pipe_writer.exchange(-1));
+    for (int i = 0; !done && i < 100; i++) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // fails while no reader waits
+      if (fd >= 0) ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const std::string pipe_path = "/proc/self/fd/" + std::to_string(pipe_fds[0]);
+  const auto start = std::chrono::steady_clock::now();
+  json blocks = json::array({{{"type", "resource_link"}, {"uri", "file://" + fifo}, {"name", "f"}},
+                             {{"type", "resource_link"}, {"uri", "file://" + pipe_path}, {"name", "in"}},
+                             {{"type", "resource_link"}, {"uri", "file:///no/such/file"}, {"name", "x"}},
+                             {{"type", "text"}, {"text", "go"}}});
+  auto t = acp::prompt_text(blocks);
+  const auto took = std::chrono::steady_clock::now() - start;
+  done = true;
+  unblock.join();
+  if (const int w = pipe_writer.exchange(-1); w >= 0) ::close(w);
+  ::close(pipe_fds[0]);
+  std::remove(fifo.c_str());
+  ASSERT_TRUE(t) << t.ename();
+  EXPECT_LT(took, std::chrono::seconds(1));
+  EXPECT_NE(t->find("acp-fifo\" inlined=\"false\"/>"), std::string::npos) << *t;
+  EXPECT_NE(t->find("<file path=\"" + pipe_path + "\" inlined=\"false\"/>"), std::string::npos) << *t;
+  EXPECT_NE(t->find("<file path=\"/no/such/file\" unreadable=\"true\"/>"), std::string::npos) << *t;
+}
+
+// A block whose fields have the wrong type is named with its place (the answer is -32602).
+TEST(AcpPrompt, FieldsOfTheWrongTypeAreNamed) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"([{"type":"text","text":5}])", "prompt[0].text must be a string"},
+      {R"([{"type":"text","text":"a"},"text"])", "prompt[1] must be a content block (an object)"},
+      {R"([{"type":"resource_link","uri":["x"]}])", "prompt[0].uri must be a string"},
+      {R"([{"type":"resource","resource":"x"}])", "prompt[0].resource must be an object"},
+      {R"([{"type":"resource","resource":{"uri":7,"text":"t"}}])", "prompt[0].resource.uri must be a string"},
+      {R"([{"type":5}])", "prompt[0].type must be a string"},
+  };
+  for (const auto& [blocks, error] : cases) {
+    auto t = acp::prompt_text(json::parse(blocks));
+    ASSERT_FALSE(t) << blocks;
+    EXPECT_EQ(t.ename(), error) << blocks;
+  }
 }
 
 TEST(AcpPrompt, UnsupportedContentIsRefusedByName) {

@@ -302,6 +302,14 @@ TEST(Generate, AHeaderSetsModelAndSystem) {
   body = last_chat(w);
   EXPECT_EQ(body["model"], "m2");
   EXPECT_EQ(user_text(body), "first\n\nsecond\n");
+  // The empty line is blanks only (§1.3): a CRLF request, or a line of spaces, ends the header too.
+  for (const std::string req : {"model=m3\r\n\r\nthird", "model=m3  \n  \nthird"}) {
+    w.fake.push({{"text", "ok"}});
+    EXPECT_EQ(*w.rdwr("generate", req), "ok");
+    body = last_chat(w);
+    EXPECT_EQ(body["model"], "m3") << req;
+    EXPECT_EQ(user_text(body), "third") << req;
+  }
 }
 
 TEST(Generate, ALineThatIsNotKeyValueMakesTheWholeRequestThePrompt) {
