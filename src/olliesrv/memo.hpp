@@ -1,13 +1,15 @@
 #pragma once
 /// Memo<T>: the outcome of a computation run on a thread pool (blocking work: HTTP fetches,
-/// directory scans), kept until drop(), failures included (a provider that did not answer is
-/// not asked again on every read). Concurrent first readers share one computation. Waiting costs
+/// directory scans), kept until drop(); a failure only for a while (a provider that did not
+/// answer is not asked again on every read, but one started after olliesrv is found without an
+/// `invalidate`). Concurrent first readers share one computation. Waiting costs
 /// a suspended coroutine (virtfs::Signal), never a thread; a cancelled waiter (Tflush) leaves the
 /// computation running, and its outcome is kept for the next reader.
 
 #include <asio/awaitable.hpp>
 #include <asio/post.hpp>
 #include <asio/thread_pool.hpp>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -23,6 +25,10 @@ template <class T>
 class Memo {
  public:
   using Load = std::function<p9::Result<T>()>;
+  using Clock = std::chrono::steady_clock;
+
+  /// `failure_kept`: how long a failed outcome is kept.
+  explicit Memo(Clock::duration failure_kept = std::chrono::seconds(30)) : failure_kept_(failure_kept) {}
 
   /// Starts the computation on `pool` unless an outcome is kept or one is running.
   void prefetch(asio::thread_pool& pool, Load load) const { (void)begin(pool, std::move(load)); }
@@ -51,6 +57,7 @@ class Memo {
   struct Flight {
     virtfs::Signal done;
     std::optional<p9::Result<T>> outcome;  ///< under State::mu
+    Clock::time_point finished;             ///< under State::mu, with the outcome
   };
   struct State {
     std::mutex mu;
@@ -62,7 +69,8 @@ class Memo {
     std::shared_ptr<Flight> f;
     {
       std::lock_guard lock(s->mu);
-      if (s->current) return s->current;
+      const auto& c = s->current;
+      if (c && !(c->outcome && !*c->outcome && Clock::now() - c->finished >= failure_kept_)) return c;
       f = s->current = std::make_shared<Flight>();
     }
     asio::post(pool, [s, f, load = std::move(load)] {
@@ -75,12 +83,14 @@ class Memo {
       {
         std::lock_guard lock(s->mu);
         f->outcome = std::move(r);
+        f->finished = Clock::now();
       }
       f->done.notify();
     });
     return f;
   }
 
+  Clock::duration failure_kept_;
   std::shared_ptr<State> s_ = std::make_shared<State>();
 };
 
