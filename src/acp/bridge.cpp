@@ -1,5 +1,6 @@
 #include "bridge.hpp"
 
+#include <algorithm>
 #include <array>
 #include <regex>
 #include <spdlog/spdlog.h>
@@ -21,13 +22,32 @@ std::string value_of(const std::string& kv, const std::string& key) {
   return "";
 }
 
-// The MCP servers of a session/new or session/load, by name, for the notice that they are not used.
+// An optional string parameter: -32602 when it is there with another type.
+void check_string(const json& params, const char* key) {
+  if (params.is_object() && params.contains(key)) (void)param(params, key);
+}
+
+// session/new's and session/load's mcpServers: an array of MCP servers, each with its name (ACP's
+// McpServer). The bridge uses none, but a malformed list is the editor's bug to be told of.
+// Absent is taken as none.
+void check_mcp(const json& params) {
+  if (!params.is_object() || !params.contains("mcpServers")) return;
+  const json& servers = params["mcpServers"];
+  if (!servers.is_array()) throw RpcError(code::invalid_params, "invalid params: mcpServers must be an array");
+  for (std::size_t i = 0; i < servers.size(); i++)
+    if (!servers[i].is_object() || !servers[i].contains("name") || !servers[i]["name"].is_string())
+      throw RpcError(code::invalid_params,
+                     "invalid params: mcpServers[" + std::to_string(i) + "] must be an MCP server with a name (a string)");
+}
+
+// The MCP servers of a session/new or session/load (checked), by name, for the notice that they
+// are not used.
 std::string ignored_mcp(const json& params) {
-  if (!params.contains("mcpServers") || !params["mcpServers"].is_array() || params["mcpServers"].empty()) return "";
+  if (!params.contains("mcpServers") || params["mcpServers"].empty()) return "";
   std::string names;
   for (const auto& s : params["mcpServers"]) {
     if (!names.empty()) names += ", ";
-    names += s.is_object() ? s.value("name", std::string("?")) : std::string("?");
+    names += s["name"].get<std::string>();
   }
   spdlog::warn("acp: ignoring the editor's MCP servers: {}", names);
   return "ollie-acp: the editor's MCP servers (" + names +
@@ -114,8 +134,7 @@ void Bridge::need(const p9::Status& st, const std::string& what) {
 }
 
 void Bridge::install() {
-  using R = asio::awaitable<json> (Bridge::*)(json);
-  static const std::array<std::pair<const char*, R>, 6> requests{{
+  static const std::array<std::pair<const char*, Method>, 6> requests{{
       {"initialize", &Bridge::initialize},
       {"session/new", &Bridge::new_session},
       {"session/load", &Bridge::load_session},
@@ -124,8 +143,21 @@ void Bridge::install() {
       {"session/set_config_option", &Bridge::set_config_option},
   }};
   for (const auto& [name, fn] : requests)
-    rpc_.on_request(name, [this, fn = fn](json p) { return (this->*fn)(std::move(p)); });
+    rpc_.on_request(name, [this, fn = fn](json p) { return served(fn, std::move(p)); });
   rpc_.on_notification("session/cancel", [this](json p) { return cancel(std::move(p)); });
+}
+
+// ACP: the client initializes the connection before anything else. Checked in the coroutine, not
+// at dispatch: an initialize and the request after it may come in one read, and handlers run in
+// the order they were read.
+asio::awaitable<json> Bridge::served(Method m, json params) {
+  if (!initialized_ && m != &Bridge::initialize)
+    throw RpcError(code::invalid_request, "invalid request: initialize first (ACP: the connection begins with initialize)");
+  co_return co_await (this->*m)(std::move(params));
+}
+
+std::size_t Bridge::turns() const {
+  return static_cast<std::size_t>(std::count_if(live_.begin(), live_.end(), [](const auto& l) { return l.second->turn != nullptr; }));
 }
 
 std::shared_ptr<Live> Bridge::find(const json& params) {
@@ -144,11 +176,13 @@ asio::awaitable<json> Bridge::initialize(json params) {
     throw RpcError(code::invalid_params, "invalid params: protocolVersion must be an integer");
   // Version 1 is the one this bridge speaks: it answers it whatever the client asked, and a
   // client that cannot speak it disconnects (ACP's negotiation).
+  initialized_ = true;
   co_return capabilities();
 }
 
 asio::awaitable<json> Bridge::new_session(json params) {
   const std::string cwd = param(params, "cwd");
+  check_mcp(params);
   std::string req = "cwd=" + quote(cwd) + "\n";
   std::string path = "session/new";
   auto sid = co_await ollie_.call(path, req);
@@ -173,6 +207,8 @@ asio::awaitable<json> Bridge::new_session(json params) {
 
 asio::awaitable<json> Bridge::load_session(json params) {
   const std::string id = param(params, "sessionId");
+  check_string(params, "cwd");  // unused (the agent keeps its own cwd), but of ACP's type
+  check_mcp(params);
   const auto slash = id.find('/');
   auto live = std::make_shared<Live>();
   if (slash != std::string::npos) live->sid = id.substr(0, slash), live->aid = id.substr(slash + 1);

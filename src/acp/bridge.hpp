@@ -13,6 +13,7 @@
 
 #include "acp/ollie.hpp"
 #include "acp/rpc.hpp"
+#include "acp/updates.hpp"
 
 namespace acp {
 
@@ -22,8 +23,10 @@ inline constexpr int protocol_version = 1;
 /// A prompt in flight.
 struct Turn {
   bool cancelled = false;
-  bool started = false;         // its user block appeared: a `ctl stop` now stops this turn
-  std::set<std::string> asked;  // bypass request ids already put to the editor
+  bool started = false;           // its user block appeared, or its `!command` was written: a `ctl stop` now stops it
+  std::set<std::string> asked;    // bypass request ids already put to the editor
+  std::set<std::string> claimed;  // tool call ids a permission request already named
+  Translator translator{""};      // its blocks into updates; knows the calls awaiting their results
 };
 
 /// A session this editor opened (session/new or session/load).
@@ -41,8 +44,13 @@ class Bridge {
   void install();
   /// True while a permission request is in flight (its resolution not yet written to olliesrv).
   bool asking() const { return asking_ > 0; }
+  /// The prompts running (each one request in flight, answered when its turn ends).
+  std::size_t turns() const;
 
  private:
+  using Method = asio::awaitable<json> (Bridge::*)(json);
+  /// A request's method, once the connection is initialized.
+  asio::awaitable<json> served(Method m, json params);
   // bridge.cpp: the session lifecycle, modes and models.
   asio::awaitable<json> initialize(json params);
   asio::awaitable<json> new_session(json params);
@@ -76,6 +84,7 @@ class Bridge {
   Ollie& ollie_;
   std::map<std::string, std::shared_ptr<Live>> live_;
   int asking_ = 0;
+  bool initialized_ = false;  // an initialize was answered
 };
 
 /// A value quoted for a request (spec §1.3): in single quotes, a quote doubled.

@@ -26,16 +26,21 @@ const char* usage =
     "-a address: olliesrv's dial string; default $OLLIE_ADDR, else ollie (the namespace directory).\n"
     "-l level: log level on stderr (trace, debug, info, warn, error); default $OLLIE_LOG, else warn.\n";
 
-// Serves until the editor closes stdin, then lets what is written reach it and stops. The
-// permission requests in flight failed with the editor gone: their denials are written to
-// olliesrv first, else the bypass requests would stay pending. 5 s at most.
+// Serves until the editor closes stdin, then finishes what it read before, 30 s at most: every
+// request is answered, but a prompt whose turn is running is not waited for (the turn goes on in
+// olliesrv, as it would with the editor gone; the prompt is answered with an error saying so).
+// The permission requests in flight failed with the editor gone: their denials are written to
+// olliesrv, else the bypass requests would stay pending. Then the output is written, and it stops.
 asio::awaitable<void> serve(acp::Rpc& rpc, acp::Bridge& bridge, asio::io_context& io) {
   co_await rpc.run();
   asio::steady_timer t(io);
-  for (int i = 0; i < 500 && (!rpc.flushed() || bridge.asking()); i++) {
+  const auto pause = [&]() -> asio::awaitable<void> {
     t.expires_after(std::chrono::milliseconds(10));
     co_await t.async_wait(asio::use_awaitable);
-  }
+  };
+  for (int i = 0; i < 3000 && (rpc.handling() > bridge.turns() || bridge.asking()); i++) co_await pause();
+  rpc.abandon("ollie-acp: stdin ended: the bridge stops following this prompt (its turn goes on in olliesrv)");
+  for (int i = 0; i < 500 && !rpc.flushed(); i++) co_await pause();
   io.stop();
 }
 

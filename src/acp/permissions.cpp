@@ -35,15 +35,19 @@ json options() {
   });
 }
 
-json permission_request(const std::string& session, const Pending& p) {
+// ACP's RequestPermissionRequest.toolCall is an update of the call awaiting permission: the call
+// streamed just before, when one is found (call). Its own rawInput (the arguments) stands; the
+// title and content say what would run outside the sandbox. With no call found (a request of
+// before the prompt, or a call not streamed yet), a call of its own, named after the request.
+json permission_request(const std::string& session, const Pending& p, const std::optional<std::string>& call_id) {
   const std::string what = p.tool + " " + p.summary;
   json content = {{"type", "content"},
                   {"content", {{"type", "text"},
                                {"text", "Run outside the sandbox, without Landlock (bypass request " + p.reqid +
                                             "):\n\n" + what}}}};
-  json call = {{"toolCallId", "bypass-" + p.reqid}, {"title", "Outside the sandbox: " + what},
-               {"kind", tool_kind(p.tool)}, {"status", "pending"},
-               {"rawInput", {{"tool", p.tool}, {"summary", p.summary}}}, {"content", json::array({content})}};
+  json call = {{"toolCallId", call_id.value_or("bypass-" + p.reqid)}, {"title", "Outside the sandbox: " + what},
+               {"kind", tool_kind(p.tool)}, {"status", "pending"}, {"content", json::array({content})}};
+  if (!call_id) call["rawInput"] = {{"tool", p.tool}, {"summary", p.summary}};
   return {{"sessionId", session}, {"toolCall", std::move(call)}, {"options", options()}};
 }
 
@@ -92,7 +96,11 @@ asio::awaitable<void> Bridge::ask(std::shared_ptr<Live> live, std::string sessio
   for (auto& p : pending(*list))
     if (p.reqid == reqid && p.agent == trim(*agent_name)) req = std::move(p);
   if (!req) co_return;  // another agent's, or already resolved
-  json params = permission_request(live->id, *req);
+  // The call it is for: this agent's (the turn's translator sees only its blocks), same tool, same
+  // summary, not named by an earlier request. pending escapes the summary; the call has it raw.
+  auto call_id = turn->translator.awaiting(req->tool, unescaped(req->summary), turn->claimed);
+  if (call_id) turn->claimed.insert(*call_id);
+  json params = permission_request(live->id, *req, call_id);
   std::string method = "session/request_permission", failed;
   json result;
   try {
@@ -101,7 +109,12 @@ asio::awaitable<void> Bridge::ask(std::shared_ptr<Live> live, std::string sessio
     failed = e.what();
   }
   if (!failed.empty()) spdlog::warn("acp: bypass request {}: the editor answered {}: denied", reqid, failed);
-  std::string line = reqid + " " + resolution(result) + "\n";
+  const std::string choice = resolution(result);
+  // Allowed, the call runs now: no longer pending. Said before the resolution is written, which
+  // lets the call run and its result (completed or failed) come after.
+  if (call_id && choice != "deny")
+    update(*live, {{"sessionUpdate", "tool_call_update"}, {"toolCallId", *call_id}, {"status", "in_progress"}});
+  std::string line = reqid + " " + choice + "\n";
   auto st = co_await ollie_.write(list_path, line);
   if (!st) spdlog::warn("acp: bypass request {}: {}", reqid, st.ename());  // resolved meanwhile (timeout, another client)
   else spdlog::info("acp: bypass request {}: {}", reqid, trim(line));

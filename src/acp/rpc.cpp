@@ -92,7 +92,9 @@ void Rpc::dispatch(const std::string& line) {
       spdlog::info("acp: notification {} ignored", method);
       return;
     }
-    asio::co_spawn(ex_, it->second(std::move(params)), [method](std::exception_ptr e) {
+    notifying_++;
+    asio::co_spawn(ex_, it->second(std::move(params)), [this, method](std::exception_ptr e) {
+      notifying_--;
       if (!e) return;
       try {
         std::rethrow_exception(e);
@@ -104,7 +106,11 @@ void Rpc::dispatch(const std::string& line) {
   }
   auto it = requests_.find(method);
   if (it == requests_.end()) return fail(id, code::method_not_found, "method not found: " + method);
-  asio::co_spawn(ex_, it->second(std::move(params)), [this, id, method](std::exception_ptr e, json result) {
+  // Counted until answered: the end of stdin waits for it (main.cpp).
+  const std::uint64_t n = ++handled_;
+  handling_[n] = id;
+  asio::co_spawn(ex_, it->second(std::move(params)), [this, n, id, method](std::exception_ptr e, json result) {
+    if (!handling_.erase(n)) return;  // abandoned: already answered
     if (!e) return answer(id, std::move(result));
     try {
       std::rethrow_exception(e);
@@ -115,6 +121,11 @@ void Rpc::dispatch(const std::string& line) {
       fail(id, code::internal_error, x.what());
     }
   });
+}
+
+void Rpc::abandon(const std::string& why) {
+  for (const auto& [n, id] : handling_) fail(id, code::internal_error, why);
+  handling_.clear();
 }
 
 void Rpc::answer(const json& id, json result) {

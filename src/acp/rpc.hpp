@@ -58,6 +58,12 @@ class Rpc {
   asio::awaitable<json> request(const std::string& method, json params);
   /// True when all output has been written.
   bool flushed() const { return !writing_ && backlog_.empty(); }
+  /// The requests and notifications read whose handlers have not ended.
+  std::size_t handling() const { return handling_.size() + notifying_; }
+  /// Answers every request still being handled with an internal error saying why; their
+  /// handlers' own answers, should they end later, are dropped. For the end of stdin: the
+  /// prompts not waited for are answered all the same.
+  void abandon(const std::string& why);
 
  private:
   void dispatch(const std::string& line);
@@ -72,7 +78,10 @@ class Rpc {
   std::map<std::string, Notification> notifications_;
   std::map<std::int64_t, std::shared_ptr<p9::Handoff<json>>> pending_;  // our requests by id
   std::int64_t next_id_ = 0;
-  bool closed_ = false;  // stdin ended
+  std::map<std::uint64_t, json> handling_;  // the editor's requests being handled: their ids, by our count
+  std::uint64_t handled_ = 0;
+  std::size_t notifying_ = 0;  // notification handlers running
+  bool closed_ = false;        // stdin ended
   std::deque<std::string> backlog_;
   std::size_t backlog_bytes_ = 0;
   bool writing_ = false;

@@ -111,7 +111,9 @@ asio::awaitable<json> Bridge::prompt(json params) {
   auto plan = co_await ollie_.read(plan_path);
   Progress progress;
   progress.plan = plan ? *plan : std::string();
-  Translator t(cwd ? trim(*cwd) : std::string());
+  // The turn's own, so that its permission requests find the calls they are for (permissions.cpp).
+  turn->translator = Translator(cwd ? trim(*cwd) : std::string());
+  Translator& t = turn->translator;
 
   auto submitted = co_await ollie_.write(prompt_path, *text);
   need(submitted, "prompt");
@@ -213,9 +215,18 @@ asio::awaitable<json> Bridge::prompt(json params) {
 // A `/verb` or `!command`: it starts no turn; its reply is the first new block that is not the
 // prompt itself (`info`, `error`, `exec`).
 asio::awaitable<json> Bridge::command(std::shared_ptr<Live> live, p9::AsyncFid chat, std::set<std::string> old, std::string text) {
+  auto turn = live->turn;
+  if (turn->cancelled) co_return stop("cancelled");  // nothing ran yet: nothing will
   std::string prompt_path = live->dir() + "prompt";
   auto submitted = co_await ollie_.write(prompt_path, text);
   need(submitted, "prompt");
+  // A `!command` runs at once, beside any turn (§3.4), and `ctl stop` ends it: from here on a
+  // cancel sends it (cancel()), and one that came while it was written is carried out now. A
+  // `/verb` has nothing to stop: its reply comes at once.
+  if (is_shell_command(text)) {
+    turn->started = true;
+    if (turn->cancelled) co_await stop_turn(live);
+  }
   Lines chat_lines(std::move(chat));
   Translator t("");
   for (;;) {
@@ -232,17 +243,21 @@ asio::awaitable<json> Bridge::command(std::shared_ptr<Live> live, p9::AsyncFid c
         role == "tool" || role == "context")
       continue;  // another turn's blocks
     for (auto& u : t.block(b)) update(*live, std::move(u));
-    co_return stop(live->turn->cancelled ? "cancelled" : "end_turn");
+    co_return stop(turn->cancelled ? "cancelled" : "end_turn");
   }
 }
 
 asio::awaitable<void> Bridge::cancel(json params) {
+  if (!initialized_) {  // ACP: nothing comes before initialize; a notification gets no answer
+    spdlog::info("acp: session/cancel before initialize: ignored");
+    co_return;
+  }
   auto live = find(params);
   auto turn = live->turn;
   if (!turn) co_return;
   turn->cancelled = true;
   // Queued behind another client's turn, a stop would stop theirs: ours is stopped once its user
-  // block appears (prompt()'s stream).
+  // block appears (prompt()'s stream). A `!command` is started once written (command()).
   if (!turn->started) co_return;
   co_await stop_turn(live);
 }

@@ -1,6 +1,8 @@
 #include "updates.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <utility>
 
 namespace acp {
@@ -49,16 +51,55 @@ std::string tool_kind(std::string_view tool) {
 }
 
 std::string tool_title(std::string_view tool, const json& args) {
+  // What runs, when an argument says it: a description or a timeout beside it changes nothing.
+  static constexpr std::array<const char*, 2> says{"cmd", "path"};
   std::string summary;
-  if (args.is_object() && args.size() == 1 && args.contains("cmd") && args["cmd"].is_string())
-    summary = args["cmd"].get<std::string>();
-  else if (args.is_object() && args.contains("path") && args["path"].is_string())
-    summary = args["path"].get<std::string>();
-  else if (!args.is_null())
-    summary = args.dump(-1, ' ', false, json::error_handler_t::replace);
+  for (const char* key : says)
+    if (summary.empty() && args.is_object() && args.contains(key) && args[key].is_string()) summary = args[key].get<std::string>();
+  if (summary.empty() && !args.is_null()) summary = args.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string title(tool);
   if (!summary.empty()) title += " " + cut(std::move(summary), 200);
   return title;
+}
+
+std::string bypass_summary(json args) {
+  static constexpr std::array<const char*, 4> flags{"timeout", "background", "bypass", "sandbox"};
+  if (args.is_object())
+    for (const char* f : flags) args.erase(f);
+  if (args.is_object() && args.size() == 1 && args.contains("cmd") && args["cmd"].is_string())
+    return args["cmd"].get<std::string>();
+  return args.dump(-1, ' ', false, json::error_handler_t::replace);  // objects keep sorted keys
+}
+
+std::string unescaped(std::string_view s) {
+  static constexpr std::array<std::pair<char, char>, 4> singles{{{'\\', '\\'}, {'t', '\t'}, {'r', '\r'}, {'n', '\n'}}};
+  const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); i++) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char e = s[i + 1];
+    auto single = std::find_if(singles.begin(), singles.end(), [e](const auto& p) { return p.first == e; });
+    if (single != singles.end()) {
+      out += single->second;
+      i++;
+    } else if (e == 'x' && i + 3 < s.size() && hex(s[i + 2]) && hex(s[i + 3])) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 2, 2)), nullptr, 16));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> Translator::awaiting(std::string_view tool, std::string_view summary,
+                                                const std::set<std::string>& taken) const {
+  for (const auto& c : calls_)
+    if (c.tool == tool && c.summary == summary && !taken.count(c.id)) return c.id;
+  return std::nullopt;
 }
 
 std::vector<json> Translator::block(const json& b) {
@@ -106,13 +147,13 @@ std::vector<json> Translator::block(const json& b) {
       locations.push_back(std::move(loc));
     }
     call["locations"] = std::move(locations);
-    calls_.push_back(id);
+    calls_.push_back({id, name, bypass_summary(args)});
     out.push_back(std::move(call));
     return out;
   }
   if (role == "tool") {
     if (calls_.empty()) return out;  // a result without its call (history cut): nothing to attach it to
-    std::string call = calls_.front();
+    std::string call = calls_.front().id;
     calls_.pop_front();
     const bool failed = content.rfind("error:", 0) == 0;
     json text = {{"type", "content"}, {"content", {{"type", "text"}, {"text", content}}}};
@@ -133,8 +174,8 @@ std::vector<json> Translator::block(const json& b) {
 
 std::vector<json> Translator::unfinished() {
   std::vector<json> out;
-  for (const auto& id : calls_)
-    out.push_back({{"sessionUpdate", "tool_call_update"}, {"toolCallId", id}, {"status", "failed"}});
+  for (const auto& c : calls_)
+    out.push_back({{"sessionUpdate", "tool_call_update"}, {"toolCallId", c.id}, {"status", "failed"}});
   calls_.clear();
   return out;
 }

@@ -40,12 +40,19 @@ class Translator {
   std::vector<json> unfinished();
   /// True when no call of the current batch waits for its result.
   bool batch_done() const { return calls_.empty(); }
+  /// The first call still waiting for its result whose bypass request would read `<tool>
+  /// <summary>` (bypass_summary), leaving out the ids in taken (calls already matched).
+  std::optional<std::string> awaiting(std::string_view tool, std::string_view summary,
+                                      const std::set<std::string>& taken) const;
   const TurnEnd& end() const { return end_; }
 
  private:
   std::string cwd_;
   std::map<std::string, std::size_t> sent_;  // id of a streaming block -> bytes already sent
-  std::deque<std::string> calls_;            // call block ids awaiting their tool block, in order
+  struct Call {
+    std::string id, tool, summary;  // summary: as its bypass request would show it
+  };
+  std::deque<Call> calls_;                   // calls awaiting their tool block, in order
   std::set<std::string> done_;               // finalized block ids already translated
   TurnEnd end_;
 };
@@ -53,9 +60,17 @@ class Translator {
 /// The ACP tool kind of an Ollie tool (`read`, `edit`, `search`, `execute`, `fetch`, `think`,
 /// `other`), by its name.
 std::string tool_kind(std::string_view tool);
-/// A tool call's title: `<tool> <summary>`, the summary being the `cmd` argument when it is the
-/// only one, else the `path`, else the arguments as JSON, cut at 200 bytes.
+/// A tool call's title: `<tool> <what>`, what being the `cmd` argument, else the `path`
+/// (whatever other arguments come with them), else the arguments as JSON, cut at 200 bytes.
 std::string tool_title(std::string_view tool, const json& args);
+/// The summary the bypass broker gives a call with these arguments (spec §6.9.2): `cmd` when the
+/// arguments are exactly {"cmd": <string>}, else them all as compact JSON with sorted keys. The
+/// dispatch flags (`timeout`, `background`, `bypass`, `sandbox`; §6.8) are left out first, as
+/// olliesrv removes them before the call reaches toolsrv and the broker.
+std::string bypass_summary(json args);
+/// A summary as `bypass/pending/{session}` escapes it (§2.3: `\\`, `\t`, `\r`, `\n`, `\xNN`)
+/// back to the text; any other backslash is left as it is.
+std::string unescaped(std::string_view s);
 /// The plan update of the agent's `plan` text: its markdown checklist items (`- [ ]` pending,
 /// `- [x]` completed, `- [~]`, `- [-]` or `- [>]` in progress) as entries.
 json plan_update(std::string_view plan);

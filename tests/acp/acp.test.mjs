@@ -1,10 +1,11 @@
 // ollie-acp driven by the Agent Client Protocol's own client (@agentclientprotocol/sdk), as an
 // editor drives it: a real olliesrv with its tools and toolsrv, the fake provider standing in
 // for the model. One world for the whole file, the scenarios in order (the fake provider's
-// responses are one queue): initialize, a new session, a tool-using turn with its plan, a
-// cancelled turn, a permission request answered, olliesrv going away mid-turn, the session loaded
-// after olliesrv restarted, prompts queued behind another client's turn, a permission request
-// open at stdin's end, and malformed JSON-RPC.
+// responses are one queue): initialize, a new session, a tool-using turn with its plan, a FIFO
+// linked, a cancelled turn and a cancelled !command, a permission request answered, olliesrv
+// going away mid-turn, the session loaded after olliesrv restarted, prompts queued behind another
+// client's turn, a permission request open at stdin's end, malformed JSON-RPC, and the requests
+// read before stdin's end.
 //   node --test acp.test.mjs   (OLLIE_SOURCE_DIR, OLLIE_BUILD_DIR in the environment)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";

@@ -73,7 +73,6 @@ TEST(AcpTranslator, TheTitleIsTheCommandOrPathWhateverElseTheArgumentsHold) {
   EXPECT_EQ(acp::tool_title("x", json::object()), "x {}");
 }
 
-#if 0
 // A bypass request names its call only by tool and summary (spec §6.9.2): the call awaiting it
 // is found by those, its dispatch flags left out of the summary as the broker never sees them.
 TEST(AcpTranslator, TheCallAwaitingABypassIsFoundByToolAndSummary) {
@@ -98,7 +97,6 @@ TEST(AcpTranslator, TheCallAwaitingABypassIsFoundByToolAndSummary) {
   EXPECT_EQ(t.awaiting("shell", "echo hi", {}).value_or(""), "0000000c") << "a call with its result awaits nothing";
 }
 
-#endif
 TEST(AcpTranslator, CallsWithoutAResultFailAtTheEnd) {
   acp::Translator t("/p");
   (void)t.block(block(R"({"role":"call","id":"0000000a","name":"shell","content":"{\"cmd\":\"sleep 100\"}"})"));
@@ -278,4 +276,7 @@ TEST(AcpPrompt, CommandsAreTheServersPrefixes) {
   EXPECT_FALSE(acp::is_command("//etc/hosts is wrong"));
   EXPECT_FALSE(acp::is_command("hello"));
   EXPECT_FALSE(acp::is_command(""));
+  EXPECT_TRUE(acp::is_shell_command("  !sleep 1"));
+  EXPECT_FALSE(acp::is_shell_command("/model x"));
+  EXPECT_FALSE(acp::is_shell_command("hello !"));
 }
