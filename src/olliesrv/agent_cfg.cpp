@@ -153,7 +153,7 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
     co_await a->resolve_prompts();
   }
   if (c.profile || c.cwd) render_again(*a);
-  co_await save_now(hub, s);
+  if (auto st = co_await save_now(hub, s); !st) co_return st;
   if (c.target) (void)co_await Compaction::context_length(a);  // `stats` shows the new model's window, as agent/new does
   co_return p9::Status{};
 }

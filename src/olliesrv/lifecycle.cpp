@@ -31,6 +31,9 @@ namespace ollie {
 
 namespace {
 
+/// The note a turn cut off by a kill -9 gets at the restore (§7.7).
+constexpr std::string_view interrupted_note = "interrupted: olliesrv stopped during the turn";
+
 /// §4.1's cwd rules, checked on this host (where the tools run for a local session).
 p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) {
   if (given.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
@@ -103,12 +106,16 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
     s->cwd = s->host->cwd();  // a remote `~/…` as its bootstrap expanded it; no one else sees s yet
     made = hub.add(s);
   }
+  // Answered only once saved (§7.7): a session the disk did not take is not made.
+  if (made) {
+    made = co_await save_now(hub, s);
+    if (!made) hub.remove(id);
+  }
   if (!made) {
     s->kill();
     co_await off_io<void>(hub, remove);
     co_return made.error();
   }
-  co_await save_now(hub, s);
   hub.bus.publish("session." + id + ".new", "session/" + name);
   co_return id + "\n";
 }
@@ -347,8 +354,10 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (!s->show(id)) co_return p9::error("session killed");  // §8.1.1: the directory last
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
+  // Answered only once saved (§7.7): an agent the disk did not take is undone, or the next
+  // start would find its files without it and remove them.
+  if (auto st = co_await save_now(hub, s); !st) co_return st.error();
   destroy.release();
-  co_await save_now(hub, s);
   co_return id + "\n";
 }
 
@@ -373,7 +382,7 @@ asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, st
     if (!conductor) co_return p9::error("conductor: " + (made ? std::string("killed at creation") : made.ename()));
   }
   if (auto st = write_goal(*s, text); !st) co_return st;
-  co_await save_now(hub, s);
+  if (auto st = co_await save_now(hub, s); !st) co_return st;
   Submission goal;
   goal.text = std::move(text);
   goal.origin = "goal";
@@ -381,9 +390,11 @@ asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, st
   co_return p9::Status{};
 }
 
-asio::awaitable<void> save_now(Hub& hub, std::shared_ptr<Session> s) {
-  auto save = [s] { (void)s->save(); };  // named: see off_io
-  co_await off_io<void>(hub, save);
+asio::awaitable<p9::Status> save_now(Hub& hub, std::shared_ptr<Session> s) {
+  auto save = [s] { return s->save(); };  // named: see off_io
+  auto st = co_await off_io<p9::Status>(hub, save);
+  if (!st) co_return p9::error("save: " + st.ename());
+  co_return st;
 }
 
 asio::awaitable<void> kill_session(Hub& hub, std::shared_ptr<Session> s) {
@@ -491,6 +502,10 @@ std::size_t restore(Hub& hub) {
       std::vector<Block> blocks;
       for (const auto& line : lines)
         if (auto b = Block::parse(line)) blocks.push_back(std::move(*b));
+      // The mark of a cut turn is taken off by the save after its note: a start that died
+      // between the two finds the note already there.
+      if (ar.turn && !blocks.empty() && blocks.back().role == "info" && blocks.back().content == interrupted_note)
+        ar.turn = false;
       // Above every line, parsed or not: no id of the file is given again (§7.7).
       a->transcript.restore(std::move(blocks), std::max<std::uint64_t>(ar.block_counter, lines.size()));
       std::vector<std::string> want = profile->auto_load;
@@ -541,7 +556,7 @@ std::size_t restore(Hub& hub) {
     bool cut_off = false;
     for (std::size_t i = 0; i < agents.size(); i++) {
       if (!r.agents[i].turn) continue;
-      agents[i]->note("info", "interrupted: olliesrv stopped during the turn");
+      agents[i]->note("info", std::string(interrupted_note));
       cut_off = true;
     }
     if (cut_off) s->save_soon();

@@ -31,8 +31,8 @@ asio::awaitable<void> kill_session(Hub& hub, std::shared_ptr<Session> s);
 asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a);
 /// session.json written on the blocking pool, and waited for: the moments of §7.7 a client's
 /// request makes reply only once the change is on disk, so kill -9 after a reply loses nothing
-/// it acknowledged. An error is logged (Session::save).
-asio::awaitable<void> save_now(Hub& hub, std::shared_ptr<Session> s);
+/// it acknowledged. An error is logged (Session::save) and returned as `save: <reason>`.
+asio::awaitable<p9::Status> save_now(Hub& hub, std::shared_ptr<Session> s);
 /// Every persisted session, without starting any toolsrv. Returns the number restored.
 std::size_t restore(Hub& hub);
 /// Shutdown: interrupt every turn, wait (at most 2 s) for the interrupts to end, save every

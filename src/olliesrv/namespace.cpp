@@ -49,8 +49,8 @@ p9::Status gone(const Ctx& c) {
 virtfs::WriteCoFn<Ctx> saved(std::function<p9::Status(Ctx&, std::string)> f) {
   return [f = std::move(f)](Ctx& c, std::string text) -> asio::awaitable<p9::Status> {
     const p9::Status st = f(c, std::move(text));
-    if (st) co_await save_now(c.srv->hub(), c.session);
-    co_return st;
+    if (!st) co_return st;
+    co_return co_await save_now(c.srv->hub(), c.session);  // answered once saved (§7.7)
   };
 }
 

@@ -40,6 +40,9 @@ T bounded(T n) {
 }
 /// An agent's files in its session's directory: `<agent id><suffix>` (§7.7).
 constexpr const char* agent_files[] = {".blocks.jsonl", ".compaction.jsonl"};
+/// The largest session.json restored: every agent's history is compacted within its context
+/// window long before, so a larger one was not written by a save.
+constexpr std::size_t max_session_json = 64u << 20;
 /// A killed session's directory, renamed `.<id><suffix>` while it is removed.
 constexpr const char* killed_suffix = ".killed";
 
@@ -526,10 +529,10 @@ int open_regular(int dirfd, const std::string& name) {
 
 /// A session directory's JSONL file, opened to append (made if missing). A FIFO planted in its
 /// place would hold the writing thread, and the store's lock with it, until someone read it.
+/// Read and write: an append looks at the last byte first (ends_a_line).
 int open_append(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-  if (fd < 0 && errno == ENXIO) errno = EINVAL;  // a FIFO without a reader
-  return only_regular(fd);
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  return only_regular(fd);  // (O_RDWR opens a FIFO without waiting; it is refused here)
 }
 
 std::string open_error(const std::string& name) {
@@ -727,7 +730,22 @@ p9::Status Store::save(const SessionRecord& s) {
 struct Store::HeldBlocks {
   std::string session_id, agent_id;
   Fd fd;
+  bool torn = false;  ///< an append failed: the file may end inside a line
 };
+
+namespace {
+
+/// True when the file is empty or ends with a newline. An append that failed (a full disk)
+/// may have left part of its line; the next line must not be glued to it, or the restore would
+/// skip both (§7.7 cuts only an incomplete last line).
+bool ends_a_line(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) return true;
+  char last = 0;
+  return ::pread(fd, &last, 1, st.st_size - 1) == 1 && last == '\n';
+}
+
+}  // namespace
 
 Store::~Store() = default;
 
@@ -747,7 +765,10 @@ p9::Status Store::append_block(const std::string& session_id, const std::string&
     struct stat st {};
     if (::fstat((*it)->fd.fd, &st) == 0 && st.st_nlink > 0) {  // not removed since it was opened
       std::rotate(it, it + 1, held_.end());
-      if (!write_all(held_.back()->fd.fd, buf)) return sys_error(path);
+      auto& h = *held_.back();
+      if (h.torn && !ends_a_line(h.fd.fd)) buf.insert(buf.begin(), '\n');  // the torn part a line of its own
+      h.torn = !write_all(h.fd.fd, buf);
+      if (h.torn) return sys_error(path);
       return {};
     }
     held_.erase(it);
@@ -759,7 +780,8 @@ p9::Status Store::append_block(const std::string& session_id, const std::string&
   }
   if (!fd) return p9::error(open_error(path));
   if (::fchmod(fd.fd, 0600) != 0) return sys_error(path);
-  if (!write_all(fd.fd, buf)) return sys_error(path);
+  if (!ends_a_line(fd.fd)) buf.insert(buf.begin(), '\n');
+  if (!write_all(fd.fd, buf)) return sys_error(path);  // closed: the next open looks at its end
   if (held_.size() >= held_max) held_.erase(held_.begin());
   held_.push_back(std::unique_ptr<HeldBlocks>(new HeldBlocks{session_id, agent_id, Fd(std::exchange(fd.fd, -1))}));
   return {};
@@ -870,6 +892,12 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
       Fd f(open_regular(dir.fd, "session.json"));
       if (!f) {
         skip(name, open_error("session.json"));
+        continue;
+      }
+      // A file no save makes (the history is compacted long before) is not read whole into
+      // memory while every client waits for the restore.
+      if (struct stat st {}; ::fstat(f.fd, &st) == 0 && st.st_size > static_cast<off_t>(max_session_json)) {
+        skip(name, "session.json: too large (" + std::to_string(st.st_size) + " bytes)");
         continue;
       }
       if (!read_all(f.fd, text)) {

@@ -109,7 +109,7 @@ Reply verb_compact(AgentCall& c, const virtfs::Command& cmd) {
   if (!compactable(*c.a)) co_return std::string("nothing to compact\n");
   auto n = co_await compact(c.a, c.s);
   if (!n) co_return n.error();
-  co_await save_now(c.hub, c.s);  // the compacted history, before the reply (§7.7)
+  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();  // the compacted history, before the reply (§7.7)
   co_return "compacted " + std::to_string(*n) + " messages\n";
 }
 
@@ -118,7 +118,7 @@ Reply verb_clear(AgentCall& c, const virtfs::Command& cmd) {
   if (!held.ok) co_return running(cmd);
   c.a->clear();
   c.a->note("info", "cleared");
-  co_await save_now(c.hub, c.s);
+  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
   co_return std::string("cleared\n");
 }
 
@@ -227,7 +227,7 @@ Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
       out += t + "\n";
     }
   }
-  co_await save_now(c.hub, c.s);
+  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
   co_return out;
 }
 
@@ -252,7 +252,7 @@ Reply verb_cwd(AgentCall& c, const virtfs::Command& cmd) {
 Reply verb_name(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
     if (auto st = set_agent_name(c.hub, c.s, c.a, cmd.args[0]); !st) co_return st.error();
-    co_await save_now(c.hub, c.s);
+    if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
   }
   co_return c.a->current_name() + "\n";
 }
@@ -283,7 +283,7 @@ Reply verb_peeradd(AgentCall& c, const virtfs::Command& cmd) {
     c.a->peers.push_back(p->id);
     if (std::find(p->peers.begin(), p->peers.end(), c.a->id) == p->peers.end()) p->peers.push_back(c.a->id);
   }
-  co_await save_now(c.hub, c.s);
+  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
   co_return "peer " + p->current_name() + "\n";
 }
 
@@ -296,7 +296,7 @@ Reply verb_peerdel(AgentCall& c, const virtfs::Command& cmd) {
     std::erase(c.a->peers, p->id);
     std::erase(p->peers, c.a->id);
   }
-  co_await save_now(c.hub, c.s);
+  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
   co_return "unpeered " + p->current_name() + "\n";
 }
 

@@ -874,6 +874,17 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   };
   EXPECT_EQ(cuts(), 1) << *after;
   EXPECT_EQ(restored.back()["content"], cut);
+  // A start that died between the note and the save that takes the mark off (the mark put back
+  // by hand): the note is there already, and is not given twice.
+  const std::string sid = w.read(s + "/id")->substr(0, 36);
+  w.stop_server(SIGKILL);
+  const std::string file = w.data + "/sessions/" + sid + "/session.json";
+  auto saved = json::parse(read_file(file));
+  saved["agents"][0]["turn"] = true;
+  write_file(file, saved.dump());
+  w.kill_toolsrvs();
+  w.start();
+  EXPECT_EQ(cuts(), 1) << *w.read(a + "/log.raw");
   // The restored agent talks again, with the first exchange in its history.
   w.fake.push({{"text", "still here"}});
   ASSERT_TRUE(w.write(a + "/prompt", "third"));
@@ -886,6 +897,25 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   w.kill_toolsrvs();
   w.start();
   EXPECT_EQ(cuts(), 1) << *w.read(a + "/log.raw");
+}
+
+// §7.7: a change is answered once it is saved. When the save fails (a full disk), agent/new is
+// refused and undone: the next start would otherwise find the agent's files and not the agent,
+// and remove them.
+TEST(Conversation, AnAgentTheDiskDidNotTakeIsRefused) {
+  World w;
+  auto s = w.session("work");
+  w.agent(s, "main");
+  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  std::filesystem::rename(dir, dir + ".aside");
+  write_file(dir, "");  // the session's directory is a file now: every save fails
+  auto made = w.rdwr(s + "/agent/new", "name=late");
+  ASSERT_FALSE(made);
+  EXPECT_EQ(made.ename().rfind("save: ", 0), 0u) << made.ename();
+  EXPECT_EQ(w.read(s + "/agent/idx")->find("late"), std::string::npos) << *w.read(s + "/agent/idx");
+  std::filesystem::remove(dir);
+  std::filesystem::rename(dir + ".aside", dir);
+  ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=late"));
 }
 
 // §7.7, §4.2: a write that changes what is persisted is answered once session.json holds the

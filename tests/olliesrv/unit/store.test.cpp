@@ -3,6 +3,8 @@
 #include "olliesrv/store.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -424,6 +426,61 @@ TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
     st.settle(all[0]);
   }
   EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n" + bad + "\n" + bad + "\n");
+}
+
+// An append that failed halfway (a full disk) leaves part of its line; the next append, by this
+// run (the file held open) or by another (opened again), starts a line of its own, so the restore
+// skips only the torn part, not the block written after it.
+TEST(Store, AnAppendAfterAFailedOneIsNotGluedToItsTornPart) {
+  Tmp t;
+  auto s = full_session();
+  const auto& aid = s.agents[0].id;
+  const std::string l1 = R"({"role":"user","id":"0123abcd","content":"q"})";
+  const std::string l2 = R"({"role":"assistant","id":"0123abce","content":"a"})";
+  const std::string l3 = R"({"role":"user","id":"0123abcf","content":"again"})";
+  const auto file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
+  {
+    Store st(t.path + "/sessions");
+    ASSERT_TRUE(st.save(s));
+    ASSERT_TRUE(st.append_block(s.id, aid, l1));
+    // The disk full for all but 5 more bytes of the file (EFBIG past the limit, as ENOSPC would).
+    struct rlimit old {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    auto* was = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old;
+    small.rlim_cur = std::filesystem::file_size(file) + 5;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    const bool failed = !st.append_block(s.id, aid, l2);
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+    ::signal(SIGXFSZ, was);
+    ASSERT_TRUE(failed);
+    ASSERT_EQ(slurp(file), l1 + "\n" + l2.substr(0, 5));
+    ASSERT_TRUE(st.append_block(s.id, aid, l3));  // held open since the first append
+    EXPECT_EQ(slurp(file), l1 + "\n" + l2.substr(0, 5) + "\n" + l3 + "\n");
+  }
+  {
+    std::ofstream f(file, std::ios::app | std::ios::binary);
+    f << l2.substr(0, 7);  // torn again, and this time another run appends next
+  }
+  Store again(t.path + "/sessions");
+  ASSERT_TRUE(again.append_block(s.id, aid, l2));
+  auto all = again.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  // Each torn part a line of its own, skipped at the restore; every block whole on its line.
+  EXPECT_EQ(all[0].blocks[aid], (std::vector<std::string>{l1, l2.substr(0, 5), l3, l2.substr(0, 7), l2}));
+}
+
+// A session.json no save writes (2 GB) is skipped from its size, not read whole at every start.
+TEST(Store, ASessionJsonTooLargeIsSkippedUnread) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  std::filesystem::resize_file(dir_of(t, s.id) + "/session.json", std::uintmax_t{2} << 30);  // sparse
+  std::vector<std::string> skipped;
+  EXPECT_TRUE(st.load_all(&skipped).empty());
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0], s.id + ": session.json: too large (2147483648 bytes)");
 }
 
 TEST(Store, ABlocksFileRemovedBetweenAppendsIsMadeAgainAndManyAgentsEachKeepTheirOwn) {
