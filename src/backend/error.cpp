@@ -1,6 +1,7 @@
 #include "backend/error.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <array>
 #include <cctype>
 #include <ctime>
@@ -134,7 +135,9 @@ std::optional<int> parse_retry_after(std::string_view value) {
   if (std::all_of(value.begin(), value.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; })) {
     double d = 0;
     try { d = std::stod(std::string(value)); } catch (...) { return std::nullopt; }
-    if (d < 0 || d > 1e9) return std::nullopt;
+    // A wait too long for an int is still a wait (above §8.2's ceiling: not retried), not none.
+    constexpr int longest = std::numeric_limits<int>::max();
+    if (d >= longest) return longest;
     return static_cast<int>(d + 0.999);
   }
   std::tm tm{};  // HTTP-date: "Wed, 21 Oct 2015 07:28:00 GMT"
@@ -142,7 +145,7 @@ std::optional<int> parse_retry_after(std::string_view value) {
   if (!strptime(v.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm)) return std::nullopt;
   const auto when = timegm(&tm);
   const auto now = std::time(nullptr);
-  return when > now ? static_cast<int>(when - now) : 0;
+  return when > now ? static_cast<int>(std::min<std::time_t>(when - now, std::numeric_limits<int>::max())) : 0;
 }
 
 Error classify_http(const HttpFailure& f) {

@@ -23,13 +23,13 @@ class KiroDecoder : public Decoder {
       fail(Error{ErrorClass::client, "kiro: unparsable response: " + es_.error(), 200, {}});
   }
 
-  // The stream has no end event of its own: a body that ends cleanly on a frame boundary is
-  // complete, anything else is a drop.
+  // The stream has no end event of its own: a body that ends cleanly on a frame boundary, after
+  // at least one frame, is complete; anything else (an empty 200 among them) is a drop.
   void end(bool clean) override {
     if (failure) return;
     for (auto& [id, p] : pending_) call(ToolCall{id, p.name, p.input});
     pending_.clear();
-    done = clean && !es_.partial();
+    done = clean && !es_.partial() && frames_ > 0;
     if (done) stop_raw = calls ? "tool_use" : "end_turn";
     if (context_pct_ >= 0) {
       usage.input = static_cast<std::int64_t>(context_pct_ * kiro_context / 100.0);
@@ -45,6 +45,7 @@ class KiroDecoder : public Decoder {
   };
 
   void on_message(const EventStreamMessage& m) {
+    ++frames_;
     if (failure) return;
     const auto header = [&](const char* k) {
       auto it = m.headers.find(k);
@@ -95,6 +96,7 @@ class KiroDecoder : public Decoder {
   EventStreamDecoder es_;
   std::map<std::string, Pending> pending_;
   double context_pct_ = -1;
+  std::size_t frames_ = 0;
 };
 
 class KiroBackend : public HttpBackend {

@@ -17,6 +17,8 @@ inline constexpr std::chrono::milliseconds fetch_deadline{60'000};
 inline constexpr std::size_t event_data = 8u << 20;
 /// One tool call's arguments as assembled from its deltas (anthropic: any content block).
 inline constexpr std::size_t tool_call = 4u << 20;
+/// One response's text, reasoning and tool calls together (a model's output limit is far below).
+inline constexpr std::size_t response_output = 16u << 20;
 /// The provider's own text in an error message; longer text is cut and ends in "...".
 inline constexpr std::size_t error_text = 2048;
 /// An error body that is not JSON, as quoted in the message.

@@ -68,9 +68,15 @@ void StreamControl::fail(Error e) {
   emit(std::move(ev));
 }
 
+bool Decoder::past_output(std::size_t more) {
+  out_bytes += more;
+  if (out_bytes <= limits::response_output) return false;
+  fail(Error{ErrorClass::client, backend_ + ": response exceeds " + byte_size(limits::response_output), 200, {}});
+  return true;
+}
+
 void Decoder::text(std::string_view s) {
-  if (s.empty()) return;
-  out_bytes += s.size();
+  if (s.empty() || past_output(s.size())) return;
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::content;
   ev.text.assign(s);
@@ -78,8 +84,7 @@ void Decoder::text(std::string_view s) {
 }
 
 void Decoder::reasoning(std::string_view s) {
-  if (s.empty()) return;
-  out_bytes += s.size();
+  if (s.empty() || past_output(s.size())) return;
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::reasoning;
   ev.text.assign(s);
@@ -97,7 +102,7 @@ Decoder::Decoder(std::shared_ptr<StreamControl> c, std::string backend) : c_(std
 std::string Decoder::generated_id() const { return id_prefix_ + std::to_string(calls); }
 
 void Decoder::call(ToolCall tc) {
-  out_bytes += tc.name.size() + tc.arguments.size();
+  if (past_output(tc.name.size() + tc.arguments.size())) return;
   if (tc.id.empty()) tc.id = generated_id();
   ++calls;
   StreamEvent ev;
@@ -134,10 +139,11 @@ std::string redact_all(std::string text, const StreamContext& ctx) {
   return redact(redact(std::move(text), ctx.secret), ctx.session_secret);
 }
 
-// A message as it leaves the library: no secret (redacted before the cut, so no piece of
-// one survives it), valid UTF-8, at most limits::error_text bytes.
+// A provider's text as it leaves the library (a message, a stop reason): no secret (redacted
+// before the cut, so no piece of one survives it), one line (§8.2's blocks), valid UTF-8, at
+// most limits::error_text bytes.
 std::string outward(std::string text, const StreamContext& ctx) {
-  return clip(redact_all(std::move(text), ctx), limits::error_text);
+  return clip(one_line(redact_all(std::move(text), ctx)), limits::error_text);
 }
 
 }  // namespace
@@ -176,6 +182,17 @@ struct Run {
 /// `text/html; charset=utf-8` → `text/html`.
 std::string media_type(std::string_view content_type) { return lower(trim(content_type.substr(0, content_type.find(';')))); }
 
+/// The request failed with an HTTP status (§8.2), classified from the error body kept.
+void fail_status(Run& r) {
+  HttpResponse resp;
+  resp.head.status = r.status;
+  resp.head.headers.emplace_back("retry-after", r.retry_after);
+  resp.body = std::move(r.error_body);
+  auto e = *response_error(resp, r.ctx);
+  spdlog::warn("{} ({})", e.message, class_name(e.cls));
+  r.c->fail(std::move(e));
+}
+
 void finish(Run& r, const TransferEnd& end) {
   if (r.stopped) return;
   auto& d = *r.dec;
@@ -187,13 +204,7 @@ void finish(Run& r, const TransferEnd& end) {
     return;
   }
   if (r.status < 200 || r.status >= 300) {
-    HttpResponse resp;
-    resp.head.status = r.status;
-    resp.head.headers.emplace_back("retry-after", r.retry_after);
-    resp.body = std::move(r.error_body);
-    auto e = *response_error(resp, r.ctx);
-    spdlog::warn("{} ({})", e.message, class_name(e.cls));
-    r.c->fail(std::move(e));
+    fail_status(r);
     return;
   }
   d.end(end.kind == TransferEnd::Kind::complete);
@@ -234,9 +245,9 @@ void finish(Run& r, const TransferEnd& end) {
     ev.usage.output = static_cast<std::int64_t>(d.out_bytes / 4);
     ev.usage.estimated = true;
   }
-  ev.stop_raw = d.stop_raw;
   ev.stop = d.stop_raw.empty() ? (d.calls ? StopReason::tool_calls : StopReason::end)
                                : map_stop_reason(d.stop_raw);
+  ev.stop_raw = outward(std::move(d.stop_raw), r.ctx);  // shown in an error block (`stopped: <raw>`)
   ev.reasoning_items = std::move(d.reasoning_items);
   r.c->emit(std::move(ev));
 }
@@ -256,9 +267,13 @@ bool start_stream(const std::shared_ptr<StreamControl>& c, HttpRequest req,
   h.on_body = [run](std::string_view b) {
     if (run->stopped) return;
     if (run->status < 200 || run->status >= 300) {
-      // Enough of an error body to classify it; the rest is not kept.
-      if (run->error_body.size() < limits::response_body)
-        run->error_body.append(b.substr(0, limits::response_body - run->error_body.size()));
+      // Enough of an error body to classify it; one that goes on past that (never ending, for
+      // all we know) ends the transfer now, as its end would.
+      run->error_body.append(b.substr(0, limits::response_body - run->error_body.size()));
+      if (run->error_body.size() < limits::response_body) return;
+      run->stopped = true;
+      fail_status(*run);
+      run->c->cancel();
       return;
     }
     run->dec->feed(b);

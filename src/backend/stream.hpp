@@ -66,6 +66,8 @@ class Decoder {
   /// across responses too, as anthropic wants the ids of one history after a backend switch.
   std::string generated_id() const;
   void fail(Error e) { if (!failure) failure = std::move(e); }
+  /// Counts `more` bytes of output; past limits::response_output fails the stream (true).
+  bool past_output(std::size_t more);
   /// Fails the stream as malformed when a Strict read found a problem; true when it did.
   bool malformed(const Strict& f);
   /// Fails the stream when `size` bytes of `what` (e.g. "tool call 'read' arguments") pass

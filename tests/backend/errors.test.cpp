@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "backend/error.hpp"
 #include "backend/types.hpp"
 
@@ -68,6 +70,9 @@ TEST(BackendErrors, RetryAfterSecondsAndHttpDate) {
   EXPECT_FALSE(classify(429, "{}").retry_after_s.has_value());
   EXPECT_EQ(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), 0);  // in the past
   EXPECT_FALSE(parse_retry_after("soon").has_value());
+  // Waits no int holds are still waits, above §8.2's 120 s (not retried), never none (retried).
+  EXPECT_EQ(parse_retry_after("99999999999"), std::numeric_limits<int>::max());
+  EXPECT_EQ(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT"), std::numeric_limits<int>::max());
   auto g = classify(429, R"({"error":{"code":429,"details":[{"retryDelay":"9s"}]}})");
   EXPECT_EQ(g.retry_after_s, 9);
 }

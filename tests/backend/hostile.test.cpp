@@ -116,6 +116,26 @@ TEST_P(BackendHostile, EndlessEventDataIsCutAtTheLimit) {
   }
 }
 
+// A 5xx whose body never ends is classified from the 8 MiB kept, and its transfer abandoned:
+// it was read for ever (the agent `thinking` until a stop).
+TEST_P(BackendHostile, AnErrorBodyThatNeverEndsEndsTheRequest) {
+  auto got = run({{"fault", "endless_error"}});
+  ASSERT_TRUE(got.is_error()) << "a 500 must fail its stream";
+  EXPECT_EQ(got.error().cls, ErrorClass::transient) << got.error().message.substr(0, 200);
+  EXPECT_EQ(got.error().http_status, 500);
+  EXPECT_TRUE(client_closed_chat()) << "the transfer is abandoned, not read to its end";
+}
+
+// A model's output is bounded by its limit; a provider that streams on past 16 MiB (text that
+// became one block and one history message of 300 MB, resent with every request) is cut off.
+TEST_P(BackendHostile, AResponsePastItsBoundEndsTheStream) {
+  auto got = run({{"text", std::string(17u << 20, 'y')}, {"chunk", 1u << 20}});
+  ASSERT_TRUE(got.is_error()) << "17 MiB of text is not taken";
+  EXPECT_EQ(got.error().cls, ErrorClass::client);
+  EXPECT_EQ(got.error().message, GetParam() + ": response exceeds 16 MiB");
+  EXPECT_LE(got.text.size(), std::size_t{16} << 20);
+}
+
 TEST_P(BackendHostile, HugeErrorMessagesAreCut) {
   for (const char* fault : {"bad_request", "stream_error"}) {
     auto got = run({{"fault", fault}, {"message_bytes", 1 << 20}, {"text", "some text first"}, {"chunk", 4}});

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/limits.hpp"
 #include "harness.hpp"
 #include "server.hpp"
 
@@ -190,6 +191,19 @@ TEST_F(BackendRequests, ContentFilterStopIsReported) {
     ASSERT_TRUE(got.end && got.end->kind == StreamEvent::Kind::done) << name;
     EXPECT_EQ(got.end->stop, StopReason::filtered) << name << " " << got.end->stop_raw;
   }
+}
+
+// The provider's stop word is shown (`stopped: <word>`): a hostile one cannot put the key, a
+// second line or a megabyte into an error block through it.
+TEST_F(BackendRequests, AStopWordIsRedactedOneLineAndCut) {
+  auto b = make("openai");
+  auto got = run(*b, test::simple_request(),
+                 {{"text", "no"}, {"stop_word", "filtered_Bearer " + std::string(test::test_key) + "\nline2 " + std::string(5000, 'z')}});
+  ASSERT_TRUE(got.end && got.end->kind == StreamEvent::Kind::done);
+  const auto& raw = got.end->stop_raw;
+  EXPECT_EQ(raw.find(test::test_key), std::string::npos) << raw.substr(0, 100);
+  EXPECT_EQ(raw.rfind("filtered_Bearer *** line2 zz", 0), 0u) << raw.substr(0, 100);
+  EXPECT_LE(raw.size(), limits::error_text);
 }
 
 // Some compatible servers (Gemini's OpenAI endpoint) send each call whole without an `index`:

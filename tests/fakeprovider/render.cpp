@@ -30,6 +30,7 @@ struct Call {
 
 struct Script {
   std::string text, reasoning, signature, stop;
+  std::string stop_word;  ///< openai: sent as finish_reason verbatim, in place of stop's word
   std::vector<Call> calls;
   json usage;
   json raw_usage;  // sent verbatim in the provider's usage slot (fault malformed_usage)
@@ -58,6 +59,7 @@ Script read_script(const json& r) {
     ++n;
   }
   s.stop = r.value("stop", s.calls.empty() ? "end" : "tool_calls");
+  s.stop_word = r.value("stop_word", "");
   return s;
 }
 
@@ -222,7 +224,7 @@ std::vector<std::string> render_openai(const Script& s, const RequestInfo& req, 
   }
   const std::string stop = s.stop == "end" || !refusal.empty() ? "stop" : s.stop == "tool_calls" ? (legacy ? "function_call" : "tool_calls")
                            : s.stop == "length" ? "length" : "content_filter";
-  f.push_back(chunk(json::object(), stop));
+  f.push_back(chunk(json::object(), s.stop_word.empty() ? stop : s.stop_word));
   const bool include = req.body.value("stream_options", json::object()).value("include_usage", false);
   if (!s.raw_usage.is_null()) {
     f.push_back(sse({{"id", "chatcmpl-fake"}, {"object", "chat.completion.chunk"}, {"model", req.model},
@@ -496,7 +498,7 @@ Reply render(Dialect d, const json& resp, const RequestInfo& req) {
   const std::string fault = resp.value("fault", "");
   const bool streamed_fault = fault == "drop" || fault == "truncate" || fault == "hang" || fault == "stream_error" ||
                               fault == "malformed" || fault == "malformed_usage" || fault == "usage_out_of_range" ||
-                              fault == "endless_data";
+                              fault == "endless_data" || fault == "endless_error";
   if (!fault.empty() && !streamed_fault) return fault_reply(d, fault, resp, req);
   auto s = read_script(resp);
   if (fault == "malformed_usage") s.raw_usage = wrong_usage(d);
@@ -534,6 +536,13 @@ Reply render(Dialect d, const json& resp, const RequestInfo& req) {
     r.frames.push_back(stream_error_frame(d, resp));
   }
   if (fault == "malformed") r.frames = malformed_frames(d, req);
+  if (fault == "endless_error") {  // a 500 whose body goes on and on
+    r.status = 500;
+    r.frames.clear();
+    r.headers = {{"Content-Type", "text/plain"}};
+    r.endless = std::string(64u << 10, 'x');
+    r.endless_bytes = 64u << 20;
+  }
   if (fault == "endless_data") {
     r.frames.resize(std::min<std::size_t>(r.frames.size(), 1));
     constexpr std::size_t piece = 64u << 10;

@@ -471,7 +471,7 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
     keep = keep && !unfinished;
     // What is ready goes out in one send: an instant answer is one write, as from a provider whose
     // whole answer is ready; a delay sends what came before it first.
-    std::string out = head(200, reply.headers, true, 0, unfinished);
+    std::string out = head(reply.status, reply.headers, true, 0, unfinished);
     const auto flush = [&] { return send_all(fd, std::exchange(out, std::string())); };
     bool alive = true;
     if (reply.hang) {
