@@ -61,7 +61,8 @@ class KiroDecoder : public Decoder {
       else if (kind.find("ContentLength") != std::string::npos || has_overflow_marker(msg)) cls = ErrorClass::context_overflow;
       else if (kind.find("InternalServer") != std::string::npos || kind.find("ServiceUnavailable") != std::string::npos)
         cls = ErrorClass::transient;
-      fail(Error{cls, "kiro: " + kind + ": " + msg, 0, {}});
+      // A transient one reads as a server error does (§8.2's `retry` block: `server error: …`).
+      fail(Error{cls, std::string(cls == ErrorClass::transient ? "kiro: server error: " : "kiro: ") + kind + ": " + msg, 0, {}});
       return;
     }
     auto j = parse_json(m.payload);

@@ -33,7 +33,7 @@ class OllamaDecoder : public Decoder {
       if (has_tool_unsupported_marker(e))  // as the same refusal answered with a 400 (§8.2)
         fail(Error{ErrorClass::tool_unsupported, "model does not support tool calls: " + model_, 0, {}});
       else
-        fail(Error{classify_in_stream(0, e), "ollama: " + e, 0, {}});
+        fail(in_stream_error("ollama", 0, e, e));  // `ollama: server error: …` when retried (§8.2)
       return;
     }
     // The message, its calls and the done marker carry the answer: a wrong type is a

@@ -299,6 +299,19 @@ TEST_F(BackendStreaming, AnInStreamErrorIsClassedByItsCode) {
     ASSERT_TRUE(got.is_error()) << c.backend << " " << f.dump();
     EXPECT_EQ(class_name(got.error().cls), class_name(c.cls)) << c.backend << " " << f.dump() << ": " << got.error().message;
   }
+  // A transient one, of every dialect, reads as a server error does: its `retry` block says
+  // `server error: …` (§8.2), on one line.
+  for (const char* name : {"openai", "anthropic", "gemini", "ollama", "kiro"}) {
+    fake.push({{"fault", "stream_error"}, {"drop_after", 0}, {"error_text", "boom\nsecond line"}});
+    auto b = make_backend(test::fake_settings(name, fake.url()), engine);
+    Collector col;
+    auto st = (*b)->stream(test::simple_request(), col.sink());
+    auto got = col.wait(5s);
+    ASSERT_TRUE(got.is_error()) << name;
+    EXPECT_EQ(got.error().cls, ErrorClass::transient) << name << ": " << got.error().message;
+    EXPECT_EQ(got.error().message.rfind(std::string(name) + ": server error: ", 0), 0u) << got.error().message;
+    EXPECT_EQ(got.error().message.find('\n'), std::string::npos) << got.error().message;
+  }
 }
 
 TEST_F(BackendStreaming, ConnectionRefusedIsTransient) {
