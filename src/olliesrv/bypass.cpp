@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <vector>
 
 #include "hub.hpp"
@@ -115,6 +116,16 @@ struct Answer {
 
 constexpr const char* usage = "usage: <reqid> allow [always] | deny";
 
+/// A reqid as olliesrv shows it: a canonical decimal (no sign, no leading zero, in range). Any
+/// other spelling names no request: `03 deny` must not resolve request 3 by accident.
+std::optional<std::uint64_t> parse_reqid(std::string_view w) {
+  if (w.empty() || w[0] < '1' || w[0] > '9') return std::nullopt;  // also 0, never issued
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), n);
+  if (ec != std::errc{} || end != w.data() + w.size()) return std::nullopt;
+  return n;
+}
+
 p9::Result<std::vector<Answer>> parse_answers(std::string_view text) {
   std::vector<Answer> out;
   std::size_t at = 0;
@@ -136,9 +147,9 @@ p9::Result<std::vector<Answer>> parse_answers(std::string_view text) {
     if (w.size() == 2 && w[1] == "allow") a.allow = true;
     else if (w.size() == 3 && w[1] == "allow" && w[2] == "always") a.allow = a.always = true;
     else if (w.size() != 2 || w[1] != "deny") return p9::error(usage);
-    const auto [end, ec] = std::from_chars(w[0].data(), w[0].data() + w[0].size(), a.reqid);
-    if (ec != std::errc{} || end != w[0].data() + w[0].size() || a.reqid == 0)
-      return p9::error("no such request: " + bypass::shown(w[0]));
+    const auto reqid = parse_reqid(w[0]);
+    if (!reqid) return p9::error("no such request: " + bypass::shown(w[0]));
+    a.reqid = *reqid;
     out.push_back(a);
   }
   return out;
@@ -390,12 +401,13 @@ asio::awaitable<void> Bypass::on_request(std::shared_ptr<Session> s, std::uint64
                        n + " session/" + s->current_name() + "/agent/" + agent_name(*s, agent) + " " + tool);
     co_return;
   }
-  const std::string tsid = e.tsid;
-  if (!insert(s->id, reqid, std::move(e))) end.allow = false;
-  auto st = co_await resolve(s, instance, tsid + " " + verdict_word(end.allow));
-  // Not resolved: toolsrv reports its end (timeout, withdrawal), or its instance is gone.
-  if (!st) spdlog::info("session {}: bypass {}: {}", s->id, n, st.ename());
-  else finish(*s, reqid, std::move(end));
+  const std::string agent = e.agent, tsid = e.tsid;
+  if (!insert(s->id, reqid, std::move(e))) {
+    (void)co_await resolve(s, instance, tsid + " deny");  // the session is gone
+    co_return;
+  }
+  show(*s, agent, end);
+  co_await forward(s, reqid, std::move(end));
 }
 
 asio::awaitable<p9::Status> Bypass::resolve(std::shared_ptr<Session> s, std::uint64_t instance, std::string line) {
@@ -504,7 +516,7 @@ asio::awaitable<p9::Status> Bypass::answer(std::shared_ptr<Session> s, std::stri
   if (!answers) co_return answers.error();
   struct Taken {
     Answer a;
-    std::string tool;
+    std::string agent, tool;
     bypass::Summary summary;
   };
   std::vector<Taken> taken;
@@ -522,7 +534,7 @@ asio::awaitable<p9::Status> Bypass::answer(std::shared_ptr<Session> s, std::stri
     for (const auto& a : *answers) {
       auto& e = it->second.entries.at(a.reqid);
       e.listed = false;
-      taken.push_back({a, e.tool, e.summary});
+      taken.push_back({a, e.agent, e.tool, e.summary});
     }
   }
   p9::Status result;
@@ -540,13 +552,20 @@ asio::awaitable<p9::Status> Bypass::answer(std::shared_ptr<Session> s, std::stri
         if (result) result = p9::error("allow always: " + st.ename() + ", allowed once");
       }
     }
-    asio::co_spawn(hub_.next_executor(), forward(s, t.a.reqid, t.a.allow, std::move(end)), asio::detached);
+    // Every decision of this write is in the chat before toolsrv hears any of them.
+    show(*s, t.agent, end);
+    asio::co_spawn(hub_.next_executor(), forward(s, t.a.reqid, std::move(end)), asio::detached);
   }
   if (ruled) co_await save_now(hub_, s);  // the session policy's new rules, before the reply (§7.7)
   co_return result;
 }
 
-asio::awaitable<void> Bypass::forward(std::shared_ptr<Session> s, std::uint64_t reqid, bool allow, End end) {
+void Bypass::show(const Session& s, const std::string& agent, End& end) {
+  note(s, s.find(agent), end.block);
+  end.block.clear();
+}
+
+asio::awaitable<void> Bypass::forward(std::shared_ptr<Session> s, std::uint64_t reqid, End end) {
   Bypass& b = s->hub.bypass;
   std::uint64_t instance = 0;
   std::string tsid;
@@ -557,9 +576,10 @@ asio::awaitable<void> Bypass::forward(std::shared_ptr<Session> s, std::uint64_t 
     instance = it->second.entries.at(reqid).instance;
     tsid = it->second.entries.at(reqid).tsid;
   }
-  auto st = co_await resolve(s, instance, tsid + " " + verdict_word(allow));
-  // Not resolved: toolsrv reports its end (timeout, withdrawal), or its instance is gone.
-  if (!st) spdlog::info("session {}: bypass {}: {}", s->id, reqid, st.ename());
+  auto st = co_await resolve(s, instance, tsid + " " + verdict_word(end.allow));
+  // Not delivered: the request stays until toolsrv reports its end (timeout, withdrawal) or its
+  // instance is gone, and that end's block follows the decision shown, which did not apply.
+  if (!st) spdlog::info("session {}: bypass {}: {} not delivered: {}", s->id, reqid, verdict_word(end.allow), st.ename());
   else b.finish(*s, reqid, std::move(end));
 }
 

@@ -92,7 +92,7 @@ class Bypass {
     bool allow = false;
     std::string by;     ///< hostowner, policy, rate limit, timeout, withdrawal, restart, session killed
     std::string how;    ///< the verb, the rule, the reason
-    std::string block;  ///< the agent's `bypass` block
+    std::string block;  ///< the agent's `bypass` block; empty once show() showed it
     std::string who;    ///< the hostowner's name, when it answered
     nlohmann::json extra = nlohmann::json::object();
   };
@@ -105,8 +105,12 @@ class Bypass {
   void on_withdrawn(const Session& s, std::uint64_t instance, const std::string& tsid, const std::string& reason);
   /// The instance is gone: its requests end.
   void on_instance_end(const Session& s, std::uint64_t instance);
-  /// Sends the hostowner's answer to toolsrv, then reports it.
-  static asio::awaitable<void> forward(std::shared_ptr<Session> s, std::uint64_t reqid, bool allow, End end);
+  /// Appends a decision's block to the agent's chat, before the decision is sent: §6.9.2's order
+  /// is the decision, then what the call does, and once toolsrv has it the call's result may come
+  /// first.
+  static void show(const Session& s, const std::string& agent, End& end);
+  /// Sends a decision (shown already) to toolsrv, then ends the request (event, audit).
+  static asio::awaitable<void> forward(std::shared_ptr<Session> s, std::uint64_t reqid, End end);
   /// `<toolsrv id> allow|deny` to bypass/resolve of that instance.
   static asio::awaitable<p9::Status> resolve(std::shared_ptr<Session> s, std::uint64_t instance, std::string line);
   /// Adds a request the broker tracks; false when the session was detached.

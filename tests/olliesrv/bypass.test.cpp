@@ -48,6 +48,18 @@ std::vector<json> audit_lines(World& w, std::size_t n) {
   return audit(w);
 }
 
+/// The roles of the agent's `call`, `bypass` and `tool` blocks, with each `bypass` block's
+/// content, in log.raw's order: "call", "bypass <content>", "tool".
+std::vector<std::string> call_sequence(World& w, const std::string& agent) {
+  std::vector<std::string> out;
+  for (const auto& b : blocks_of(w, agent)) {
+    const std::string role = b["role"];
+    if (role == "bypass") out.push_back("bypass " + b["content"].get<std::string>());
+    else if (role == "call" || role == "tool") out.push_back(role);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(Bypass, AnApprovedCallRunsUnsandboxedAndIsAudited) {
@@ -423,4 +435,104 @@ TEST(Bypass, PoliciesAndTheCounterSurviveARestart) {
   ASSERT_TRUE(w.write(a + "/prompt", "again"));
   ASSERT_TRUE(eventually([&] { return has(contents(w, a, "bypass"), "auto-denied 2 (policy)"); }));
   ASSERT_TRUE(w.wait_state(a, "idle"));
+}
+
+// §6.9.2: the decision comes first, then what the call does. The broker appends the decision
+// block before it sends the decision to toolsrv, so the block precedes the call's result (and
+// the model's next call) every time, not only when the broker wins a race. Many rounds, one
+// call each: a late block shows as a `bypass` block after its `tool` block.
+TEST(Bypass, TheDecisionBlockPrecedesTheCallsResult) {
+  World w;
+  auto ev = bypass_events(w);
+  constexpr int rounds = 8, asked = 5;  // asked: §6.9.2's rate limit
+  const auto push_rounds = [&](const std::string& prefix) {
+    for (int i = 1; i <= rounds; i++)
+      w.fake.push({{"tool_calls", json::array({bypass_shell(prefix + std::to_string(i), "echo " + std::to_string(i))})}});
+    w.fake.push({{"text", "done"}});
+  };
+  // Denied by policy.
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(s + "/bypass", "deny shell *\n"));
+  push_rounds("p");
+  ASSERT_TRUE(w.write(a + "/prompt", "policy"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  std::vector<std::string> want;
+  for (int n = 1; n <= rounds; n++)
+    for (const std::string& b : {std::string("call"), "bypass auto-denied " + std::to_string(n) + " (policy)", std::string("tool")})
+      want.push_back(b);
+  EXPECT_EQ(call_sequence(w, a), want);
+  // Denied by the hostowner, in two sessions: each asks the hostowner 5 times (the rate limit),
+  // then is denied by the rate limit.
+  std::string seen;
+  for (const std::string name : {"one", "two"}) {
+    auto s2 = w.session(name);
+    auto a2 = w.agent(s2, "main");
+    push_rounds(name);
+    ASSERT_TRUE(w.write(a2 + "/prompt", "hostowner"));
+    for (int n = 1; n <= asked; n++) {
+      seen = World::read_until(ev, "/" + name + "/agent/main shell\n", seen);
+      ASSERT_NE(seen.find(".request " + std::to_string(n) + " session/" + name + "/"), std::string::npos) << seen;
+      ASSERT_TRUE(w.write("bypass/pending/" + name, std::to_string(n) + " deny\n"));
+      seen.clear();
+    }
+    ASSERT_TRUE(w.wait_state(a2, "idle"));
+    want.clear();
+    for (int n = 1; n <= rounds; n++) {
+      const std::string i = std::to_string(n);
+      want.push_back("call");
+      if (n <= asked) {
+        want.push_back("bypass request " + i + ": shell echo " + i);
+        want.push_back("bypass denied " + i);
+      } else {
+        want.push_back("bypass rate limited: denied " + i);
+      }
+      want.push_back("tool");
+    }
+    EXPECT_EQ(call_sequence(w, a2), want) << name;
+  }
+  // Denied by the hostowner, several at once: the calls of a batch wait together and one write
+  // answers them all.
+  auto s3 = w.session("three");
+  auto a3 = w.agent(s3, "main");
+  json calls = json::array();
+  for (int i = 1; i <= asked; i++)
+    calls.push_back({{"id", "b" + std::to_string(i)}, {"name", "file_read"},
+                     {"arguments", {{"path", "/etc/hostname"}, {"offset", i}, {"bypass", true}}}});
+  w.fake.push({{"tool_calls", calls}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a3 + "/prompt", "batch"));
+  ASSERT_TRUE(eventually([&] { return pending_count(w, "three") == asked; }));
+  std::string answer;
+  for (int n = 1; n <= asked; n++) answer += std::to_string(n) + " deny\n";
+  ASSERT_TRUE(w.write("bypass/pending/three", answer));
+  ASSERT_TRUE(w.wait_state(a3, "idle"));
+  // The results come in call order, each as soon as it is there: every decision of the write
+  // precedes the first of them.
+  const auto got = call_sequence(w, a3);
+  const auto at = [&](const std::string& b) { return std::find(got.begin(), got.end(), b) - got.begin(); };
+  for (int n = 1; n <= asked; n++) EXPECT_LT(at("bypass denied " + std::to_string(n)), at("tool")) << json(got).dump();
+}
+
+// §2.3: a reqid is a canonical decimal. `01` is not request 1: a mistyped or padded number
+// names no request, so it cannot resolve a live one by accident.
+TEST(Bypass, OnlyACanonicalDecimalNamesARequest) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto ev = bypass_events(w);
+  w.fake.push({{"tool_calls", json::array({bypass_shell("c1", "echo waiting")})}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  World::read_until(ev, ".request 1 ");
+  for (const std::string id : {"01", "001", "00", "0", "+1", "-1", "1.0", "0x1", "1e0", "18446744073709551617",
+                               "000000000000000000001"})
+    for (const std::string verb : {" allow", " allow always", " deny"})
+      EXPECT_EQ(w.write("bypass/pending/work", id + verb + "\n").ename(), "no such request: " + id) << id << verb;
+  // Nothing was resolved: the request still waits, and its own number answers it.
+  EXPECT_EQ(*w.read("bypass/pending/work"), "1\tmain\tshell\techo waiting\n");
+  EXPECT_EQ(*w.read(s + "/bypass"), "");
+  ASSERT_TRUE(w.write("bypass/pending/work", "1 deny\n"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "bypass"), (std::vector<std::string>{"request 1: shell echo waiting", "denied 1"}));
 }
