@@ -70,11 +70,29 @@ std::map<std::string, std::string> header_of(const std::string& text) {
   return kv;
 }
 
+/// toolsrv keeps a stream's first 10 MiB, then writes `\n[… <n> bytes omitted …]\n` and the last
+/// 64 KiB (§6.5.2): what `out` gives of a longer one.
+constexpr std::uint64_t capture_head = 10u << 20;
+constexpr std::size_t omission_line_max = 64;
+
+/// The bytes toolsrv left out of a stream beyond those of its omission line, from the bytes read
+/// at capture_head; 0 when there is no such line (the stream was not cut).
+std::uint64_t cut_by_toolsrv(std::string_view at_head) {
+  constexpr std::string_view open = "\n[\u2026 ", close = " bytes omitted \u2026]\n";
+  if (!at_head.starts_with(open)) return 0;
+  std::uint64_t n = 0;
+  std::size_t k = open.size();
+  for (; k < at_head.size() && k < open.size() + 20 && at_head[k] >= '0' && at_head[k] <= '9'; k++) n = n * 10 + (at_head[k] - '0');
+  if (k == open.size() || at_head.substr(k, close.size()) != close) return 0;
+  const std::uint64_t line = k + close.size();
+  return n > line ? n - line : 0;
+}
+
 /// The end of a process as its `wait` file tells it; "lost" when toolsrv went away first.
 struct Ending {
   std::string status = "lost", code;
   std::string output;  ///< the last bytes of the combined output
-  std::uint64_t total = 0;
+  std::uint64_t total = 0;  ///< what the process wrote (what toolsrv left out included)
 };
 
 asio::awaitable<Ending> follow(std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p) {
@@ -86,10 +104,18 @@ asio::awaitable<Ending> follow(std::shared_ptr<ToolHost> host, std::shared_ptr<B
   if (!out) co_return e;
   auto wait = co_await host->open(p->instance, dir + "wait", p9::OREAD);
   if (!wait) co_return e;
+  std::string at_head;  // the bytes from capture_head on, where toolsrv's omission line would be
   for (;;) {
     auto r = co_await out->read();
     if (!r) co_return e;
-    if (r->empty()) break;
+    if (r->empty()) {
+      e.total += cut_by_toolsrv(at_head);
+      break;
+    }
+    if (const auto end = e.total + r->size(); end > capture_head && e.total < capture_head + omission_line_max) {
+      const auto from = e.total < capture_head ? capture_head - e.total : 0;
+      at_head.append(std::string_view(*r).substr(from, std::min<std::uint64_t>(end, capture_head + omission_line_max) - e.total - from));
+    }
     e.total += r->size();
     e.output += *r;
     if (e.output.size() > 2 * interrupt_bytes) e.output.erase(0, e.output.size() - interrupt_bytes);

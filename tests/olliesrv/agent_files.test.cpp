@@ -295,6 +295,24 @@ TEST(AgentFiles, ABackgroundShellIsListedStreamedWaitedForAndDismissed) {
   EXPECT_EQ(w.read(dir + "/stat").ename(), pid + ": file not found");
 }
 
+// §6.10: the interrupt counts every byte the process wrote, also past toolsrv's own cut of a
+// stream over 10 MiB + 64 KiB (§6.5.2), whose omission line `out` carries in place of the middle.
+TEST(AgentFiles, AnInterruptCountsTheBytesToolsrvLeftOutToo) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string cmd = "head -c 11000000 /dev/zero | tr '\\0' x; echo; echo end";
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", cmd)})}});
+  w.fake.push({{"text", "started"}});
+  w.fake.push({{"text", "it ended"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "run it in the background"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "user", "proc").size() == 1; }, 60s));
+  const std::string got = contents(w, a, "user", "proc")[0];
+  const std::string omitted = "[\u2026 " + std::to_string(11000005 - 4096) + " bytes omitted; full output in proc/";
+  EXPECT_NE(got.find(omitted), std::string::npos) << got.substr(0, 300);
+  EXPECT_TRUE(got.ends_with("x\nend\n</system-proc-interrupt>")) << got.substr(got.size() - 100);
+}
+
 // §2.7: proc/ lists the processes toolsrv still tracks. One that ended stays listed for toolsrv's
 // 10 minutes, but only while that toolsrv lives: once it is gone (here kill -9), its pids are no
 // one's (they stayed listed, their wait read empty and their ctl said `no such process`).
