@@ -16,7 +16,6 @@
 #include "hub.hpp"
 #include "ids.hpp"
 #include "lifecycle.hpp"
-#include "off_io.hpp"
 #include "result.hpp"
 #include "session.hpp"
 #include "settings.hpp"
@@ -41,10 +40,9 @@ Reply session_kill(SessionCall& c, const virtfs::Command&) {
 }
 
 // The write (temp, fsync, rename) and the wait for a save already under way happen on the
-// blocking pool, never on the I/O thread.
+// blocking pool, never on the I/O thread (save_now); a failure is `save: <reason>`.
 Reply session_save(SessionCall& c, const virtfs::Command&) {
-  auto save = [s = c.s] { return s->save(); };  // named: see off_io
-  if (auto st = co_await off_io<p9::Status>(c.hub, save); !st) co_return p9::error("save: " + st.ename());
+  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
   co_return std::string("saved\n");
 }
 

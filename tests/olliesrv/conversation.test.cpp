@@ -913,6 +913,7 @@ TEST(Conversation, AnAgentTheDiskDidNotTakeIsRefused) {
   ASSERT_FALSE(made);
   EXPECT_EQ(made.ename().rfind("save: ", 0), 0u) << made.ename();
   EXPECT_EQ(w.read(s + "/agent/idx")->find("late"), std::string::npos) << *w.read(s + "/agent/idx");
+  EXPECT_EQ(w.rdwr(s + "/ctl", "save").ename().rfind("save: ", 0), 0u);  // §3.2's own wording
   std::filesystem::remove(dir);
   std::filesystem::rename(dir + ".aside", dir);
   ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=late"));
