@@ -22,6 +22,7 @@
 #include "lib9p/utf8.hpp"
 #include "result.hpp"
 #include "session.hpp"
+#include "toolsrv/capture.hpp"
 
 namespace ollie {
 
@@ -72,7 +73,7 @@ std::map<std::string, std::string> header_of(const std::string& text) {
 
 /// toolsrv keeps a stream's first 10 MiB, then writes `\n[… <n> bytes omitted …]\n` and the last
 /// 64 KiB (§6.5.2): what `out` gives of a longer one.
-constexpr std::uint64_t capture_head = 10u << 20;
+constexpr std::uint64_t capture_head = toolsrv::output_head_cap;
 constexpr std::size_t omission_line_max = 64;
 
 /// The bytes toolsrv left out of a stream beyond those of its omission line, from the bytes read
