@@ -556,7 +556,11 @@ asio::awaitable<p9::Status> Bypass::answer(std::shared_ptr<Session> s, std::stri
     show(*s, t.agent, end);
     asio::co_spawn(hub_.next_executor(), forward(s, t.a.reqid, std::move(end)), asio::detached);
   }
-  if (ruled) co_await save_now(hub_, s);  // the session policy's new rules, before the reply (§7.7)
+  // The session policy's new rules are on disk before the reply (§7.7); a failed save keeps them
+  // in memory and says so, as every change does.
+  if (ruled) {
+    if (auto st = co_await save_now(hub_, s); !st && result) result = st;
+  }
   co_return result;
 }
 

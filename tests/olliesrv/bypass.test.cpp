@@ -231,6 +231,30 @@ TEST(Bypass, KillNineRightAfterAPolicyOrAnAllowAlwaysKeepsIt) {
   EXPECT_EQ(*w.read(s + "/bypass"), "allow shell echo 'hi \\*'\n");
 }
 
+// §7.7: when the disk takes nothing, `allow always` still approves the call and keeps its rule
+// for this run, and the reply says the rule was not saved.
+TEST(Bypass, AllowAlwaysOnADiskThatTakesNothingSaysItWasNotSaved) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto ev = bypass_events(w);
+  w.fake.push({{"tool_calls", json::array({bypass_shell("c1", "echo kept")})}});
+  w.fake.push({{"text", "one"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  World::read_until(ev, ".request 1 ");
+  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  std::filesystem::rename(dir, dir + ".aside");
+  write_file(dir, "");  // the session's directory is a file now: every save fails
+  auto answered = w.write("bypass/pending/work", "1 allow always\n");
+  ASSERT_FALSE(answered);
+  EXPECT_EQ(answered.ename().rfind("save: ", 0), 0u) << answered.ename();
+  EXPECT_EQ(*w.read(s + "/bypass"), "allow shell echo kept\n");
+  std::filesystem::remove(dir);
+  std::filesystem::rename(dir + ".aside", dir);
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "tool").back(), "kept\n");
+}
+
 TEST(Bypass, PolicyRulesDecideWithNoPersonAndTheGlobalPolicyIsPersisted) {
   World w;
   auto s = w.session("work");
