@@ -99,12 +99,12 @@ struct Sshd {
               "mount --make-rprivate / && mount -t tmpfs -o mode=755 none /run && mkdir -m 755 /run/sshd && "
               "exec /usr/sbin/sshd -D -e -f " + dir + "/sshd_config"};
     const int log = ::open((dir + "/sshd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    std::vector<char*> argv;  // made before the fork: the child only calls what is async-signal-safe
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid = ::fork();
     if (pid == 0) {
       ::dup2(log, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
       ::execvp(argv[0], argv.data());
       ::_exit(127);
     }

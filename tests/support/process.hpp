@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace testing_support {
@@ -33,16 +35,28 @@ class Child {
   Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
     int in[2], out[2], err[2];
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) throw std::runtime_error("pipe");
+    // Everything the child needs is made before the fork: a test's other threads (a fake
+    // provider's) may hold the allocator's lock at that moment, and a child that allocated
+    // would wait for it for ever, never reaching its exec.
+    std::vector<std::string> merged;
+    for (char** e = environ; *e; e++) {
+      const std::string_view kv(*e);
+      const auto key = kv.substr(0, kv.find('=') + 1);
+      const auto overridden = [&](const std::string& x) { return !key.empty() && x.rfind(key, 0) == 0; };
+      if (std::none_of(env.begin(), env.end(), overridden)) merged.emplace_back(kv);
+    }
+    merged.insert(merged.end(), env.begin(), env.end());
+    std::vector<char*> a, envp;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    for (auto& e : merged) envp.push_back(e.data());
+    envp.push_back(nullptr);
     pid_ = fork();
-    if (pid_ == 0) {
+    if (pid_ == 0) {  // only async-signal-safe calls until exec
       dup2(in[0], 0);
       dup2(out[1], 1);
       dup2(err[1], 2);
-      for (auto& e : env) putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> a;
-      for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-      a.push_back(nullptr);
-      execvp(a[0], a.data());
+      execvpe(a[0], a.data(), envp.data());
       _exit(127);
     }
     ::close(in[0]);
