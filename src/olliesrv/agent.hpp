@@ -7,6 +7,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -128,6 +129,11 @@ class Agent : public std::enable_shared_from_this<Agent> {
     return name;
   }
   std::string state() const;
+  /// A linked peer (§8.11), by id.
+  bool linked(const std::string& peer_id) const {
+    std::lock_guard lock(mu);
+    return std::find(peers.begin(), peers.end(), peer_id) != peers.end();
+  }
   std::shared_ptr<virtfs::Signal> state_signal() const { return state_signal_; }
   /// Notified when the feed value changes and when the agent is killed.
   std::shared_ptr<virtfs::Signal> feed_signal() const { return feed_signal_; }

@@ -22,8 +22,6 @@ using Text = p9::Result<std::string>;
 /// the agent's context (§8.7).
 constexpr std::size_t max_plan = 1 << 20;
 
-std::string owner(const Ctx& c) { return c.agent->id; }
-
 // ---- fifo (§2.8.5) -----------------------------------------------------------------------------
 
 Text read_fifo(Ctx& c) {
@@ -86,11 +84,6 @@ std::vector<std::string> peer_ids(const Agent& a) {
   return a.peers;
 }
 
-bool linked(const Agent& a, const std::string& peer_id) {
-  std::lock_guard lock(a.mu);
-  return std::find(a.peers.begin(), a.peers.end(), peer_id) != a.peers.end();
-}
-
 std::vector<std::string> peer_names(Ctx& c) {
   std::vector<std::string> out;
   for (const auto& id : peer_ids(*c.agent))
@@ -101,7 +94,7 @@ std::vector<std::string> peer_names(Ctx& c) {
 
 std::optional<virtfs::Instance<Ctx>> peer_lookup(const Ctx& c, const std::string& key) {
   auto p = c.session->find(key);
-  if (!p || !linked(*c.agent, p->id)) return std::nullopt;
+  if (!p || !c.agent->linked(p->id)) return std::nullopt;
   Ctx child = c;
   child.peer = p;
   return virtfs::Instance<Ctx>{std::move(child), p, p->id};
@@ -114,7 +107,7 @@ p9::Status write_peer(Ctx& c, std::string text) {
     std::lock_guard lock(peer.mu);
     if (peer.killed) return p9::error("agent killed");
   }
-  if (!linked(*c.agent, peer.id)) return p9::error("not a peer: " + peer.current_name());
+  if (!c.agent->linked(peer.id)) return p9::error("not a peer: " + peer.current_name());
   const std::string body(backend::trim(text));
   if (body.empty()) return {};
   // The sender is the agent whose peer/ was written, also when the hostowner writes it.
@@ -138,7 +131,7 @@ virtfs::Node<Ctx> feed_file() {
 
 virtfs::Node<Ctx> plan_file() {
   using namespace virtfs;
-  return D::Leaf("plan", Mode{0640}, Owner(owner), Doc{"the agent's plan (a markdown checklist); write to replace it"},
+  return D::Leaf("plan", Mode{0640}, Owner(agent_owner), Doc{"the agent's plan (a markdown checklist); write to replace it"},
                  Read(read_plan), Write(saved(write_plan)),
                  Vers([](const Ctx& c) {
                    std::lock_guard lock(c.agent->mu);
@@ -156,8 +149,8 @@ virtfs::Node<Ctx> plan_file() {
 
 virtfs::Node<Ctx> peer_dir() {
   using namespace virtfs;
-  return D::Dir("peer", Mode{0500}, Owner(owner), Doc{"the linked peers (ctl peeradd), by name"},
-                D::TemplateLeaf("{agent}", Mode{0200}, Owner(owner), Doc{"write a message to that peer"}, List(peer_names),
+  return D::Dir("peer", Mode{0500}, Owner(agent_owner), Doc{"the linked peers (ctl peeradd), by name"},
+                D::TemplateLeaf("{agent}", Mode{0200}, Owner(agent_owner), Doc{"write a message to that peer"}, List(peer_names),
                                 Lookup(peer_lookup), Write(write_peer)));
 }
 

@@ -109,7 +109,7 @@ std::string agent_name(const Session& s, const std::string& agent_id) {
 }
 
 /// One resolution line of the hostowner (§2.3).
-struct Answer {
+struct Resolution {
   std::uint64_t reqid = 0;
   bool allow = false, always = false;
 };
@@ -126,8 +126,8 @@ std::optional<std::uint64_t> parse_reqid(std::string_view w) {
   return n;
 }
 
-p9::Result<std::vector<Answer>> parse_answers(std::string_view text) {
-  std::vector<Answer> out;
+p9::Result<std::vector<Resolution>> parse_answers(std::string_view text) {
+  std::vector<Resolution> out;
   std::size_t at = 0;
   while (at < text.size()) {
     auto nl = text.find('\n', at);
@@ -143,7 +143,7 @@ p9::Result<std::vector<Answer>> parse_answers(std::string_view text) {
       i = j;
     }
     if (w.empty()) continue;
-    Answer a;
+    Resolution a;
     if (w.size() == 2 && w[1] == "allow") a.allow = true;
     else if (w.size() == 3 && w[1] == "allow" && w[2] == "always") a.allow = a.always = true;
     else if (w.size() != 2 || w[1] != "deny") return p9::error(usage);
@@ -515,7 +515,7 @@ asio::awaitable<p9::Status> Bypass::answer(std::shared_ptr<Session> s, std::stri
   auto answers = parse_answers(text);
   if (!answers) co_return answers.error();
   struct Taken {
-    Answer a;
+    Resolution a;
     std::string agent, tool;
     bypass::Summary summary;
   };

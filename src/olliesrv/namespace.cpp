@@ -185,9 +185,9 @@ Reply block(Ctx& c, std::string request) {
 
 std::uint32_t log_vers(const Ctx& c) { return c.agent->transcript.version(); }
 std::int64_t log_mtime(const Ctx& c) { return c.agent->transcript.changed_at(); }
-std::string agent_owner(const Ctx& c) { return c.agent->id; }
-
 }  // namespace
+
+std::string agent_owner(const Ctx& c) { return c.agent->id; }
 
 virtfs::Node<Ctx> declare() {
   using namespace virtfs;

@@ -35,6 +35,9 @@ std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::str
 /// session.json written before the reply, so kill -9 after the reply cannot lose it.
 virtfs::WriteCoFn<Ctx> saved(std::function<p9::Status(Ctx&, std::string)> f);
 
+/// The owner of an agent's files: the agent itself (§1.6).
+std::string agent_owner(const Ctx& c);
+
 virtfs::Node<Ctx> declare();
 
 }  // namespace ollie

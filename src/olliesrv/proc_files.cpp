@@ -15,8 +15,6 @@ namespace {
 using D = virtfs::Dsl<Ctx>;
 using Text = p9::Result<std::string>;
 
-std::string owner(const Ctx& c) { return c.agent->id; }
-
 std::string path_of(const BgProc& p, const char* file) { return "proc/" + std::to_string(p.pid) + "/" + file; }
 
 /// The entry goes when toolsrv no longer has the pid (dismissed, expired, or toolsrv is gone).
@@ -175,16 +173,16 @@ std::optional<virtfs::Instance<Ctx>> pid_lookup(const Ctx& c, const std::string&
 virtfs::Node<Ctx> proc_dir() {
   using namespace virtfs;
   return D::Dir(
-      "proc", Mode{0500}, Owner(owner), Doc{"the agent's background processes, by pid"},
-      D::Template("{pid}", Mode{0500}, Owner(owner), Doc{"one background process (toolsrv's proc/{pid})"}, List(pids),
+      "proc", Mode{0500}, Owner(agent_owner), Doc{"the agent's background processes, by pid"},
+      D::Template("{pid}", Mode{0500}, Owner(agent_owner), Doc{"one background process (toolsrv's proc/{pid})"}, List(pids),
                   Lookup(pid_lookup),
-                  D::Leaf("out", Mode{0400}, Owner(owner), Doc{"its stdout and stderr interleaved, from the start; EOF after its exit"},
+                  D::Leaf("out", Mode{0400}, Owner(agent_owner), Doc{"its stdout and stderr interleaved, from the start; EOF after its exit"},
                           Stream(open_stream<out_name>)),
-                  D::Leaf("wait", Mode{0400}, Owner(owner), Doc{"nothing until it ends, then its status lines"},
+                  D::Leaf("wait", Mode{0400}, Owner(agent_owner), Doc{"nothing until it ends, then its status lines"},
                           Stream(open_stream<wait_name>)),
-                  D::Leaf("stat", Mode{0400}, Owner(owner), Doc{"pid tool agent background status exit signal started runtime output, key=value"},
+                  D::Leaf("stat", Mode{0400}, Owner(agent_owner), Doc{"pid tool agent background status exit signal started runtime output, key=value"},
                           Read(read_stat)),
-                  D::Leaf("ctl", Mode{0200}, Owner(owner), Doc{"term, kill, signal <N>, dismiss"}, Write(write_ctl))));
+                  D::Leaf("ctl", Mode{0200}, Owner(agent_owner), Doc{"term, kill, signal <N>, dismiss"}, Write(write_ctl))));
 }
 
 }  // namespace ollie

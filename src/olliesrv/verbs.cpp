@@ -261,11 +261,6 @@ Reply verb_systemprompt(AgentCall& c, const virtfs::Command&) {
   co_return text;
 }
 
-bool linked(const Agent& a, const std::string& peer_id) {
-  std::lock_guard lock(a.mu);
-  return std::find(a.peers.begin(), a.peers.end(), peer_id) != a.peers.end();
-}
-
 // §8.11: both ways, by id (persisted with the session).
 Reply verb_peeradd(AgentCall& c, const virtfs::Command& cmd) {
   const std::string& n = cmd.args[0];
@@ -288,7 +283,7 @@ Reply verb_peeradd(AgentCall& c, const virtfs::Command& cmd) {
 Reply verb_peerdel(AgentCall& c, const virtfs::Command& cmd) {
   const std::string& n = cmd.args[0];
   auto p = c.s->find(n);
-  if (!p || !linked(*c.a, p->id)) co_return p9::error("not a peer: " + n);
+  if (!p || !c.a->linked(p->id)) co_return p9::error("not a peer: " + n);
   {
     std::scoped_lock lock(c.a->mu, p->mu);
     std::erase(c.a->peers, p->id);

@@ -382,8 +382,8 @@ class Connector {
 using Notif = seccomp_notif;
 using Resp = seccomp_notif_resp;
 
-enum Kind : std::uint64_t { kind_event = 0, kind_listener = 1, kind_pending = 2 };
-std::uint64_t tag(Kind k, int fd) { return (static_cast<std::uint64_t>(k) << 32) | static_cast<std::uint32_t>(fd); }
+enum Watched : std::uint64_t { watched_event = 0, watched_listener = 1, watched_pending = 2 };
+std::uint64_t watch_tag(Watched k, int fd) { return (static_cast<std::uint64_t>(k) << 32) | static_cast<std::uint32_t>(fd); }
 
 bool tcp_like(int domain, int type, int protocol) {
   return (domain == AF_INET || domain == AF_INET6) && type == SOCK_STREAM &&
@@ -666,7 +666,7 @@ class Server {
     const int fd = c.held.get();
     epoll_event ev{};
     ev.events = events;
-    ev.data.u64 = tag(kind_pending, fd);
+    ev.data.u64 = watch_tag(watched_pending, fd);
     if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) return reply(c.listener, c.req.id, -EAGAIN);
     auto p = std::make_unique<UnixGuard::Pending>();
     p->listener = c.listener;
@@ -783,7 +783,7 @@ UnixGuard::UnixGuard() {
   event_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = tag(kind_event, event_.get());
+  ev.data.u64 = watch_tag(watched_event, event_.get());
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, event_.get(), &ev);
   thread_ = std::thread([this] { loop(); });
 }
@@ -805,7 +805,7 @@ void UnixGuard::adopt(UniqueFd listener, std::shared_ptr<const UnixAccess> acces
   std::lock_guard lock(mu_);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = tag(kind_listener, listener.get());
+  ev.data.u64 = watch_tag(watched_listener, listener.get());
   // Not served, the listener closes here: the tool's connects and sends then fail (ENOSYS).
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener.get(), &ev) != 0) return;
   incoming_.emplace_back(std::move(listener), std::move(access));
@@ -831,12 +831,12 @@ void UnixGuard::loop() {
       incoming_.clear();
     }
     for (int i = 0; i < n; ++i) {
-      const auto kind = static_cast<Kind>(events[i].data.u64 >> 32);
+      const auto kind = static_cast<Watched>(events[i].data.u64 >> 32);
       const int fd = static_cast<int>(events[i].data.u64 & 0xffffffff);
-      if (kind == kind_event) {
+      if (kind == watched_event) {
         std::uint64_t v;
         (void)!::read(event_.get(), &v, sizeof v);
-      } else if (kind == kind_listener) {
+      } else if (kind == watched_listener) {
         const auto it = watches.find(fd);
         if (it != watches.end() && !server.serve(*it->second, events[i].events)) drop(fd);
       } else {

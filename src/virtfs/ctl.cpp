@@ -5,10 +5,6 @@
 
 namespace virtfs {
 
-namespace {
-bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-}  // namespace
-
 p9::Error Command::usage() const {
   return p9::error("usage: " + verb + (synopsis.empty() ? "" : " ") + std::string(synopsis));
 }

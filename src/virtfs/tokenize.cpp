@@ -2,10 +2,6 @@
 
 namespace virtfs {
 
-namespace {
-bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-}  // namespace
-
 p9::Result<std::vector<std::string>> tokenize(std::string_view s) {
   std::vector<std::string> out;
   std::size_t i = 0;

@@ -10,6 +10,9 @@
 
 namespace virtfs {
 
+/// A blank of the grammar: what separates tokens.
+inline bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
 /// ctl requests are matched against their verb table in ctl.hpp.
 p9::Result<std::vector<std::string>> tokenize(std::string_view s);
 

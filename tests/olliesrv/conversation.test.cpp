@@ -30,14 +30,6 @@ json shell_round(const std::string& id, const std::string& cmd) {
   return {{"tool_calls", json::array({{{"id", id}, {"name", "shell"}, {"arguments", {{"cmd", cmd}}}}})}};
 }
 
-json request_body(World& w, std::size_t n) {
-  std::vector<fakeprovider::Recorded> chats;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) chats.push_back(r);
-  if (n >= chats.size()) return json();
-  return json::parse(chats[n].body);
-}
-
 }  // namespace
 
 TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {

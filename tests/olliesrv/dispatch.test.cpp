@@ -22,14 +22,6 @@ const std::string nudge =
     "help. Update your plan to show where you are.]";
 
 /// The body of the n-th chat request the fake provider received.
-json request_body(World& w, std::size_t n) {
-  std::vector<fakeprovider::Recorded> chats;
-  for (auto& r : w.fake.requests())
-    if (r.path.find("/chat/completions") != std::string::npos) chats.push_back(r);
-  if (n >= chats.size()) return json();
-  return json::parse(chats[n].body);
-}
-
 /// A tool call of a scripted response; `args` a JSON object, or a string sent as it is.
 json call(const std::string& id, const std::string& name, json args) {
   return {{"id", id}, {"name", name}, {"arguments", std::move(args)}};

@@ -157,8 +157,6 @@ namespace {
 
 using convo::World;
 
-std::string id_of(World& w, const std::string& path) { return w.read(path + "/id")->substr(0, 36); }
-
 /// Reads whole lines from an event fid until `n` lines arrived.
 std::vector<std::string> next_lines(p9::CFid& f, std::size_t n, std::string& pending) {
   std::vector<std::string> out;

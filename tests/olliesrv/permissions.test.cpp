@@ -26,11 +26,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string chomp(std::string s) {
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
-
 bool exists(const std::string& p) { return std::filesystem::exists(p); }
 
 /// A new connection attached as `uname`, through Tauth with `secret` when one is given.
@@ -85,11 +80,6 @@ std::string secret_of(World& w, const std::string& agent, const std::string& dir
   std::string s = read_file(file);
   std::filesystem::remove(file);
   return s;
-}
-
-std::string id_of(World& w, const std::string& agent) {
-  auto r = w.read(agent + "/id");
-  return r ? chomp(*r) : "";
 }
 
 // ---- the tree of §2, copied from the spec ------------------------------------------------------
@@ -180,7 +170,7 @@ std::string column(const Row& r, char c) {
   }
 }
 
-std::vector<std::string> split(const std::string& path) {
+std::vector<std::string> path_elements(const std::string& path) {
   std::vector<std::string> out;
   std::istringstream in(path);
   for (std::string e; std::getline(in, e, '/');)
@@ -223,14 +213,14 @@ std::vector<std::string> check_tree(Walker& who, const std::string& hostowner, c
     // Reachable when every directory above it has x (= r here) for the walker.
     bool reachable = true;
     std::string above;
-    for (const auto& e : split(r.path)) {
+    for (const auto& e : path_elements(r.path)) {
       const Row* d = by_path[above];
       if (d && column(*d, who.column).find('r') == std::string::npos) reachable = false;
       above += (above.empty() ? "" : "/") + e;
     }
     const std::string want = column(r, who.column);
     const bool dir = std::string(r.kind) == "dir";
-    auto f = reach(who.root, split(path));
+    auto f = reach(who.root, path_elements(path));
     if (!f) {
       if (f.ename().find("file not found") != std::string::npos) note("missing (" + f.ename() + ")");
       else if (reachable) note("walk refused: " + f.ename());
@@ -255,7 +245,7 @@ std::vector<std::string> check_tree(Walker& who, const std::string& hostowner, c
     std::vector<std::pair<std::uint8_t, char>> opens = {{p9::OREAD, 'r'}};
     if (!dir) opens.emplace_back(p9::OWRITE, 'w');
     for (const auto& [mode, bit] : opens) {
-      auto g = reach(who.root, split(path));
+      auto g = reach(who.root, path_elements(path));
       if (!g) {
         note(std::string("walk again: ") + g.ename());
         continue;

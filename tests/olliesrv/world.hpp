@@ -373,6 +373,18 @@ inline std::vector<nlohmann::json> chat_bodies(World& w, const std::string& path
   return out;
 }
 
+/// The n-th chat request's body (from 0), parsed; null before it came.
+inline nlohmann::json request_body(World& w, std::size_t n) {
+  const auto texts = chat_texts(w);
+  return n < texts.size() ? nlohmann::json::parse(texts[n]) : nlohmann::json();
+}
+
+/// An object's id (the first line of its `id` file), or "" if it cannot be read.
+inline std::string id_of(World& w, const std::string& path) {
+  auto r = w.read(path + "/id");
+  return r ? r->substr(0, r->find('\n')) : "";
+}
+
 /// An agent `ctl` request's reply, or `error: <its error>`.
 inline std::string ctl(World& w, const std::string& agent, const std::string& request) {
   auto r = w.rdwr(agent + "/ctl", request);

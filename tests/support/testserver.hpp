@@ -21,6 +21,15 @@
 
 namespace testing_support {
 
+/// A Tflush of `oldtag`.
+inline p9::Fcall tflush(std::uint16_t tag, std::uint16_t oldtag) {
+  p9::Fcall f;
+  f.type = p9::Tflush;
+  f.tag = tag;
+  f.oldtag = oldtag;
+  return f;
+}
+
 /// A fresh directory under the test's TMPDIR, removed at destruction.
 struct TempDir {
   std::string path;

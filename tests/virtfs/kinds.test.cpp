@@ -8,6 +8,7 @@
 
 using namespace p9;
 using testing_support::Raw;
+using testing_support::tflush;
 
 namespace {
 
@@ -43,14 +44,6 @@ struct Kinds : ::testing::Test {
     return st->writes;
   }
 };
-
-Fcall flush(std::uint16_t tag, std::uint16_t oldtag) {
-  Fcall f;
-  f.type = Tflush;
-  f.tag = tag;
-  f.oldtag = oldtag;
-  return f;
-}
 
 }  // namespace
 
@@ -194,7 +187,7 @@ TEST_F(Kinds, FlushCancelsARdwrHandler) {
   open(1, "slow", ORDWR);
   c->write(1, 0, "go");
   c->send(Raw::tread(1, 0, 100, 3));
-  c->send(flush(4, 3));
+  c->send(tflush(4, 3));
   auto r = c->recv();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->type, Rflush);
@@ -255,7 +248,7 @@ TEST_F(Kinds, WriteBlockOnceFeedsItsOwnReaders) {
 TEST_F(Kinds, FlushEndsABlockOnceWait) {
   open(1, "state", OREAD);
   c->send(Raw::tread(1, 0, 100, 2));
-  c->send(flush(3, 2));
+  c->send(tflush(3, 2));
   auto r = c->recv();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->type, Rflush);
@@ -284,7 +277,7 @@ TEST_F(Kinds, StreamDeliversBytesAsTheyArriveThenEOF) {
 TEST_F(Kinds, FlushEndsAStreamWait) {
   open(1, "log", OREAD);
   c->send(Raw::tread(1, 0, 100, 2));
-  c->send(flush(3, 2));
+  c->send(tflush(3, 2));
   auto r = c->recv();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->type, Rflush);

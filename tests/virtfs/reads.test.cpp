@@ -7,6 +7,7 @@
 
 using namespace p9;
 using testing_support::Raw;
+using testing_support::tflush;
 
 namespace {
 
@@ -89,14 +90,6 @@ struct Reads : ::testing::Test {
   }
 };
 
-Fcall flush(std::uint16_t tag, std::uint16_t oldtag) {
-  Fcall f;
-  f.type = Tflush;
-  f.tag = tag;
-  f.oldtag = oldtag;
-  return f;
-}
-
 }  // namespace
 
 TEST_F(Reads, TwoReadsInFlightShareOneHandlerRun) {  // e.g. proc/new
@@ -158,7 +151,7 @@ TEST_F(Reads, FlushingTheRunningReadInterruptsTheOthers) {
   c.send(Raw::tread(1, 0, 100, 2));
   c.send(Raw::tread(1, 0, 100, 3));
   EXPECT_FALSE(c.recv(200));
-  c.send(flush(4, 2));
+  c.send(tflush(4, 2));
   auto got = replies(2);
   ASSERT_TRUE(got.contains(3));
   EXPECT_EQ(got[3].ename, "interrupted");  // the handler that would have answered it was cancelled

@@ -16,7 +16,7 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-std::string trim(std::string_view s) {
+std::string trim_quotes(std::string_view s) {  // blanks and quotes
   const auto b = s.find_first_not_of(" \t\r\n\"'");
   if (b == std::string_view::npos) return "";
   return std::string(s.substr(b, s.find_last_not_of(" \t\r\n\"'") - b + 1));
@@ -53,7 +53,7 @@ bool valid_utf8(std::string_view s) {
 }  // namespace
 
 std::string media_type(const std::string& content_type) {
-  return lower(trim(std::string_view(content_type).substr(0, content_type.find(';'))));
+  return lower(trim_quotes(std::string_view(content_type).substr(0, content_type.find(';'))));
 }
 
 Kind classify(const std::string& type, std::string_view body) {
@@ -67,7 +67,7 @@ Kind classify(const std::string& type, std::string_view body) {
   if (!type.empty()) return Kind::binary;
   const std::string_view head = body.substr(0, 4096);
   if (head.find('\0') != std::string_view::npos) return Kind::binary;
-  const std::string start = lower(trim(body.substr(0, 256)));
+  const std::string start = lower(trim_quotes(body.substr(0, 256)));
   if (start.rfind("<!doctype html", 0) == 0 || start.rfind("<html", 0) == 0) return Kind::html;
   return Kind::text;
 }
