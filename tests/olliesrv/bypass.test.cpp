@@ -60,6 +60,18 @@ std::vector<std::string> call_sequence(World& w, const std::string& agent) {
   return out;
 }
 
+/// Session "work", agent "main", whose turn waits on bypass request 1: a shell call of `cmd`,
+/// then the answer "one". Returns the agent's path.
+std::string waiting_on_request_1(World& w, const std::string& cmd) {
+  auto a = w.agent(w.session("work"), "main");
+  auto ev = bypass_events(w);
+  w.fake.push({{"tool_calls", json::array({bypass_shell("c1", cmd)})}});
+  w.fake.push({{"text", "one"}});
+  if (auto st = w.write(a + "/prompt", "go"); !st) throw std::runtime_error("prompt: " + st.ename());
+  World::read_until(ev, ".request 1 ");
+  return a;
+}
+
 }  // namespace
 
 TEST(Bypass, AnApprovedCallRunsUnsandboxedAndIsAudited) {
@@ -215,13 +227,8 @@ TEST(Bypass, AllowAlwaysAddsASessionRuleAndTheNextCallRunsWithoutAsking) {
 // writes are answered, so a kill -9 right after the reply keeps them.
 TEST(Bypass, KillNineRightAfterAPolicyOrAnAllowAlwaysKeepsIt) {
   World w;
-  auto s = w.session("work");
-  auto a = w.agent(s, "main");
-  auto ev = bypass_events(w);
-  w.fake.push({{"tool_calls", json::array({bypass_shell("c1", "echo 'hi *'")})}});
-  w.fake.push({{"text", "one"}});
-  ASSERT_TRUE(w.write(a + "/prompt", "go"));
-  World::read_until(ev, ".request 1 ");
+  waiting_on_request_1(w, "echo 'hi *'");
+  const std::string s = "session/work";
   ASSERT_TRUE(w.write("bypass/policy", "allow shell uname -s\n"));
   ASSERT_TRUE(w.write("bypass/pending/work", "1 allow always\n"));
   w.stop_server(SIGKILL);
@@ -235,13 +242,8 @@ TEST(Bypass, KillNineRightAfterAPolicyOrAnAllowAlwaysKeepsIt) {
 // for this run, and the reply says the rule was not saved.
 TEST(Bypass, AllowAlwaysOnADiskThatTakesNothingSaysItWasNotSaved) {
   World w;
-  auto s = w.session("work");
-  auto a = w.agent(s, "main");
-  auto ev = bypass_events(w);
-  w.fake.push({{"tool_calls", json::array({bypass_shell("c1", "echo kept")})}});
-  w.fake.push({{"text", "one"}});
-  ASSERT_TRUE(w.write(a + "/prompt", "go"));
-  World::read_until(ev, ".request 1 ");
+  const auto a = waiting_on_request_1(w, "echo kept");
+  const std::string s = "session/work";
   const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
   std::filesystem::rename(dir, dir + ".aside");
   write_file(dir, "");  // the session's directory is a file now: every save fails
