@@ -26,6 +26,7 @@
 #include "session_files.hpp"
 #include "settings.hpp"
 #include "verbs.hpp"
+#include "virtfs/tokenize.hpp"
 
 namespace ollie {
 
@@ -129,7 +130,7 @@ std::optional<int> parse_timeout(const std::string& v) {
 }
 
 bool all_blank(const std::string& t) {
-  return std::all_of(t.begin(), t.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+  return std::all_of(t.begin(), t.end(), virtfs::blank);
 }
 
 /// A sub-agent's end (§4.2 step 5), or a flushed creation's undoing: killed, its registry dropped,

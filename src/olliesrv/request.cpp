@@ -8,7 +8,7 @@ namespace ollie {
 
 namespace {
 
-bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+using virtfs::blank;  // the grammar's blanks (§1.3)
 
 /// The end of the token that starts at `i` (Plan 9 tokenize's rule: a blank outside quotes ends
 /// it); nullopt for an unterminated quote.

@@ -23,7 +23,7 @@ bool valid_env_name(const std::string& k) {
   return std::all_of(k.begin(), k.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
 }
 
-bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+using virtfs::blank;  // the grammar's blanks (§1.3)
 
 }  // namespace
 

@@ -15,14 +15,6 @@ namespace {
 
 using Command = virtfs::Command;
 
-bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && blank(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 // ---- the root ctl (spec §6.3) ---------------------------------------------------------------
 
 using SessionVerb = virtfs::Verb<p9::Status (*)(Session&, const Command&)>;
@@ -138,7 +130,7 @@ p9::Result<std::string> answer_info(Session& session, std::string_view request) 
 }
 
 p9::Result<std::string> answer_tools(Session& session, std::string_view request) {
-  request = trim(request);
+  request = virtfs::trim(request);
   if (request.empty() || request.find_first_of(" \t\r\n") != std::string_view::npos)
     return p9::error("usage: <agent> | *");
   return session.tools(std::string(request));

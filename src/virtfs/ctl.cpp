@@ -11,12 +11,6 @@ p9::Error Command::usage() const {
 
 namespace detail {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && blank(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 std::pair<std::string_view, std::string_view> split_verb(std::string_view request) {
   while (!request.empty() && blank(request.front())) request.remove_prefix(1);
   std::size_t end = 0;

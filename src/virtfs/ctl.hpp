@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lib9p/result.hpp"
+#include "virtfs/tokenize.hpp"
 
 namespace virtfs {
 
@@ -82,7 +83,6 @@ std::pair<std::string_view, std::string_view> split_verb(std::string_view reques
 p9::Result<Command> check(const Rules& r, std::string_view rest, bool one_line, Caller who);
 /// `unknown command: <verb>`; to self `permission denied` (§1.6: anything but its verbs).
 p9::Error unknown(std::string_view verb, Caller who);
-std::string_view trim(std::string_view s);
 
 template <class Fn>
 p9::Result<Matched<Fn>> match(std::span<const Verb<Fn>> table, std::string_view request, bool one_line, Caller who) {
@@ -102,7 +102,7 @@ p9::Result<Matched<Fn>> match(std::span<const Verb<Fn>> table, std::string_view 
 /// unless the verb is free-text.
 template <class Fn, std::size_t N>
 p9::Result<Matched<Fn>> match(const Verb<Fn> (&table)[N], std::string_view request, Caller who = {}) {
-  return detail::match(std::span<const Verb<Fn>>(table), detail::trim(request), true, who);
+  return detail::match(std::span<const Verb<Fn>>(table), trim(request), true, who);
 }
 
 /// One line of a Write ctl file (spec §6.3, §6.5.4): a free-text verb gets the rest of the line
@@ -120,7 +120,7 @@ p9::Status each_line(std::string_view text, F&& each) {
     const auto nl = text.find('\n');
     const auto line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    if (detail::trim(line).empty()) continue;
+    if (trim(line).empty()) continue;
     if (p9::Status st = each(line); !st) return st;
   }
   return {};

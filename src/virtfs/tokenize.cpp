@@ -2,6 +2,12 @@
 
 namespace virtfs {
 
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
 p9::Result<std::vector<std::string>> tokenize(std::string_view s) {
   std::vector<std::string> out;
   std::size_t i = 0;

@@ -12,6 +12,8 @@ namespace virtfs {
 
 /// A blank of the grammar: what separates tokens.
 inline bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+/// `s` without the blanks around it.
+std::string_view trim(std::string_view s);
 
 /// ctl requests are matched against their verb table in ctl.hpp.
 p9::Result<std::vector<std::string>> tokenize(std::string_view s);
