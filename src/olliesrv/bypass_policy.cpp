@@ -1,5 +1,7 @@
 #include "bypass_policy.hpp"
 
+#include "backend/text.hpp"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -47,12 +49,7 @@ bool sha256_hex(std::string_view h) {
          });
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
+using backend::lower;
 
 /// The length of the UTF-8 sequence at s[i], and its code point; 1 and -1 for a byte that does
 /// not start a valid sequence.

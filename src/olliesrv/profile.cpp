@@ -41,11 +41,6 @@ constexpr std::size_t kMaxResolvedBytes = 4 << 20;
 /// Warnings of one resolution (each becomes an info block), then one saying how many more.
 constexpr std::size_t kMaxWarnings = 16;
 
-std::string trim_trailing_newlines(std::string s) {
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
-
 
 /// nlohmann's messages start with "[json.exception.parse_error.101] ": drop that prefix.
 std::string json_message(const std::exception& e) {

@@ -63,14 +63,6 @@ constexpr std::size_t max_sock = 107, control_suffix = 17;
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
-/// fd moved to a number >= 10, close-on-exec, so that the child's dup2 onto 0-2 cannot clobber it.
-int high_fd(int fd) {
-  if (fd < 0) return fd;
-  int h = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-  ::close(fd);
-  return h;
-}
-
 std::string env_value(const std::vector<std::string>& env, const std::string& key) {
   for (const auto& kv : env)
     if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=') return kv.substr(key.size() + 1);
@@ -489,6 +481,13 @@ std::vector<std::string> forward_command(const Target& t, const std::string& con
 }
 
 }  // namespace
+
+int high_fd(int fd) {
+  if (fd < 0) return fd;
+  int h = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  ::close(fd);
+  return h;
+}
 
 std::string control_path(const std::string& session_id) { return p9::runtime_root() + "/fwd/" + session_id + ".ssh"; }
 

@@ -22,6 +22,10 @@ namespace ollie::remote {
 /// The session's ssh control socket ($XDG_RUNTIME_DIR/ollie/fwd/<sid>.ssh).
 std::string control_path(const std::string& session_id);
 
+/// `fd` moved to a number >= 10, close-on-exec, so that a child's dup2 onto 0-3 cannot clobber it
+/// (the ssh master's pipes here, toolsrv's socket and secret in toolhost.cpp); -1 stays -1.
+int high_fd(int fd);
+
 /// `[user@]host` as session/new accepts it (§4.1): no option, space or shell character.
 bool valid_destination(const std::string& d);
 

@@ -16,16 +16,15 @@ namespace {
 constexpr std::array<std::string_view, 5> reserved_vars = {"OLLIE_SESSION_ID", "OLLIE_ADDR", "OLLIE_AGENT_ID",
                                                            "OLLIE_UNAME", "OLLIE_AUTH"};
 
-/// toolsrv's `env` rule (§6.3): `[A-Za-z_][A-Za-z0-9_]*`.
+using virtfs::blank;  // the grammar's blanks (§1.3)
+
+}  // namespace
+
 bool valid_env_name(const std::string& k) {
   auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
   if (k.empty() || k.size() > 256 || !alpha(k[0])) return false;
   return std::all_of(k.begin(), k.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
 }
-
-using virtfs::blank;  // the grammar's blanks (§1.3)
-
-}  // namespace
 
 std::optional<std::string> env_entry_error(const std::string& key, const std::string& value) {
   if (!valid_env_name(key)) return "invalid env name: " + key;

@@ -18,6 +18,9 @@ inline constexpr std::size_t MAX_ENV_VALUE = 65536;
 /// Longest goal (it is saved in session.json at every persistence moment).
 inline constexpr std::size_t MAX_GOAL = 1 << 20;
 
+/// toolsrv's `env` rule (§6.3): `[A-Za-z_][A-Za-z0-9_]*`, at most 256 bytes.
+bool valid_env_name(const std::string& k);
+
 /// Why `key=value` cannot be a session variable (the errors of an `env` write, below), if so;
 /// a restored session.json drops such entries.
 std::optional<std::string> env_entry_error(const std::string& key, const std::string& value);

@@ -10,12 +10,12 @@ extern const unsigned char system_prompt_data[];  // generated from data/prompts
 extern const std::size_t system_prompt_size;
 }  // namespace detail
 
-namespace {
-
 std::string trim_trailing_newlines(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
   return s;
 }
+
+namespace {
 
 /// True when the first line of `prompt` is the heading `## <name>` (trailing blanks ignored).
 bool starts_with_heading(const std::string& prompt, const std::string& name) {

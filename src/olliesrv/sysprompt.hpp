@@ -20,6 +20,9 @@ struct SystemPromptParts {
   std::vector<ToolInfo> tools;  ///< loaded tools, any order (rendered by name)
 };
 
+/// `s` without its trailing line ends (LF and CR): a prompt file's text as a section holds it.
+std::string trim_trailing_newlines(std::string s);
+
 /// The four sections joined by a blank line, empty ones left out (§7.6).
 std::string render_system_prompt(const SystemPromptParts& p);
 

@@ -48,6 +48,7 @@
 #include "olliesrv/ids.hpp"
 #include "olliesrv/remote.hpp"
 #include "olliesrv/result.hpp"
+#include "olliesrv/session_files.hpp"
 
 extern char** environ;
 
@@ -78,12 +79,6 @@ const char* const secret_vars[] = {
     "GH_TOKEN",           "GITHUB_TOKEN",      "OLLIE_KIRO_TOKEN",
 };
 
-bool valid_env_name(const std::string& k) {
-  if (k.empty() || k.size() > 256) return false;
-  if (!(std::isalpha(static_cast<unsigned char>(k[0])) || k[0] == '_')) return false;
-  return std::all_of(k.begin(), k.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
-
 /// Tool names (§7.2.2) and agent ids: what may go into a header line or a ctl token unquoted.
 bool valid_word(const std::string& s) {
   if (s.empty() || s.size() > 128) return false;
@@ -113,13 +108,7 @@ std::string wait_text(const siginfo_t& si) {
   return "killed by signal " + std::to_string(si.si_status);
 }
 
-/// fd moved to a number >= 10, close-on-exec, so that the child's dup2 onto 0-3 cannot clobber it.
-int high_fd(int fd) {
-  if (fd < 0) return fd;
-  int h = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-  ::close(fd);
-  return h;
-}
+using remote::high_fd;
 
 }  // namespace
 

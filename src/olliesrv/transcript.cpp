@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "backend/text.hpp"
 #include "olliesrv/bypass_policy.hpp"
 #include "olliesrv/ids.hpp"
 
@@ -52,12 +53,7 @@ std::optional<std::string> body(const Block& b) {
   return b.content;  // assistant, tool
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
+using backend::lower;
 
 constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 
