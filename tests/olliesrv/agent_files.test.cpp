@@ -66,7 +66,7 @@ struct Conn {
 /// Links two agents both ways, by id, as ctl peeradd stores it: in session.json (§7.7), with
 /// olliesrv stopped, then started again.
 void link_in_store(World& w, const std::string& session, const std::string& a_id, const std::string& b_id) {
-  const std::string sid = w.read(session + "/id")->substr(0, 36);
+  const std::string sid = id_of(w, session);
   w.stop_server(SIGTERM);
   const std::string path = w.data + "/sessions/" + sid + "/session.json";
   auto j = json::parse(read_file(path));
@@ -198,7 +198,7 @@ TEST(AgentFiles, PlanAndFeedAreKeptAcrossARestart) {
   ASSERT_TRUE(after);
   EXPECT_EQ(after->length, plan.size());
   EXPECT_GT(after->qid.vers, before->qid.vers);
-  EXPECT_EQ(after->uid, w.read(a + "/id")->substr(0, 36));  // uid S
+  EXPECT_EQ(after->uid, id_of(w, a));  // uid S
   EXPECT_EQ(after->mode & 0777, 0640u);
   w.fake.push({{"text", "ok"}});
   ASSERT_TRUE(w.write(a + "/feed", "value one"));
@@ -221,7 +221,7 @@ TEST(AgentFiles, PeersGetTaggedMessagesUntilThePeerIsGone) {
   auto s = w.session("work");
   auto a = w.agent(s, "main");
   auto b = w.agent(s, "helper");
-  const std::string a_id = w.read(a + "/id")->substr(0, 36), b_id = w.read(b + "/id")->substr(0, 36);
+  const std::string a_id = id_of(w, a), b_id = id_of(w, b);
   EXPECT_TRUE(names_in(w, a + "/peer").empty());
   EXPECT_EQ(w.write(a + "/peer/helper", "hi").ename(), "helper: file not found");  // not linked
   link_in_store(w, s, a_id, b_id);
@@ -257,7 +257,7 @@ TEST(AgentFiles, ABackgroundShellIsListedStreamedWaitedForAndDismissed) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  const std::string a_id = w.read(a + "/id")->substr(0, 36);
+  const std::string a_id = id_of(w, a);
   const std::string cmd = "echo ready; while [ ! -e go ]; do sleep 0.05; done; echo done; exit 3";
   w.fake.push({{"tool_calls", json::array({background_shell("c1", cmd)})}});
   w.fake.push({{"text", "started"}});

@@ -244,7 +244,7 @@ TEST(Bypass, AllowAlwaysOnADiskThatTakesNothingSaysItWasNotSaved) {
   World w;
   const auto a = waiting_on_request_1(w, "echo kept");
   const std::string s = "session/work";
-  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  const std::string dir = w.data + "/sessions/" + id_of(w, s);
   std::filesystem::rename(dir, dir + ".aside");
   write_file(dir, "");  // the session's directory is a file now: every save fails
   auto answered = w.write("bypass/pending/work", "1 allow always\n");

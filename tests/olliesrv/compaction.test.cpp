@@ -219,7 +219,7 @@ TEST(Compaction, ASubagentCompactsWithoutWritingARecoveryFile) {
   ASSERT_TRUE(r) << r.ename() << w.log_text();
   EXPECT_EQ(*r, "done");
   EXPECT_EQ(chat_requests(w), 6u);
-  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  const std::string dir = w.data + "/sessions/" + id_of(w, s);
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_FALSE(e.path().string().ends_with(".compaction.jsonl")) << e.path();
 }

@@ -208,7 +208,7 @@ TEST(Conversation, AToolRoundRunsTheShippedToolUnderToolsrv) {
   EXPECT_TRUE(found) << body.dump();
   // session.json (§7.7): the call's message without `reasoning`/`reasoningBackend`, none having come.
   ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
-  const auto saved = json::parse(read_file(w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36) + "/session.json"));
+  const auto saved = json::parse(read_file(w.data + "/sessions/" + id_of(w, s) + "/session.json"));
   const auto& msgs = saved["agents"][0]["messages"];
   ASSERT_EQ(msgs.size(), 4u) << msgs.dump();
   EXPECT_EQ(msgs[1]["tool_calls"][0]["id"], "call_1");
@@ -234,7 +234,7 @@ TEST(Conversation, AToolPrintingItsEnvironmentDoesNotLeakTheAgentsSecret) {
   EXPECT_NE(tool[0].find("OLLIE_UNAME="), std::string::npos) << tool[0];
   ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
   const std::regex secret("OLLIE_AUTH=[0-9a-f]{64}");
-  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  const std::string dir = w.data + "/sessions/" + id_of(w, s);
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_FALSE(std::regex_search(read_file(e.path().string()), secret)) << e.path();
   EXPECT_FALSE(std::regex_search(*w.read(a + "/log.raw"), secret));
@@ -291,7 +291,7 @@ TEST(Conversation, AToolNameCannotForgeAnEventLine) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  const std::string aid = w.read(a + "/id")->substr(0, 36);
+  const std::string aid = id_of(w, a);
   auto events = w.open("event");
   w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "x\nsession.forged.kill session/x\ty"}, {"arguments", "{}"}}})}});
   w.fake.push({{"text", "sorry"}});
@@ -615,8 +615,8 @@ TEST(Conversation, AKillMidStreamLeavesNoFilesBehind) {
   for (const bool whole_session : {false, true}) {
     auto s = w.session(whole_session ? "doomed" : "work");
     auto a = w.agent(s, "main");
-    const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
-    const std::string blocks = dir + "/" + w.read(a + "/id")->substr(0, 36) + ".blocks.jsonl";
+    const std::string dir = w.data + "/sessions/" + id_of(w, s);
+    const std::string blocks = dir + "/" + id_of(w, a) + ".blocks.jsonl";
     w.fake.push({{"text", std::string(400, 'x')}, {"delay_ms", 50}, {"chunk", 4}});
     ASSERT_TRUE(w.write(a + "/prompt", "hi"));
     ASSERT_TRUE(eventually([&] { return std::filesystem::exists(blocks); }));  // the user block
@@ -789,7 +789,7 @@ TEST(Conversation, ARestoredSessionDropsReservedEnvEntries) {
   auto s = w.session("work");
   auto a = w.agent(s, "main");
   ASSERT_TRUE(w.write(s + "/env", "FOO=bar"));
-  const std::string id = w.read(s + "/id")->substr(0, 36);
+  const std::string id = id_of(w, s);
   w.stop_server(SIGTERM);
   const std::string file = w.data + "/sessions/" + id + "/session.json";
   auto j = json::parse(read_file(file));
@@ -814,7 +814,7 @@ TEST(Conversation, AStoredToolThatNoLongerLoadsIsAnInfoWarningAndForgotten) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  const std::string id = w.read(s + "/id")->substr(0, 36);
+  const std::string id = id_of(w, s);
   w.stop_server(SIGTERM);
   w.kill_toolsrvs();
   const std::string file = w.data + "/sessions/" + id + "/session.json";
@@ -868,7 +868,7 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   EXPECT_EQ(restored.back()["content"], cut);
   // A start that died between the note and the save that takes the mark off (the mark put back
   // by hand): the note is there already, and is not given twice.
-  const std::string sid = w.read(s + "/id")->substr(0, 36);
+  const std::string sid = id_of(w, s);
   w.stop_server(SIGKILL);
   const std::string file = w.data + "/sessions/" + sid + "/session.json";
   auto saved = json::parse(read_file(file));
@@ -898,7 +898,7 @@ TEST(Conversation, AnAgentTheDiskDidNotTakeIsRefused) {
   World w;
   auto s = w.session("work");
   w.agent(s, "main");
-  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  const std::string dir = w.data + "/sessions/" + id_of(w, s);
   std::filesystem::rename(dir, dir + ".aside");
   write_file(dir, "");  // the session's directory is a file now: every save fails
   auto made = w.rdwr(s + "/agent/new", "name=late");
@@ -952,7 +952,7 @@ TEST(Conversation, InstantToolRoundsShareSessionWritesAndTheTurnEndWritesAll) {
   write_file(w.project + "/notes.txt", "alpha\nbeta\n");
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  const std::string dir = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36);
+  const std::string dir = w.data + "/sessions/" + id_of(w, s);
   ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));  // the directory exists
   const int rounds = 60;
   for (int i = 0; i < rounds; i++)
@@ -1128,7 +1128,7 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   auto twins = w.session("twins");
   w.agent(twins, "one");
   w.agent(twins, "two");
-  const std::string twins_file = w.data + "/sessions/" + w.read(twins + "/id")->substr(0, 36) + "/session.json";
+  const std::string twins_file = w.data + "/sessions/" + id_of(w, twins) + "/session.json";
   w.stop_server(SIGTERM);
   auto j = json::parse(read_file(twins_file));
   for (auto& a : j["agents"]) a["name"] = "one";
@@ -1146,7 +1146,7 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
   auto named = [&](const std::string& sname, const std::string& aname) {
     auto sp = w.session(sname);
     w.agent(sp, aname);
-    return w.data + "/sessions/" + w.read(sp + "/id")->substr(0, 36) + "/session.json";
+    return w.data + "/sessions/" + id_of(w, sp) + "/session.json";
   };
   w.start();  // to make two more sessions, then rename them on disk
   const std::string bad_session = named("badsession", "main"), bad_agent = named("badagent", "main");

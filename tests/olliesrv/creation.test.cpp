@@ -198,7 +198,7 @@ TEST(AgentNew, ResolutionOrderAndTheParentColumn) {
   // parent=: its profile, backend, model and effective cwd, and the parent column.
   auto child = w.rdwr(s + "/agent/new", "name=child parent=lead");
   ASSERT_TRUE(child) << child.ename();
-  auto lead_id = w.read(s + "/agent/lead/id")->substr(0, 36);
+  auto lead_id = id_of(w, s + "/agent/lead");
   EXPECT_EQ(idx_row(w, s + "/agent/idx", "child"),
             (std::vector<std::string>{"child", child->substr(0, 36), "idle", "default", "openai", "own-model",
                                       w.project + "/sub", lead_id}));
@@ -287,7 +287,7 @@ TEST(AgentNew, SubagentRepliesItsFinalAnswerAndIsGone) {
   }
   EXPECT_TRUE(found);
   ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
-  EXPECT_EQ(read_file(w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36) + "/session.json").find("helper"),
+  EXPECT_EQ(read_file(w.data + "/sessions/" + id_of(w, s) + "/session.json").find("helper"),
             std::string::npos);
 }
 
@@ -408,7 +408,7 @@ TEST(Creation, SlowPromptEntriesHoldNoOtherWorkAndEndAtTheStop) {
   ASSERT_TRUE(other.get());
   w.fake.push({{"text", "saved while they sleep"}});
   ASSERT_TRUE(w.write(s + "/agent/main/prompt", "hello\n"));
-  const std::string file = w.data + "/sessions/" + w.read(s + "/id")->substr(0, 36) + "/session.json";
+  const std::string file = w.data + "/sessions/" + id_of(w, s) + "/session.json";
   EXPECT_TRUE(eventually([&] { return read_file(file).find("saved while they sleep") != std::string::npos; }, 10s)) << "the session was not saved while the prompt entries ran";
 
   const auto t0 = std::chrono::steady_clock::now();

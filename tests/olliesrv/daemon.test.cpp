@@ -21,18 +21,8 @@ using testing_support::run;
 
 namespace {
 
-bool exists(const std::string& p) {
-  struct stat s;
-  return ::stat(p.c_str(), &s) == 0;
-}
-
-bool wait_for(const std::string& path, bool present = true) {
-  for (int i = 0; i < 1000; i++) {
-    if (exists(path) == present) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
+using testing_support::exists;
+using testing_support::wait_for;
 
 struct Daemon : ::testing::Test {
   testing_support::TempDir dir;

@@ -16,18 +16,7 @@ using testing_support::built;
 using testing_support::Child;
 using testing_support::run;
 
-namespace {
-
-bool wait_for(const std::string& path) {
-  struct stat s;
-  for (int i = 0; i < 1000; i++) {
-    if (::stat(path.c_str(), &s) == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
-}  // namespace
+using testing_support::wait_for;
 
 TEST(NamespaceDir, OlliesrvRefusesAWorldWritableNamespaceDir) {
   testing_support::TempDir t;

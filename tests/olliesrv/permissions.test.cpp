@@ -26,7 +26,7 @@ using json = nlohmann::json;
 
 namespace {
 
-bool exists(const std::string& p) { return std::filesystem::exists(p); }
+using testing_support::exists;
 
 /// A new connection attached as `uname`, through Tauth with `secret` when one is given.
 p9::Result<p9::CFid> attach(World& w, const std::string& uname, const std::optional<std::string>& secret,

@@ -154,7 +154,7 @@ TEST(SessionName, WriteAndWstatRenameWithOpenFidsStillWorking) {
   auto s = w.session("work");
   auto a = w.agent(s, "main");
   const std::string sid = session_id(w, s);
-  auto aid = w.read(a + "/id")->substr(0, 36);
+  auto aid = id_of(w, a);
   auto events = w.open("event");
   auto chat = w.open(a + "/chat");
   auto env_fid = w.walk(s + "/env");

@@ -17,10 +17,7 @@
 
 namespace convo {
 
-inline bool exists(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
-}
+using testing_support::exists;
 
 inline int free_port() {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -41,11 +41,6 @@ int listed_subagents(World& w, const std::string& session, const std::string& pa
   return n;
 }
 
-std::string agent_id(World& w, const std::string& agent) {
-  auto id = w.read(agent + "/id");
-  return id ? id->substr(0, 36) : "";
-}
-
 }  // namespace
 
 TEST(Subagents, ParallelOnesEachCallToolsrvAndTheParentsStatsIncludeTheirCost) {
@@ -68,7 +63,7 @@ TEST(Subagents, ParallelOnesEachCallToolsrvAndTheParentsStatsIncludeTheirCost) {
                  {"usage", usage(1000, 50, 1.0)}});
   }
   w.fake.push({{"when", "reply-3"}, {"text", "all three answered"}, {"usage", usage(100, 10, 0.25)}});
-  const std::string parent_id = agent_id(w, a);
+  const std::string parent_id = id_of(w, a);
   auto chat = w.open(a + "/chat");
   ASSERT_TRUE(w.write(a + "/prompt", "orchestrate three tasks\n"));
   int most = 0;
@@ -115,7 +110,7 @@ TEST(Subagents, BeyondTheCapTheFourthWaitsInLineAndStillAnswers) {
   for (int i = 1; i <= 4; i++)
     w.fake.push({{"when", "task-" + std::to_string(i)}, {"text", "reply-" + std::to_string(i)}, {"delay_ms", 700}});
   w.fake.push({{"when", "reply-4"}, {"text", "four answers"}});
-  const std::string parent_id = agent_id(w, a);
+  const std::string parent_id = id_of(w, a);
   auto chat = w.open(a + "/chat");
   ASSERT_TRUE(w.write(a + "/prompt", "fan out four tasks\n"));
   // Sample the listing while they run: three at most, and the fourth after one of them ended.

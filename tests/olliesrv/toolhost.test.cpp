@@ -35,10 +35,7 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-bool exists(const std::string& p) {
-  struct stat s;
-  return ::stat(p.c_str(), &s) == 0;
-}
+using testing_support::exists;
 
 /// Polls ok every 10 ms for at most limit.
 template <class F>

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,9 +14,25 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace testing_support {
+
+/// True when `path` names something (stat(2) follows it).
+inline bool exists(const std::string& path) {
+  struct stat s;
+  return ::stat(path.c_str(), &s) == 0;
+}
+
+/// Waits up to 10 s for `path` to be there (or, `present` false, to be gone); true when it came.
+inline bool wait_for(const std::string& path, bool present = true) {
+  for (int i = 0; i < 1000; i++) {
+    if (exists(path) == present) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 
 /// A binary of this build: $OLLIE_BUILD_DIR/<relative path>.
 inline std::string built(const std::string& rel) {

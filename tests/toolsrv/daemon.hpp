@@ -27,10 +27,7 @@ namespace toolsrv::test {
 
 inline const std::string test_secret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
-inline bool exists(const std::string& p) {
-  struct stat s;
-  return ::stat(p.c_str(), &s) == 0;
-}
+using testing_support::exists;
 
 /// True when a Unix socket at `path` accepts a connection.
 inline bool accepts(const std::string& path) {
