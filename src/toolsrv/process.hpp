@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <functional>
 #include <map>
 #include <memory>
@@ -195,6 +196,7 @@ class ProcessTable {
   UniqueFd epoll_, event_;
   std::map<int, std::unique_ptr<Slot>> slots_;  // by toolsrv pid
   std::map<int, int> fd_owner_;                 // fd -> toolsrv pid
+  std::optional<std::uint64_t> resets_;         // the signals a child sets back to SIG_DFL
   std::thread thread_;
 };
 

@@ -57,37 +57,6 @@ const char* step_name(int step) {
 // Moves `fd` to a number >= 3 so dup2 onto 0-2 cannot clobber another pipe end.
 [[gnu::no_sanitize_address]] int above_stdio(int fd) noexcept { return fd >= 3 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 3); }
 
-// The signals whose disposition is not SIG_DFL, from /proc/self/status (SigIgn and SigCgt,
-// process-wide): the child resets those, a handful, where resetting each of the 64 was most of
-// its system calls. All of them when the file cannot be read. Read once, at the first spawn:
-// toolsrv's dispositions are settled before it serves (run(): SIGPIPE, then StopSignals), and
-// reading the file was a fifth of a spawn's time in toolsrv.
-std::uint64_t non_default_signals() {
-  constexpr std::uint64_t all = ~std::uint64_t{0};
-  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return all;
-  char buf[4096];
-  std::size_t got = 0;
-  for (ssize_t n; got < sizeof buf - 1 && (n = ::read(fd, buf + got, sizeof buf - 1 - got)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  buf[got] = '\0';
-  std::uint64_t set = 0;
-  for (const char* key : {"\nSigIgn:", "\nSigCgt:"}) {
-    const char* at = std::strstr(buf, key);
-    if (!at) return all;
-    at += std::strlen(key);
-    char* end = nullptr;
-    errno = 0;
-    set |= std::strtoull(at, &end, 16);
-    if (errno != 0 || end == at) return all;
-  }
-  return set;
-}
-
 // What the child needs, on the parent's stack (the child shares our memory until it execs).
 struct Child {
   const SpawnSpec* spec;
@@ -181,7 +150,33 @@ std::vector<char*> c_array(const std::vector<std::string>& v) {
 
 }  // namespace
 
-p9::Result<Spawned> spawn(const SpawnSpec& spec) {
+std::uint64_t non_default_signals() {
+  constexpr std::uint64_t all = ~std::uint64_t{0};
+  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return all;
+  char buf[4096];
+  std::size_t got = 0;
+  for (ssize_t n; got < sizeof buf - 1 && (n = ::read(fd, buf + got, sizeof buf - 1 - got)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  buf[got] = '\0';
+  std::uint64_t set = 0;
+  for (const char* key : {"\nSigIgn:", "\nSigCgt:"}) {
+    const char* at = std::strstr(buf, key);
+    if (!at) return all;
+    at += std::strlen(key);
+    char* end = nullptr;
+    errno = 0;
+    set |= std::strtoull(at, &end, 16);
+    if (errno != 0 || end == at) return all;
+  }
+  return set;
+}
+
+p9::Result<Spawned> spawn(const SpawnSpec& spec, std::uint64_t reset) {
   if (spec.argv.empty()) return p9::error("spawn: empty argv");
   int in[2], out[2], err[2], ep[2];
   if (::pipe2(in, O_CLOEXEC) != 0) return p9::error(std::string("pipe: ") + std::strerror(errno));
@@ -197,10 +192,7 @@ p9::Result<Spawned> spawn(const SpawnSpec& spec) {
   Child c{.spec = &spec,
           .unix_filter = spec.unix_filter ? &UnixFilter::get() : nullptr,
           .parent = ::getpid(),
-          .reset = [] {
-            static const std::uint64_t set = non_default_signals();
-            return set;
-          }(),
+          .reset = reset,
           .argv = argv.data(),
           .envp = envp.data(),
           .in_r = in_r.get(),

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,10 +40,16 @@ struct Spawned {
   UniqueFd unix_listener;  ///< the filter's seccomp notification descriptor (unix_filter)
 };
 
-/// Clones and execs. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.
+/// The signals whose disposition is not SIG_DFL (bit n-1 for signal n), from /proc/self/status
+/// (SigIgn and SigCgt, process-wide); all of them when the file cannot be read. A child resets
+/// those, a handful, where resetting each of the 64 was most of its system calls.
+std::uint64_t non_default_signals();
+
+/// Clones and execs, the signals of `reset` (non_default_signals()) set back to SIG_DFL in the
+/// child. Fails (the child reaped, nothing run) with `<step>: <strerror>`, e.g.
 /// `exec /x/tool: Permission denied`, `chdir /gone: No such file or directory`,
 /// `landlock_restrict_self: ...`. Must be called from a thread that lives as long as the children
 /// should (PR_SET_PDEATHSIG follows the forking thread).
-p9::Result<Spawned> spawn(const SpawnSpec& spec);
+p9::Result<Spawned> spawn(const SpawnSpec& spec, std::uint64_t reset);
 
 }  // namespace toolsrv

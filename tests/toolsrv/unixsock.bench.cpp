@@ -72,7 +72,8 @@ double run(const std::vector<std::string>& argv, int ruleset, UnixGuard* guard, 
   spec.ruleset_fd = ruleset;
   spec.unix_filter = guard != nullptr;
   const auto t0 = Clock::now();
-  auto s = spawn(spec);
+  static const std::uint64_t resets = non_default_signals();
+  auto s = spawn(spec, resets);
   if (!s) throw std::runtime_error(s.ename());
   if (guard) guard->adopt(std::move(s->unix_listener), access);
   s->stdin_w.reset();
