@@ -400,7 +400,7 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
       (ellie-write (ellie--path (if queue "fifo" "prompt")) (concat text "\n"))
       (let ((inhibit-read-only t))
         (delete-region ellie--input (point-max)))
-      (when queue (message "ellie: queued")))))
+      (when queue (message "ellie: queued: it runs once the turns before it are done")))))
 
 (defun ellie-stop ()
   "Stop the agent's running turn."
@@ -420,7 +420,8 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
 (defvar ellie--events-partial "" "An unfinished event line.")
 
 (defun ellie--events-filter (_proc text)
-  "Show bypass requests in their session's chats; show names as renamed.
+  "Show bypass requests in their session's chats, and then how they were decided;
+show names as renamed.
 Nothing here waits for olliesrv (`ellie--read-async'): this is a process filter."
   (setq text (concat ellie--events-partial text))
   (let ((lines (split-string text "\n")))
@@ -433,9 +434,17 @@ Nothing here waits for olliesrv (`ellie--read-async'): this is a process filter.
               (agent (match-string 3 line)) (tool (match-string 4 line)))
           (ellie--read-async (format "bypass/pending/%s" sid)
                              (lambda (pending)  ; nil: not read in time; the tool is all that is known
-                               (ellie--note-bypass sid reqid agent tool
-                                                   (or (nth 3 (assoc reqid (and pending (ellie--rows pending))))
-                                                       tool))))))
+                               (let ((row (assoc reqid (and pending (ellie--rows pending)))))
+                                 ;; read, and no longer listed: decided already, nothing to ask
+                                 (when (or row (null pending))
+                                   (ellie--note-bypass sid reqid agent tool (or (nth 3 row) tool))))))))
+       ;; bypass.<sid>.resolve <reqid> allow|deny
+       ((string-match "\\`bypass\\.\\([^.]+\\)\\.resolve \\([0-9]+\\) \\(allow\\|deny\\)\\'" line)
+        (let ((sid (match-string 1 line))
+              (key (concat (match-string 1 line) " " (match-string 2 line)))
+              (word (if (equal (match-string 3 line) "allow") "(allowed)" "(denied)")))
+          (dolist (b (ellie--chat-buffers (lambda () (equal ellie--session-id sid))))
+            (with-current-buffer b (ellie--mark-bypass key word)))))
        ;; session.<sid>.rename session/<old> session/<new>
        ((string-match "\\`session\\.\\([^.]+\\)\\.rename session/[^ ]+ session/\\([^ /]+\\)\\'" line)
         (let ((sid (match-string 1 line)) (name (match-string 2 line)))
@@ -454,11 +463,24 @@ Nothing here waits for olliesrv (`ellie--read-async'): this is a process filter.
 (defun ellie--note-bypass (sid reqid agent tool summary &optional only)
   "Show bypass request REQID of session SID in its chat buffers, or in ONLY.
 AGENT asks to run TOOL as SUMMARY."
-  (let ((note (format "[bypass %s] %s wants to run %s outside the sandbox: %s  (C-c C-b to decide)\n"
-                      reqid agent tool summary)))
+  (let ((note (concat (format "[bypass %s] %s wants to run %s outside the sandbox: %s  "
+                              reqid agent tool summary)
+                      (propertize "(C-c C-b to decide)" 'ellie-bypass (concat sid " " reqid))
+                      "\n")))
     (dolist (buffer (if only (list only) (ellie--chat-buffers (lambda () (equal ellie--session-id sid)))))
       (ellie--insert-output buffer note 'ellie-notice))
     (message "ellie: %s" (string-trim note))))
+
+(defun ellie--mark-bypass (key word)
+  "Put WORD where the note of bypass request KEY (\"<sid> <reqid>\") asks to decide it."
+  (let ((inhibit-read-only t) (pos (point-min)))
+    (while (setq pos (next-single-property-change pos 'ellie-bypass))
+      (when (equal (get-text-property pos 'ellie-bypass) key)
+        (let ((end (next-single-property-change pos 'ellie-bypass nil (point-max))))
+          (save-excursion
+            (goto-char pos)
+            (delete-region pos end)
+            (insert (propertize word 'read-only t 'front-sticky t 'rear-nonsticky t 'face 'ellie-notice))))))))
 
 (defun ellie--show-pending (sid buffer)
   "Show the pending requests of session SID in its chat BUFFER, just opened.
@@ -471,7 +493,7 @@ Their events came before the watch began; buffers open before have them."
   (unless (process-live-p ellie--events)
     (setq ellie--events-partial "")
     (setq ellie--events
-          (ellie--follow "ellie-events" (list "rdwr" "event") "bypass.*.request session.*.rename agent.*.rename\n"
+          (ellie--follow "ellie-events" (list "rdwr" "event") "bypass.*.request bypass.*.resolve session.*.rename agent.*.rename\n"
                          #'ellie--events-filter
                          (lambda (proc _event)
                            ;; ended by olliesrv's stop (end of file) or crash (an error) while chats

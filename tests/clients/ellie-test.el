@@ -152,7 +152,10 @@ In BODY, `root' is the world's directory and `project' the session's working dir
                    ?y)))
         (ellie-test-type chat "" "C-c C-b"))
       (should (ellie-test-until (lambda () (ellie-test-contains chat "It ran."))))
-      (should (file-exists-p (expand-file-name "escaped.txt" project))))))
+      (should (file-exists-p (expand-file-name "escaped.txt" project)))
+      ;; the note says how it was decided, and no longer asks
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "echo outside > escaped.txt  (allowed)"))))
+      (should-not (ellie-test-contains chat "C-c C-b to decide")))))
 
 (ert-deftest ellie-a-request-pending-before-the-chat-opens-is-shown ()
   (ellie-test-with-world
