@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "backend/text.hpp"
+#include "lib9p/utf8.hpp"
 #include "olliesrv/bypass_policy.hpp"
 #include "olliesrv/ids.hpp"
 
@@ -385,6 +386,10 @@ void Transcript::deliver() {
 }
 
 Block Transcript::append(Block b) {
+  // What a block holds is what the transcript shows, live and after a restart: bytes that are not
+  // UTF-8 (a prompt's, a `!` command's output) become U+FFFD here, not only in the stored JSON.
+  b.content = p9::valid_utf8(b.content);
+  b.name = p9::valid_utf8(b.name);
   {
     std::lock_guard lk(s_->mu);
     b.id = s_->next_id();

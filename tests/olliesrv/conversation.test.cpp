@@ -492,6 +492,29 @@ TEST(Conversation, APromptWrittenIn4KiBPiecesIsOnePrompt) {
   EXPECT_EQ(body["messages"].back()["content"].get<std::string>().size(), big.size() - 1);  // trailing newline trimmed
 }
 
+// Bytes of a prompt that are not UTF-8 are U+FFFD in its block (JSON), and so in chat and log too,
+// live and after a restart: the transcript is its blocks (§1.2, §2.8.7).
+TEST(Conversation, APromptThatIsNotUtf8IsShownAsItsBlockHoldsIt) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "ok"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "bytes \xff\xfe here"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const std::string replaced = "bytes \xEF\xBF\xBD\xEF\xBF\xBD here";
+  EXPECT_EQ(contents(w, a, "user"), std::vector<std::string>{replaced});
+  const auto log = w.read(a + "/log");
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->find("user: " + replaced + "\n"), std::string::npos) << *log;
+  EXPECT_EQ(log->find('\xff'), std::string::npos) << *log;
+  w.stop_server(SIGKILL);
+  w.start();
+  const auto after = w.read(a + "/log");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(*after, *log);
+}
+
 // A prompt past the 16 MiB a fid holds is refused, and none of it is submitted, also when the
 // client clunks the fid after the refusal (as close(2) on a v9fs mount does): the pieces taken
 // before it are not a prompt (spec §1.7: a half-written request never takes effect).
