@@ -290,7 +290,12 @@ std::string escape(std::string_view s) {
   return out;
 }
 
-std::string shown(std::string_view s) { return escape(s.substr(0, 64)); }
+std::string shown(std::string_view s) {
+  if (s.size() <= 64) return escape(s);
+  std::size_t cut = 64;  // at a character's start: a cut one is not shown as bytes
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;
+  return escape(s.substr(0, cut)) + "…";
+}
 
 std::string visible_json(std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";

@@ -73,7 +73,9 @@ p9::Result<std::string> allow_rule(const std::string& tool, const Summary& s);
 /// what would run. Also written `\xNN` byte by byte: C1 controls, Unicode bidirectional
 /// overrides and isolates, and bytes that are not UTF-8.
 std::string escape(std::string_view s);
-/// A value named in an error: its first 64 bytes, escaped, so the error stays one readable line.
+/// A value named in an error: escaped, so the error stays one readable line; a value longer than
+/// 64 bytes is cut there (at a character's start) and ends in `…`, so the cut is not taken for
+/// the value.
 std::string shown(std::string_view s);
 
 /// JSON text (a call's arguments) as `chat` and `log` show it (§2.8.7): a code point a terminal

@@ -203,6 +203,15 @@ TEST(BypassPolicy, EscapeMakesOneLineATerminalShowsAsIs) {
   EXPECT_EQ(escape("\xff\xc3"), "\\xff\\xc3");
 }
 
+// An error names a long value by its first 64 bytes and marks the cut: the cut alone could be a
+// valid name, or the current one.
+TEST(BypassPolicy, ShownMarksAValueItCuts) {
+  EXPECT_EQ(shown(std::string(64, 'a')), std::string(64, 'a'));
+  EXPECT_EQ(shown(std::string(70, 'a')), std::string(64, 'a') + "…");
+  EXPECT_EQ(shown(std::string(63, 'a') + "é!"), std::string(63, 'a') + "…");  // not half of é
+  EXPECT_EQ(shown("bad\nname"), "bad\\nname");
+}
+
 TEST(BypassPolicy, ASessionSavedBeforePoliciesLoadsWithNoneAndCounterZero) {
   auto s = ollie::parse_session(R"({"id":"x","name":"old","cwd":"/"})");
   ASSERT_TRUE(s) << s.ename();
