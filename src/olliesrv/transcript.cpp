@@ -236,13 +236,25 @@ class ChatCursor : public virtfs::Cursor {
   virtfs::Chunk read(std::size_t max) override {
     std::lock_guard lk(s_->mu);
     // A reader that fell behind the window skips what was dropped: it resumes at the window's
-    // first line start (the text it missed is still in log.raw).
-    if (pos_ < s_->text_base) pos_ = s_->window_start();
+    // first line start, told so on a line of its own, as `event` tells its overflow (the text
+    // it missed is still in log.raw).
+    if (pos_ < s_->text_base) {
+      const auto to = s_->window_start();
+      notice_ = std::string(line_start_ ? "" : "\n") + ":: chat skipped " + std::to_string(to - pos_) +
+                " bytes: this reader fell behind (log.raw has every block)\n\n";
+      pos_ = to;
+    }
     virtfs::Chunk c;
-    std::size_t off = static_cast<std::size_t>(pos_ - s_->text_base);
-    if (off < s_->text.size()) c.data = s_->text.substr(off, max);
-    pos_ += c.data.size();
-    c.eof = s_->closed && pos_ >= s_->text_end();
+    if (!notice_.empty()) {
+      c.data = notice_.substr(0, max);
+      notice_.erase(0, c.data.size());
+    } else {
+      std::size_t off = static_cast<std::size_t>(pos_ - s_->text_base);
+      if (off < s_->text.size()) c.data = s_->text.substr(off, max);
+      pos_ += c.data.size();
+      c.eof = s_->closed && pos_ >= s_->text_end();
+    }
+    if (!c.data.empty()) line_start_ = c.data.back() == '\n';
     return c;
   }
   std::shared_ptr<virtfs::Signal> signal() override { return s_->signal; }
@@ -250,6 +262,8 @@ class ChatCursor : public virtfs::Cursor {
  private:
   std::shared_ptr<Transcript::State> s_;
   std::uint64_t pos_;
+  std::string notice_;      // the skip's line, what of it was not read yet
+  bool line_start_ = true;  // what this reader got so far ends a line (a cursor starts at one)
 };
 
 /// chat.raw: every finalized block from the first, then live partial snapshots and blocks.

@@ -272,9 +272,17 @@ TEST(TranscriptChat, ReaderThatFallsBehindTheWindowSkipsToALineStart) {
   auto c = t.chat();
   std::string line(1000, 'y');
   for (int i = 0; i < 5000; i++) t.append(blk("tool", line));  // ~5 MB, far past the window
-  auto got = drain(*c);
+  auto got = drain(*c, nullptr, 16);  // short reads: the notice spans several
   EXPECT_LT(got.size(), 3u << 20) << "the window is bounded";
   EXPECT_GT(got.size(), Transcript::LOG_BYTES);
+  // It is told so first, with how much it missed, on a line of its own.
+  const std::string told = ":: chat skipped ";
+  ASSERT_EQ(got.substr(0, told.size()), told) << got.substr(0, 200);
+  const auto end = got.find(" bytes: this reader fell behind (log.raw has every block)\n\n");
+  ASSERT_NE(end, std::string::npos);
+  const auto skipped = std::stoull(got.substr(told.size(), end - told.size()));
+  EXPECT_EQ(skipped + got.size() - got.find("\n\n", end) - 2, std::string("user: first\n\n").size() + 5000 * 1002);
+  got.erase(0, got.find("\n\n", end) + 2);
   // It resumes after a newline: at a block's line or at the empty line that ends one.
   auto start = got.find_first_not_of('\n');
   EXPECT_LE(start, 1u);
