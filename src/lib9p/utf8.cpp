@@ -45,4 +45,6 @@ std::string valid_utf8(std::string_view s) {
   return out;
 }
 
+bool is_utf8(std::string_view s) { return valid_utf8(s) == s; }
+
 }  // namespace p9

@@ -12,4 +12,7 @@ namespace p9 {
 /// (Unicode §3.9, "U+FFFD Substitution of Maximal Subparts", as browsers and Python decode).
 std::string valid_utf8(std::string_view s);
 
+/// True when `s` is well-formed UTF-8 (valid_utf8 would change nothing).
+bool is_utf8(std::string_view s);
+
 }  // namespace p9

@@ -91,7 +91,7 @@ SettingsChange profile_switch(const Agent& a, Profile p) {
 }
 
 p9::Result<std::string> cwd_argument(Hub& hub, const Session& s, const std::string& given) {
-  if (given.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
+  if (bad_path(given)) return p9::error("cwd: invalid character");
   bool remote;
   {
     std::lock_guard lock(s.mu);

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "agent.hpp"
+#include "lib9p/utf8.hpp"
 #include "backend/text.hpp"
 #include "hub.hpp"
 #include "olliesrv.hpp"
@@ -45,6 +46,7 @@ Text read_feed(Ctx& c) {
 // The feed consumer of §8.12, at the write: every new value is submitted, none is missed.
 p9::Status write_feed(Ctx& c, std::string text) {
   if (auto st = gone(c); !st) return st;
+  text = p9::valid_utf8(text);  // what is read back is what session.json keeps (§1.2)
   Agent& a = *c.agent;
   {
     std::lock_guard lock(a.mu);
@@ -65,6 +67,7 @@ Text read_plan(Ctx& c) {
 
 p9::Status write_plan(Ctx& c, std::string text) {
   if (auto st = gone(c); !st) return st;
+  text = p9::valid_utf8(text);  // what is read back is what session.json keeps (§1.2)
   if (text.size() > max_plan)
     return p9::error("plan too large: " + std::to_string(text.size()) + " bytes (at most " + std::to_string(max_plan) + ")");
   {

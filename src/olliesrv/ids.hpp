@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "lib9p/utf8.hpp"
+
 namespace ollie {
 
 /// A fresh UUIDv4, lowercase canonical form.
@@ -19,6 +21,9 @@ std::string invalid_name(std::string_view name);
 /// What a cwd may not hold (§4.1: no TAB or newline; a NUL would end the path the kernel checks
 /// before the one olliesrv shows and stores).
 inline constexpr std::string_view bad_path_chars{"\t\n\0", 3};
+/// A cwd that is refused as `cwd: invalid character`: one of bad_path_chars, or bytes that are
+/// not UTF-8 (§1.2), which session.json cannot keep: the cwd restored would be another path.
+inline bool bad_path(std::string_view p) { return p.find_first_of(bad_path_chars) != std::string_view::npos || !p9::is_utf8(p); }
 /// The default name of an object: the first 8 hex digits of its id.
 inline std::string default_name(std::string_view id) { return std::string(id.substr(0, 8)); }
 /// 32 random bytes from libcrypto, hex-encoded (64 digits).

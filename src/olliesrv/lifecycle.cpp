@@ -37,7 +37,7 @@ constexpr std::string_view interrupted_note = "interrupted: olliesrv stopped dur
 
 /// §4.1's cwd rules, checked on this host (where the tools run for a local session).
 p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) {
-  if (given.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
+  if (bad_path(given)) return p9::error("cwd: invalid character");
   std::string p = p9::expand_home(given, env);
   if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
   struct stat st;
@@ -50,7 +50,7 @@ p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) 
 /// tool host. `~` and `~/…` (home_ok) are that host's HOME: a session's expanded by its bootstrap
 /// (§4.1), an agent's by its toolsrv's resolve (§3.3).
 p9::Result<std::string> check_remote_dir(std::string p, bool home_ok = false) {
-  if (p.find_first_of(bad_path_chars) != std::string::npos) return p9::error("cwd: invalid character");
+  if (bad_path(p)) return p9::error("cwd: invalid character");
   const bool home = home_ok && (p == "~" || p.rfind("~/", 0) == 0);
   if (p.empty() || (p[0] != '/' && !home)) return p9::error("cwd must be absolute: " + p);
   while (p.size() > 1 && p.back() == '/') p.pop_back();
@@ -436,7 +436,7 @@ namespace {
 // bypass/pending shows a command.
 std::optional<std::string> refused(const SessionRecord& r, const std::set<std::string>& ids_in_use) {
   using bypass::shown;
-  const auto bad_cwd = [](const std::string& d) { return d.find_first_of(bad_path_chars) != std::string::npos; };
+  const auto bad_cwd = [](const std::string& d) { return bad_path(d); };
   if (!looks_like_uuid(r.id)) return "invalid session id: " + shown(r.id);
   if (!valid_name(r.name)) return "invalid session name: " + shown(r.name);
   if (bad_cwd(r.cwd)) return "cwd: invalid character: " + shown(r.cwd);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "hub.hpp"
+#include "lib9p/utf8.hpp"
 #include "session.hpp"
 #include "virtfs/tokenize.hpp"
 
@@ -29,8 +30,10 @@ bool valid_env_name(const std::string& k) {
 std::optional<std::string> env_entry_error(const std::string& key, const std::string& value) {
   if (!valid_env_name(key)) return "invalid env name: " + key;
   if (std::find(reserved_vars.begin(), reserved_vars.end(), key) != reserved_vars.end()) return "reserved: " + key;
-  // toolsrv takes the value as the rest of one ctl line, and execve as a C string.
-  if (value.size() > MAX_ENV_VALUE || value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos)
+  // toolsrv takes the value as the rest of one ctl line, and execve as a C string; session.json
+  // keeps UTF-8 only (§1.2): other bytes would come back from a restart as U+FFFD.
+  if (value.size() > MAX_ENV_VALUE || value.find_first_of(std::string_view("\n\0", 2)) != std::string::npos ||
+      !p9::is_utf8(value))
     return "invalid env value: " + key;
   return std::nullopt;
 }
@@ -88,6 +91,7 @@ p9::Status check_goal(const std::string& text) {
 }
 
 p9::Status write_goal(Session& s, std::string text) {
+  text = p9::valid_utf8(text);  // what is read back is what session.json keeps (§1.2)
   if (auto st = check_goal(text); !st) return st;
   {
     std::lock_guard lock(s.mu);

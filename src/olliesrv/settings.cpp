@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lib9p/utf8.hpp"
 #include "olliesrv/bypass_policy.hpp"
 #include "olliesrv/request.hpp"
 
@@ -91,7 +92,9 @@ p9::Status check_backend(const std::string& name) {
 
 p9::Status check_model(const std::string& name) {
   // A model name is one field of idx tables and one value of cfg: no TAB, newline or control.
-  const bool ok = std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  // UTF-8 (§1.2), as session.json keeps it.
+  const bool ok = std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }) &&
+                  p9::is_utf8(name);
   if (ok) return {};
   return p9::error("invalid model: " + bypass::shown(name));
 }

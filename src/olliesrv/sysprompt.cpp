@@ -1,5 +1,7 @@
 #include "olliesrv/sysprompt.hpp"
 
+#include "lib9p/utf8.hpp"
+
 #include <algorithm>
 #include <cstddef>
 
@@ -66,7 +68,9 @@ std::string render_system_prompt(const SystemPromptParts& p) {
 
   std::string out;
   for (const auto& s : sections) out += (out.empty() ? "" : "\n\n") + s;
-  return out;
+  // A prompt file, a command's output or a tool's prompt need not be UTF-8: `ctl systemprompt`
+  // shows what the provider gets, which is UTF-8 (§1.2).
+  return p9::valid_utf8(out);
 }
 
 }  // namespace ollie

@@ -23,7 +23,8 @@ struct SystemPromptParts {
 /// `s` without its trailing line ends (LF and CR): a prompt file's text as a section holds it.
 std::string trim_trailing_newlines(std::string s);
 
-/// The four sections joined by a blank line, empty ones left out (§7.6).
+/// The four sections joined by a blank line, empty ones left out (§7.6); bytes that are not
+/// UTF-8 become U+FFFD.
 std::string render_system_prompt(const SystemPromptParts& p);
 
 }  // namespace ollie

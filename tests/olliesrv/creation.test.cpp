@@ -99,6 +99,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd=" + w.project + "/file", "cwd: " + w.project + "/file: not a directory"},
       {"cwd='" + w.project + "\tx'", "cwd: invalid character"},
       {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},  // not the directory checked
+      {"cwd=" + w.project + "/d\xff", "cwd: invalid character"},  // not UTF-8: session.json would restore another path
       {"cwd=" + w.project + " name=bad/name", "invalid name: bad/name"},
       // Quoted back escaped: no 9P string holds a NUL (ollie-9p refused the whole reply).
       {"cwd=" + w.project + " name=q6" + std::string(1, '\0') + "x", "invalid name: q6\\x00x"},
@@ -113,6 +114,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd=" + w.project + " backend=nope",
        "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
       {"cwd=" + w.project + " model='a\tb\nfake\tline'", "invalid model: a\\tb\\nfake\\tline"},
+      {"cwd=" + w.project + " model=m\xff", "invalid model: m\\xff"},
       {"cwd=" + w.project + " justaword", "bad token: justaword"},
       {"cwd=" + w.project + " colour=blue", "unknown key: colour"},
       {"cwd=" + w.project + " name=a name=b", "duplicate key: name"},

@@ -86,6 +86,7 @@ TEST(SessionEnv, ErrorsNameTheKeyAndChangeNothing) {
   EXPECT_EQ(w.write(s + "/env", "A=1 A=2").ename(), "duplicate key: A");
   EXPECT_EQ(w.write(s + "/env", "A='open").ename(), "unterminated quote");
   EXPECT_EQ(w.write(s + "/env", "A='two\nlines'").ename(), "invalid env value: A");
+  EXPECT_EQ(w.write(s + "/env", "A=a\xff" "b").ename(), "invalid env value: A");  // session.json keeps UTF-8 only
   EXPECT_EQ(*w.read(s + "/env"), before);  // all or nothing
   // ollie-9p write reports the error of the clunk and exits 1 (§1.7).
   auto r = ninep(w, "write", s + "/env", "OLLIE_AUTH=stolen\n");
@@ -124,6 +125,16 @@ TEST(SessionEnv, GoalAndEnvArePersistedAndReachAToolsrvStartedLater) {
   EXPECT_TRUE(w.toolsrvs().empty());  // restore starts no toolsrv (§7.7)
   EXPECT_NE(w.read(s + "/env")->find("TOKEN=abc123\n"), std::string::npos);
   EXPECT_EQ(*w.read(s + "/goal"), "  ship the release\nthen rest  ");
+  // Bytes that are not UTF-8 are U+FFFD from the write on: what is read is what a restart gives.
+  ASSERT_TRUE(w.write(s + "/goal", "ship \xff now"));
+  ASSERT_TRUE(w.write(a + "/plan", "step \xfe one"));
+  EXPECT_EQ(*w.read(s + "/goal"), "ship \xEF\xBF\xBD now");
+  EXPECT_EQ(*w.read(a + "/plan"), "step \xEF\xBF\xBD one");
+  w.stop_server(SIGTERM);
+  w.kill_toolsrvs();
+  w.start();
+  EXPECT_EQ(*w.read(s + "/goal"), "ship \xEF\xBF\xBD now");
+  EXPECT_EQ(*w.read(a + "/plan"), "step \xEF\xBF\xBD one");
   // Set while no toolsrv runs: the start syncs it.
   ASSERT_TRUE(w.write(s + "/env", "LATER=yes"));
   EXPECT_EQ(bang(w, a, "echo \"$TOKEN/$LATER\""), "abc123/yes\n");
