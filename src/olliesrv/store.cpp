@@ -555,6 +555,10 @@ p9::Status load_blocks(int dirfd, const std::string& agent_id, std::vector<std::
   if (!data.empty() && data.back() != '\n') {
     keep = data.rfind('\n');
     keep = keep == std::string::npos ? 0 : keep + 1;
+    // A line whose newline alone never reached the disk is a whole block: a block's line is one
+    // JSON object, and no cut of an object parses. It stays; the next append starts a line of
+    // its own (ends_a_line).
+    if (nlohmann::json::accept(std::string_view(data).substr(keep))) keep = data.size();
   } else if (!data.empty()) {
     std::size_t start = data.rfind('\n', data.size() - 2);
     start = start == std::string::npos ? 0 : start + 1;
@@ -569,7 +573,7 @@ p9::Status load_blocks(int dirfd, const std::string& agent_id, std::vector<std::
   }
   std::size_t pos = 0;
   while (pos < data.size()) {
-    auto nl = data.find('\n', pos);
+    auto nl = std::min(data.find('\n', pos), data.size());
     if (nl > pos) lines.emplace_back(data, pos, nl - pos);
     pos = nl + 1;
   }

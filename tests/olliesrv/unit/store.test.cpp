@@ -428,6 +428,33 @@ TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
   EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n" + bad + "\n" + bad + "\n");
 }
 
+// A block's line whose newline alone never reached the disk is whole: it stays, and the next append
+// starts a line of its own.
+TEST(Store, ALastBlockLineMissingOnlyItsNewlineIsKept) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  const auto& aid = s.agents[0].id;
+  std::string l1 = R"({"role":"user","id":"0123abcd","content":"q"})";
+  std::string l2 = R"({"role":"assistant","id":"0123abce","content":"a"})";
+  ASSERT_TRUE(st.append_block(s.id, aid, l1));
+  auto file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
+  {
+    std::ofstream f(file, std::ios::app | std::ios::binary);
+    f << l2;  // kill -9 between the line and its newline
+  }
+  auto all = st.load_all();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].blocks[aid], (std::vector<std::string>{l1, l2}));
+  EXPECT_TRUE(all[0].torn.empty());
+  st.settle(all[0]);
+  EXPECT_EQ(slurp(file), l1 + "\n" + l2);
+  Store next(t.path + "/sessions");  // another run: the file opened again
+  ASSERT_TRUE(next.append_block(s.id, aid, l1));
+  EXPECT_EQ(slurp(file), l1 + "\n" + l2 + "\n" + l1 + "\n");
+}
+
 // An append that failed halfway (a full disk) leaves part of its line; the next append, by this
 // run (the file held open) or by another (opened again), starts a line of its own, so the restore
 // skips only the torn part, not the block written after it.
