@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -73,6 +76,22 @@ std::optional<std::int64_t> bounded(const std::string& v, std::int64_t lo, std::
   const long long n = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end || errno || n < lo || n > hi) return std::nullopt;
   return n;
+}
+
+/// `Name: value` as an HTTP header line: the name a token (RFC 9110 §5.1: no blank, no
+/// separator), the value free of control characters but TAB. Anything else is sent as nothing
+/// a server would take for the header meant.
+bool header_line(const std::string& h) {
+  const auto colon = h.find(':');
+  if (colon == 0 || colon == std::string::npos) return false;
+  static constexpr std::string_view tchar_punct = "!#$%&'*+-.^_`|~";
+  const bool name_ok = std::all_of(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || tchar_punct.find(c) != std::string_view::npos;
+  });
+  return name_ok && std::none_of(h.begin() + static_cast<std::ptrdiff_t>(colon), h.end(), [](char c) {
+           const auto u = static_cast<unsigned char>(c);
+           return (u < 0x20 && c != '\t') || u == 0x7f;
+         });
 }
 
 /// The keys before the first section: `backend` (§7.4) and the sub-agent limits.
@@ -152,8 +171,7 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
     if (key == "url") section->url = value;
     else if (key == "model") section->model = value;
     else if (key == "key_env") section->key_env = value;
-    else if (key == "header" && value.find(':') != std::string::npos &&
-             (section_name == "openai" || section_name == "openrouter"))
+    else if (key == "header" && header_line(value) && (section_name == "openai" || section_name == "openrouter"))
       section->headers.push_back(value);
     else if (key == "header") warn("header needs 'Name: value' in an openai-compatible section, ignored");
     else if (key == "num_ctx" && section_name == "ollama") {

@@ -64,6 +64,16 @@ TEST(BackendConfig, UnknownSectionsKeysAndBadLinesWarnWithFileAndLine) {
   EXPECT_FALSE(c.sections.count("mistral"));
 }
 
+// A header line is sent as written: one whose name is no HTTP token (a blank, a separator) or whose
+// value holds a control character would reach the server as something else, so it is refused.
+TEST(BackendConfig, AHeaderThatIsNoHttpHeaderIsIgnored) {
+  auto c = parse_backends_conf("[openai]\nheader = Bad Header: x\nheader = : x\nheader = X-Ok: a\tb\n"
+                               "header = X-Bell: \a\nheader = X-Org: org-1\n");
+  ASSERT_EQ(c.warnings.size(), 3u);
+  for (const auto& w : c.warnings) EXPECT_NE(w.find("header needs 'Name: value'"), std::string::npos) << w;
+  EXPECT_EQ(c.sections.at("openai").headers, (std::vector<std::string>{"X-Ok: a\tb", "X-Org: org-1"}));
+}
+
 // `[openai] # the fake` is no header: the keys under it must not land in the section before, or
 // the key_env meant for one provider goes to the other's endpoint.
 TEST(BackendConfig, AMalformedHeaderTakesItsKeysWithIt) {
