@@ -5,9 +5,9 @@
 #include <ctime>
 
 #include "agent.hpp"
-#include "lib9p/utf8.hpp"
 #include "backend/text.hpp"
 #include "hub.hpp"
+#include "lib9p/utf8.hpp"
 #include "olliesrv.hpp"
 #include "session.hpp"
 #include "verbs.hpp"

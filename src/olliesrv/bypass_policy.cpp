@@ -1,9 +1,9 @@
 #include "bypass_policy.hpp"
 
-#include "backend/text.hpp"
-
 #include <algorithm>
 #include <cstdint>
+
+#include "backend/text.hpp"
 
 namespace ollie::bypass {
 

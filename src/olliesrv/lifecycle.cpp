@@ -436,10 +436,9 @@ namespace {
 // bypass/pending shows a command.
 std::optional<std::string> refused(const SessionRecord& r, const std::set<std::string>& ids_in_use) {
   using bypass::shown;
-  const auto bad_cwd = [](const std::string& d) { return bad_path(d); };
   if (!looks_like_uuid(r.id)) return "invalid session id: " + shown(r.id);
   if (!valid_name(r.name)) return "invalid session name: " + shown(r.name);
-  if (bad_cwd(r.cwd)) return "cwd: invalid character: " + shown(r.cwd);
+  if (bad_path(r.cwd)) return "cwd: invalid character: " + shown(r.cwd);
   if (!check_model(r.model)) return "invalid model: " + shown(r.model);
   for (const auto& ar : r.agents) {
     if (!looks_like_uuid(ar.id)) return "invalid agent id: " + shown(ar.id);
@@ -448,7 +447,7 @@ std::optional<std::string> refused(const SessionRecord& r, const std::set<std::s
     if (!ar.profile.empty() && !valid_profile_name(ar.profile))
       return "agent " + ar.id + ": invalid profile: " + shown(ar.profile);
     if (!ar.parent.empty() && !looks_like_uuid(ar.parent)) return "agent " + ar.id + ": invalid parent: " + shown(ar.parent);
-    if (bad_cwd(ar.cwd)) return "agent " + ar.id + ": cwd: invalid character: " + shown(ar.cwd);
+    if (bad_path(ar.cwd)) return "agent " + ar.id + ": cwd: invalid character: " + shown(ar.cwd);
     if (!check_model(ar.model)) return "agent " + ar.id + ": invalid model: " + shown(ar.model);
   }
   return std::nullopt;

@@ -1,9 +1,9 @@
 #include "olliesrv/sysprompt.hpp"
 
-#include "lib9p/utf8.hpp"
-
 #include <algorithm>
 #include <cstddef>
+
+#include "lib9p/utf8.hpp"
 
 namespace ollie {
 

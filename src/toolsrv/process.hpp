@@ -8,11 +8,11 @@
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
