@@ -189,6 +189,18 @@ void expect_same(const SessionRecord& x, const SessionRecord& y) {
 
 std::string dir_of(const Tmp& t, const std::string& id) { return t.path + "/sessions/" + id; }
 
+/// A session to save, its first agent's blocks file and two block lines: the start of the tests
+/// of a blocks file's last line.
+struct Blocks {
+  Tmp t;
+  Store st{t.path + "/sessions"};
+  SessionRecord s = full_session();
+  std::string aid = s.agents[0].id;
+  std::string file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
+  std::string l1 = R"({"role":"user","id":"0123abcd","content":"q"})";
+  std::string l2 = R"({"role":"assistant","id":"0123abce","content":"a"})";
+};
+
 }  // namespace
 
 TEST(StoreJson, RoundTripsEveryField) {
@@ -381,16 +393,11 @@ TEST(Store, EachSaveWritesTheMessagesAsTheyAreNow) {
 }
 
 TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
-  Tmp t;
-  Store st(t.path + "/sessions");
-  auto s = full_session();
+  Blocks b;
+  auto& [t, st, s, aid, file, l1, l2] = b;
   ASSERT_TRUE(st.save(s));
-  const auto& aid = s.agents[0].id;
-  std::string l1 = R"({"role":"user","id":"0123abcd","content":"q"})";
-  std::string l2 = R"({"role":"assistant","id":"0123abce","content":"a"})";
   ASSERT_TRUE(st.append_block(s.id, aid, l1));
   ASSERT_TRUE(st.append_block(s.id, aid, l2));
-  auto file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
   {
     std::ofstream f(file, std::ios::app | std::ios::binary);
     f << R"({"role":"tool","id":"01)";  // kill -9 in the middle of a write
@@ -431,15 +438,10 @@ TEST(Store, TornLastBlockLineIsCutOffInTheFileToo) {
 // A block's line whose newline alone never reached the disk is whole: it stays, and the next append
 // starts a line of its own.
 TEST(Store, ALastBlockLineMissingOnlyItsNewlineIsKept) {
-  Tmp t;
-  Store st(t.path + "/sessions");
-  auto s = full_session();
+  Blocks b;
+  auto& [t, st, s, aid, file, l1, l2] = b;
   ASSERT_TRUE(st.save(s));
-  const auto& aid = s.agents[0].id;
-  std::string l1 = R"({"role":"user","id":"0123abcd","content":"q"})";
-  std::string l2 = R"({"role":"assistant","id":"0123abce","content":"a"})";
   ASSERT_TRUE(st.append_block(s.id, aid, l1));
-  auto file = dir_of(t, s.id) + "/" + aid + ".blocks.jsonl";
   {
     std::ofstream f(file, std::ios::app | std::ios::binary);
     f << l2;  // kill -9 between the line and its newline
