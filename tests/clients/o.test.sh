@@ -40,13 +40,15 @@ o -h | grep -q 'o \[session \[agent\]\]' || fail "o -h does not show the usage"
 if o -x 2>/dev/null; then fail "o -x exits 0"; fi
 
 # Every prompt gets the hello, but a turn whose request holds "thirty rounds" (the busy agent's,
-# below) gets 30 rounds of a quick shell call, then its answer.
+# below) gets 30 rounds of a quick shell call, then its answer, and the first that holds "take
+# your time" a slow answer (about 6 s: a frame every 1.5 s).
 {
   printf '{"loop":true,"responses":['
   for i in $(seq 30); do
     printf '{"when":"thirty rounds","tool_calls":[{"id":"r%d","name":"shell","arguments":{"cmd":"echo %d"}}]},' "$i" "$i"
   done
-  printf '{"when":"thirty rounds","text":"All thirty rounds are done."},{"text":"Hello from the fake model."}]}\n'
+  printf '{"when":"thirty rounds","text":"All thirty rounds are done."},'
+  printf '{"when":"take your time","text":"Slowly, slowly, done.","delay_ms":1500},{"text":"Hello from the fake model."}]}\n'
 } >"$root/say.json"
 "$build/tests/fakeprovider/fakeprovider" --port 0 --script "$root/say.json" >"$root/fake.out" &
 pids+=($!)
@@ -150,6 +152,16 @@ within 20 back || fail "the chat did not come back after the restart: $(chat)"
 tmux send-keys -t "$t:0.1" 'and now?' Enter
 within 20 has 'and now?' || fail "a prompt after the restart is not in the chat pane: $(chat)"
 within 10 status_shows 'idle · fake-model' || fail "status line after the restart: $(tmux show -v -t "$t:" status-right)"
+
+# a prompt sent while a turn runs waits in the agent's queue, and the prompt line says so
+tmux send-keys -t "$t:0.1" 'take your time' Enter
+within 10 has 'user: take your time' || fail "the slow prompt is not in the chat pane: $(chat)"
+tmux send-keys -t "$t:0.1" 'and then this' Enter
+queued_said() { prompt_pane | grep -qF '(queued: the agent is thinking; it runs when the turn ends)'; }
+within 10 queued_said || fail "no word of the queued prompt: $(prompt_pane)"
+within 20 has 'user: and then this' || fail "the queued prompt did not run: $(chat)"
+has 'Slowly, slowly, done.' || fail "the queued prompt ran before the turn ended: $(chat)"
+prompt_pane | grep -A1 -F 'main> take your time' | grep -qF '(queued' && fail "a prompt for an idle agent was said queued: $(prompt_pane)"
 
 # pairs whose names join the same way are two tmux sessions, each talking to its own agent
 (cd "$root/project" && script -qfec "o a-b c" /dev/null <"$root/keys" >/dev/null 2>&1 &)
