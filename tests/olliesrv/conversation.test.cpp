@@ -508,7 +508,8 @@ TEST(Conversation, APromptThatIsNotUtf8IsShownAsItsBlockHoldsIt) {
   ASSERT_TRUE(log);
   EXPECT_NE(log->find("user: " + replaced + "\n"), std::string::npos) << *log;
   EXPECT_EQ(log->find('\xff'), std::string::npos) << *log;
-  w.stop_server(SIGKILL);
+  w.stop_server(SIGTERM);  // (a kill -9 right after `idle` can come before the turn's end is saved)
+  w.kill_toolsrvs();
   w.start();
   const auto after = w.read(a + "/log");
   ASSERT_TRUE(after);
