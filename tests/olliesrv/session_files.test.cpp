@@ -42,11 +42,6 @@ std::string bang(World& w, const std::string& agent, const std::string& cmd) {
   return b.is_object() ? b.value("content", "") : "<no exec block>";
 }
 
-std::string session_id(World& w, const std::string& s) {
-  auto id = w.read(s + "/id");
-  return id ? id->substr(0, id->size() - 1) : "";
-}
-
 p9::Status wstat_name(World& w, const std::string& path, const std::string& name) {
   auto f = w.walk(path);
   if (!f) return f.error();
@@ -62,7 +57,7 @@ p9::Status wstat_name(World& w, const std::string& path, const std::string& name
 TEST(SessionEnv, ReadsSortedWithTheSessionIdAndAddressAlways) {
   World w;
   auto s = w.session("work");
-  const std::string sid = session_id(w, s);
+  const std::string sid = id_of(w, s);
   EXPECT_EQ(*w.read(s + "/env"), "OLLIE_ADDR=unix!" + w.sock + "\nOLLIE_SESSION_ID=" + sid + "\n");
   ASSERT_TRUE(w.write(s + "/env", "ZED=last A_1=first\nMID='two words' "));
   EXPECT_EQ(*w.read(s + "/env"), "A_1=first\nMID=two words\nOLLIE_ADDR=unix!" + w.sock + "\nOLLIE_SESSION_ID=" + sid +
@@ -106,7 +101,7 @@ TEST(SessionEnv, ReachesTheRunningToolsrvAtOnce) {
   ASSERT_TRUE(w.write(s + "/env", "GREETING="));
   EXPECT_EQ(bang(w, a, "echo \"[${GREETING-unset}]\""), "[unset]\n");
   // What olliesrv sets itself reaches the tool too.
-  EXPECT_EQ(bang(w, a, "echo \"$OLLIE_SESSION_ID\""), session_id(w, s) + "\n");
+  EXPECT_EQ(bang(w, a, "echo \"$OLLIE_SESSION_ID\""), id_of(w, s) + "\n");
 }
 
 TEST(SessionEnv, GoalAndEnvArePersistedAndReachAToolsrvStartedLater) {
@@ -115,7 +110,7 @@ TEST(SessionEnv, GoalAndEnvArePersistedAndReachAToolsrvStartedLater) {
   auto a = w.agent(s, "main");
   ASSERT_TRUE(w.write(s + "/env", "TOKEN=abc123"));
   ASSERT_TRUE(w.write(s + "/goal", "  ship the release\nthen rest  "));
-  const std::string sid = session_id(w, s);
+  const std::string sid = id_of(w, s);
   w.stop_server(SIGTERM);
   auto saved = json::parse(read_file(w.data + "/sessions/" + sid + "/session.json"));
   EXPECT_EQ(saved["env"], json({{"TOKEN", "abc123"}}));
@@ -164,7 +159,7 @@ TEST(SessionName, WriteAndWstatRenameWithOpenFidsStillWorking) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  const std::string sid = session_id(w, s);
+  const std::string sid = id_of(w, s);
   auto aid = id_of(w, a);
   auto events = w.open("event");
   auto chat = w.open(a + "/chat");
