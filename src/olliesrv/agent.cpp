@@ -102,7 +102,7 @@ AgentRecord Agent::record() const {
   r.name = name;
   r.profile = profile.name;
   r.parent = parent;
-  r.turn = state_ != "idle";
+  r.turn = turn_open_;
   r.created = created;
   r.backend = backend_name;
   r.model = model;

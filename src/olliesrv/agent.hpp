@@ -212,6 +212,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::deque<Submission> queue_;
   bool running_ = false;      // a turn runs or is about to (the queue is being drained)
   bool turn_active_ = false;  // a turn's coroutine exists (set by start_next, cleared at its end)
+  bool turn_open_ = false;    // a turn's history is not whole yet: the mark a save keeps (§7.7)
   bool held_ = false;         // hold(): no turn starts until release()
   bool held_stoppable_ = false;
   std::shared_ptr<asio::cancellation_signal> cancel_;  ///< of the running turn

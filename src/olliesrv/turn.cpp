@@ -20,6 +20,7 @@
 #include "compaction.hpp"
 #include "dispatch.hpp"
 #include "hub.hpp"
+#include "lifecycle.hpp"
 #include "result.hpp"
 #include "result_cache.hpp"
 #include "safety.hpp"
@@ -255,6 +256,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
   }
   {
     std::unique_lock lock(a.mu);
+    a.turn_open_ = true;
     const bool fresh = a.history.empty();
     const std::string up = a.user_prompts;
     if (fresh && !up.empty()) {
@@ -382,13 +384,29 @@ asio::awaitable<void> Turn::run(Submission sub) {
       sub.end->ended = true;
     }
     t.cost_session += t.cost_last;
+    a.turn_open_ = false;
+  }
+  // A turn that ended by itself is saved before it says `idle`: a kill -9 the moment after keeps
+  // its answer in the history, and no restore calls it cut off. A stopped one says `idle` at once
+  // (§8.9's 100 ms) and is saved just after.
+  bool saved = false;
+  if (!interrupt) {
+    try {
+      const p9::Status st = co_await save_now(a.hub, s_);  // failed: logged, tried again below
+      saved = st.ok();
+    } catch (const std::system_error& e) {  // a stop that came at the end
+      if (!aborted(e)) throw;
+    }
+  }
+  {
+    std::lock_guard lock(a.mu);
     // Idle from here on when nothing is queued, so an idle-only verb right after the `idle`
     // state is accepted; a submission arriving now waits for this turn's end (start_next).
     a.requeue_inject();  // §8.8: no round took it, so it is the next prompt
     if (a.queue_.empty()) a.running_ = false;
   }
   a.set_state("idle");
-  s_->save_soon();
+  if (!saved) s_->save_soon();
 }
 
 // §8.9: the partial text of an interrupted stream is kept as the assistant message without calls;

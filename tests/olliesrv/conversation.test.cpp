@@ -915,6 +915,29 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   EXPECT_EQ(cuts(), 1) << *w.read(a + "/log.raw");
 }
 
+// A turn that ended by itself says `idle` once session.json holds its answer: a kill -9 the
+// moment after loses nothing of the history and adds no "interrupted" note. A long history makes
+// the save slow enough that an `idle` said before it was always caught by the kill.
+TEST(Conversation, AKillNineRightAfterIdleKeepsTheAnswerInTheHistory) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "the answer is 42"}});
+  auto states = w.open(a + "/statewait");
+  ASSERT_TRUE(w.write(a + "/prompt", "q " + std::string(4 << 20, 'x')));
+  for (int i = 0; i < 20; i++)  // a BlockOnce read at offset 0 per change (a heartbeat every 5 s)
+    if (auto st = states.pread(0, 64); !st || *st == "idle\n") break;
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  w.start();
+  const auto notes = contents(w, a, "info");
+  EXPECT_EQ(std::count(notes.begin(), notes.end(), "interrupted: olliesrv stopped during the turn"), 0);
+  w.fake.push({{"text", "yes"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "and again?"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  EXPECT_NE(request_body(w, 1).dump().find("the answer is 42"), std::string::npos);
+}
+
 // §7.7: a change is answered once it is saved. When the save fails (a full disk), agent/new is
 // refused and undone: the next start would otherwise find the agent's files and not the agent,
 // and remove them.
