@@ -179,6 +179,10 @@ within 10 clients 2 || fail "a second o did not attach: $(tmux list-clients)"
 grep -qF "o: session work works in $root/project/my proj, not here" "$root/term2.out" ||
   fail "no notice of the session's directory: $(cat "$root/term2.out")"
 
+# From here on the tmux server's own environment names another olliesrv: the panes of a pair
+# dial as the o that made it did, or the chat below would say olliesrv is gone.
+tmux set-environment -g NAMESPACE "$root/elsewhere"
+
 # the agent killed under it: the chat pane says so
 echo name=gone | ollie-9p rdwr session/work/agent/new >/dev/null
 (cd "$root/project" && script -qfec "o work gone" /dev/null <"$root/keys" >/dev/null 2>&1 &)
