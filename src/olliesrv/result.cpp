@@ -143,9 +143,7 @@ Converted convert_reply(const ProcReply& r, int timeout) {
   std::string text;
   bool env_error = false;
   if (!envelope(out, text, env_error)) text = out;
-  // A status prefix already starts the result with `error: `: the envelope's own `error: ` is
-  // added only when the process itself succeeded.
-  if (env_error && prefix.empty()) text = "error: " + text;
+  if (env_error) text = "error: " + text;  // after a status prefix too (§8.3.4's rules, in order)
   if (!err.empty()) text += "\n[stderr]\n" + err;
   c.text = cut_result(prefix + text);
   c.error = !prefix.empty() || env_error;

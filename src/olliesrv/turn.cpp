@@ -388,9 +388,9 @@ asio::awaitable<void> Turn::run(Submission sub) {
   }
   // A turn that ended by itself is saved before it says `idle`: a kill -9 the moment after keeps
   // its answer in the history, and no restore calls it cut off. A stopped one says `idle` at once
-  // (§8.9's 100 ms) and is saved just after.
+  // (§8.9's 100 ms) and is saved just after, as is a sub-agent's (never persisted, §7.7).
   bool saved = false;
-  if (!interrupt) {
+  if (!interrupt && !a.subagent) {
     try {
       const p9::Status st = co_await save_now(a.hub, s_);  // failed: logged, tried again below
       saved = st.ok();

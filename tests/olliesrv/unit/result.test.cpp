@@ -122,9 +122,10 @@ TEST(Result, NonZeroExitIsPrefixed) {
   EXPECT_EQ(convert_reply(exited(1, ""), 30).text, "error: exit status 1\n");
 }
 
-TEST(Result, ExitPrefixAndErrorEnvelopeGiveOneErrorPrefix) {
+// §8.3.4's rules in order: the envelope's `error: `, then the exit's prefix before it.
+TEST(Result, ExitPrefixThenTheErrorEnvelopesOwn) {
   auto c = convert_reply(exited(1, R"({"content":[{"type":"text","text":"bad path"}],"isError":true})"), 30);
-  EXPECT_EQ(c.text, "error: exit status 1\nbad path");
+  EXPECT_EQ(c.text, "error: exit status 1\nerror: bad path");
   EXPECT_TRUE(c.error);
   // A successful envelope from a failing process is still an error.
   auto d = convert_reply(exited(3, R"({"content":[{"type":"text","text":"half"}],"isError":false})"), 30);
