@@ -158,6 +158,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;
   std::size_t attached = 0;  // connections with a successful Tattach (on_connections)
   std::size_t sandboxed = 0; // connections of no_new_privs peers
+  std::unordered_map<std::string, std::size_t> uid_fids;  // fids per principal, auth fids not counted
   bool refusing = false;     // at max_connections: logged once per episode
   bool refusing_sandboxed = false;
   bool stopped = false;
@@ -174,6 +175,19 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     std::lock_guard lk(mu);
     attached++;
     if (opt.on_connections) opt.on_connections(attached);
+  }
+  bool uid_room(const std::string& uid) {
+    std::lock_guard lk(mu);
+    auto it = uid_fids.find(uid);
+    return it == uid_fids.end() || it->second < MAX_FIDS_PER_UID;
+  }
+  void count_fid(const std::string& uid, bool added) {
+    std::lock_guard lk(mu);
+    if (added) {
+      uid_fids[uid]++;
+    } else if (auto it = uid_fids.find(uid); it != uid_fids.end() && --it->second == 0) {
+      uid_fids.erase(it);
+    }
   }
   void forget(Conn* c, bool was_attached, bool was_sandboxed) {
     std::lock_guard lk(mu);
@@ -195,6 +209,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
         peer_(peer), attach_deadline_(strand_), stall_(strand_), drain_(strand_), linger_(strand_) {
     sock_.non_blocking(true);
   }
+
+  ~Conn() { clear_fids(); }  // their principals' counts, however the connection ended
 
   Strand& strand() { return strand_; }
 
@@ -386,7 +402,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void sauth(const ReqPtr& req) {
     const Fcall& t = req->t;
     if (fids_.contains(t.afid)) return fail(req, err::duplicate_fid);
-    if (auto st = fid_room(true); !st) return fail(req, st.ename());
+    if (auto st = fid_room(true, t.uname); !st) return fail(req, st.ename());
     auto f = new_fid(t.afid, t.uname);
     if (auto st = fs_->auth(*f, t.uname, t.aname); !st) return fail(req, st.ename());
     f->qid.type |= QTAUTH;
@@ -399,7 +415,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void sattach(const ReqPtr& req) {
     const Fcall& t = req->t;
     if (fids_.contains(t.fid)) return fail(req, err::duplicate_fid);
-    if (auto st = fid_room(false); !st) return fail(req, st.ename());
+    if (auto st = fid_room(false, t.uname); !st) return fail(req, st.ename());
     std::shared_ptr<Fid> af;
     if (t.afid != NOFID) {
       af = lookup(t.afid);
@@ -451,7 +467,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     bool fresh = t.newfid != t.fid;
     if (fresh && fids_.contains(t.newfid)) return fail(req, err::duplicate_fid);
     if (fresh)
-      if (auto st = fid_room(is_auth(f)); !st) return fail(req, st.ename());
+      if (auto st = fid_room(is_auth(f), f.uid); !st) return fail(req, st.ename());
     if (!t.wname.empty() && !f.is_dir()) return fail(req, err::walk_in_non_directory);
     if (t.wname.empty() && !is_auth(f))
       if (auto st = fs_->clone(f); !st) return fail(req, st.ename());
@@ -641,30 +657,37 @@ class Conn : public std::enable_shared_from_this<Conn> {
     return f;
   }
 
-  // Whether one more fid (an auth fid when `auth`) fits the connection's caps.
-  Status fid_room(bool auth) const {
+  // Whether one more fid (an auth fid when `auth`, else one of principal `uid`) fits the caps.
+  Status fid_room(bool auth, const std::string& uid) const {
     if (auth && nauth_ >= MAX_AUTH_FIDS) return error(err::too_many_auth_fids);
     if (fids_.size() >= MAX_FIDS) return error(err::too_many_fids);
+    if (!auth && !srv_->uid_room(uid)) return error(err::too_many_fids);
     return {};
+  }
+
+  // Auth fids are not their claimed principal's: its count is of fids attached as it.
+  void counted(const Fid& f, bool added) {
+    if (is_auth(f)) nauth_ += added ? 1 : -1;
+    else srv_->count_fid(f.uid, added);
   }
 
   void add_fid(std::shared_ptr<Fid> f) {
     auto& slot = fids_[f->num];
-    if (slot && is_auth(*slot)) nauth_--;
-    if (is_auth(*f)) nauth_++;
+    if (slot) counted(*slot, false);
+    counted(*f, true);
     slot = std::move(f);
   }
 
   void drop_fid(std::uint32_t num) {
     auto it = fids_.find(num);
     if (it == fids_.end()) return;
-    if (is_auth(*it->second)) nauth_--;
+    counted(*it->second, false);
     fids_.erase(it);
   }
 
   void clear_fids() {
+    for (const auto& [num, f] : fids_) counted(*f, false);
     fids_.clear();
-    nauth_ = 0;
   }
 
   // ---- Replies: one respond path; every frame that goes out obeys 9P's limits ---------------

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "lib9p/client.hpp"
 #include "lib9p/dirs.hpp"
 #include "lib9p/errors.hpp"
 #include "support/demofs.hpp"
@@ -1013,6 +1014,47 @@ TEST_F(Limits, FidsAreCappedPerConnection) {
   Raw other(srv->sock);  // the cap is per connection
   other.version();
   EXPECT_EQ(other.attach(0, "glenda").type, Rattach);
+}
+
+// A principal's fids over all its connections are capped too: a client that opens connection
+// after connection holds no more.
+TEST_F(Limits, FidsAreCappedPerPrincipalOverItsConnections) {
+  serve({});
+  const auto fill = [](Raw& c) {  // the connection's attach fid 0 and clones up to MAX_FIDS
+    std::vector<std::uint8_t> batch;
+    for (std::uint32_t f = 1; f < MAX_FIDS; f++) EXPECT_TRUE(encode(tclone(0, f, f % 1000), batch));
+    std::thread sender([&] { c.send_bytes(batch); });
+    std::size_t ok = 0;
+    for (std::uint32_t f = 1; f < MAX_FIDS; f++)
+      if (auto r = c.recv(); r && r->type == Rwalk) ok++;
+    sender.join();
+    return ok;
+  };
+  std::vector<std::unique_ptr<Raw>> conns;
+  for (std::size_t i = 0; i < MAX_FIDS_PER_UID / MAX_FIDS; i++) {
+    conns.push_back(attached());
+    ASSERT_EQ(fill(*conns.back()), MAX_FIDS - 1) << i;
+  }
+  Raw more(srv->sock);
+  more.version();
+  EXPECT_EQ(more.attach(0, "glenda").ename, "too many fids");
+  {  // another principal's fids are its own
+    auto other = p9::Client::dial(srv->addr());
+    ASSERT_TRUE(other);
+    auto afid = (*other)->auth("agent1");
+    ASSERT_TRUE(afid && afid->write("key-agent1"));
+    EXPECT_TRUE((*other)->attach("agent1", "", &*afid));
+  }
+  ASSERT_EQ(conns[1]->clunk(7).type, Rclunk);  // freed on any of its connections
+  EXPECT_EQ(more.attach(0, "glenda").type, Rattach);
+  EXPECT_EQ(more.walk(0, 1, {}).ename, "too many fids");
+  conns.pop_back();  // a connection gone gives back all its fids (once the server saw it close)
+  bool room = false;
+  for (int i = 0; i < 200 && !room; i++) {
+    room = more.walk(0, 1, {}).type == Rwalk;
+    if (!room) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(room);
 }
 
 TEST(ServerFids, EveryFidOfAConnectionSharesOneBufferCounter) {
