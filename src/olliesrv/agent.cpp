@@ -242,7 +242,9 @@ p9::Status Agent::submit(Submission s) {
   {
     std::lock_guard lock(mu);
     if (killed) return p9::error("agent killed");
-    if (queue_.size() >= MAX_QUEUE) return p9::error("prompt queue full");
+    std::size_t bytes = s.text.size();
+    for (const auto& q : queue_) bytes += q.text.size();
+    if (queue_.size() >= MAX_QUEUE || bytes > MAX_QUEUE_BYTES) return p9::error("prompt queue full");
     queue_.push_back(std::move(s));
     if (running_) return {};
     running_ = true;

@@ -64,6 +64,7 @@ struct TurnTree {
 class Agent : public std::enable_shared_from_this<Agent> {
  public:
   static constexpr std::size_t MAX_QUEUE = 256;  ///< queued prompts (§8.1.2); more are refused
+  static constexpr std::size_t MAX_QUEUE_BYTES = 64 << 20;  ///< and their text: 256 prompts of 16 MiB (a peer's) are 4 GiB
 
   Agent(Hub& hub, std::shared_ptr<Session> session, std::string id, asio::any_io_executor ex);
   ~Agent();

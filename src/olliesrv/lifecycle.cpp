@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <chrono>
 #include <optional>
 #include <set>
@@ -35,15 +37,19 @@ namespace {
 /// The note a turn cut off by a kill -9 gets at the restore (§7.7).
 constexpr std::string_view interrupted_note = "interrupted: olliesrv stopped during the turn";
 
-/// §4.1's cwd rules, checked on this host (where the tools run for a local session).
+/// §4.1's cwd rules, checked on this host (where the tools run for a local session). The
+/// directory is kept as its symlinks resolve now: toolsrv holds a session's cwd only where its
+/// name still leads straight to it, so a symlink planted on the way later is refused.
 p9::Result<std::string> check_dir(const std::string& given, const p9::Env& env) {
   if (bad_path(given)) return p9::error("cwd: invalid character");
   std::string p = p9::expand_home(given, env);
   if (p.empty() || p[0] != '/') return p9::error("cwd must be absolute: " + given);
   struct stat st;
-  if (::stat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return p9::error("cwd: " + p + ": not a directory");
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
+  char real[PATH_MAX];
+  if (::stat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !::realpath(p.c_str(), real))
+    return p9::error("cwd: " + p + ": not a directory");
+  if (bad_path(real)) return p9::error("cwd: invalid character");  // a clean name of one that is not
+  return std::string(real);
 }
 
 /// The same rules for a remote session's cwd, but for the check of the directory, made on the
@@ -258,6 +264,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
       auto r = co_await s->host->resolve(id, std::move(paths));
       if (!r) co_return p9::error("agent/new: " + r.ename());
       if (r->front().empty()) co_return p9::error("cwd: " + *d + ": not a directory");
+      if (bad_path(r->front())) co_return p9::error("cwd: invalid character");
       // The session's cwd, however it is named (a symlink, `..`), is no override.
       cwd = r->front() == r->back() ? s->cwd : r->front();
     }

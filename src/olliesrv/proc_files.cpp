@@ -33,8 +33,13 @@ std::shared_ptr<ToolHost> host_of(const Ctx& c) { return c.session->host; }
 
 class RemoteStream : public virtfs::Cursor {
  public:
-  RemoteStream(std::weak_ptr<Agent> a, std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p, std::string path)
-      : agent_(std::move(a)), host_(std::move(host)), proc_(std::move(p)), path_(std::move(path)) {}
+  RemoteStream(std::weak_ptr<Agent> a, std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p, std::string path,
+               bool hostowner)
+      : agent_(std::move(a)),
+        host_(std::move(host)),
+        proc_(std::move(p)),
+        path_(std::move(path)),
+        places_(hostowner ? host_->owner_streams : host_->agent_streams) {}
 
   // Bytes come only through wait: nothing is buffered here.
   virtfs::Chunk read(std::size_t) override { return {{}, eof_}; }
@@ -48,7 +53,7 @@ class RemoteStream : public virtfs::Cursor {
     if (in_flight_) remote_.reset();
     if (!remote_) {
       if (!place_) {
-        auto place = co_await host_->streams->enter(ToolHost::max_streams);
+        auto place = co_await places_->enter(ToolHost::max_streams);
         place_.emplace(std::move(place));
       }
       auto f = co_await host_->open(proc_->instance, path_, p9::OREAD);
@@ -91,7 +96,8 @@ class RemoteStream : public virtfs::Cursor {
   std::shared_ptr<ToolHost> host_;
   std::shared_ptr<BgProc> proc_;
   std::string path_;
-  std::optional<virtfs::Gate::Pass> place_;  ///< among the session's streams, while remote_ may be open
+  std::shared_ptr<virtfs::Gate> places_;     ///< the session's streams of the reader's kind (hostowner, agents)
+  std::optional<virtfs::Gate::Pass> place_;  ///< one of them, while remote_ may be open
   std::optional<p9::AsyncFid> remote_;
   std::uint64_t pos_ = 0;  ///< bytes delivered
   bool eof_ = false, in_flight_ = false;
@@ -102,7 +108,8 @@ class RemoteStream : public virtfs::Cursor {
 template <const char* File>
 p9::Result<std::shared_ptr<virtfs::Cursor>> open_stream(Ctx& c) {
   c.proc->touch();
-  return std::shared_ptr<virtfs::Cursor>(std::make_shared<RemoteStream>(c.agent, host_of(c), c.proc, path_of(*c.proc, File)));
+  return std::shared_ptr<virtfs::Cursor>(
+      std::make_shared<RemoteStream>(c.agent, host_of(c), c.proc, path_of(*c.proc, File), c.who.hostowner));
 }
 
 constexpr char out_name[] = "out";

@@ -398,6 +398,7 @@ S=$R/$sid.$n.toolsrv.sock
 [ ${#S} -lt 100 ] || fail "socket path too long: $S"
 case $cwd in '~') cwd=$HOME ;; '~/'*) cwd=$HOME/${cwd#??} ;; esac
 [ -d "$cwd" ] || fail "cwd: $cwd: not a directory"
+cwd=$(cd -P -- "$cwd" && pwd -P) || fail "cwd: $cwd: not a directory"  # resolved: toolsrv holds no other
 mkdir -p "$C" || fail "cannot create $C"
 if [ -x "$D/bin/toolsrv" ]; then
   head -c "$len" >/dev/null

@@ -105,6 +105,10 @@ p9::Status Session::add(std::shared_ptr<Agent> a, bool shown) {
     std::lock_guard al(other->mu);
     if (other->name == n) return p9::error("agent already exists: " + n);
   }
+  // A new one (restored ones are all taken): a tool creating agents in a loop would make every
+  // toolsrv start sync them all, and hold their memory.
+  if (!shown && agents_.size() >= max_agents)
+    return p9::error("too many agents: at most " + std::to_string(max_agents) + " in a session");
   if (!shown) hidden_.insert(a->id);
   agents_[a->id] = std::move(a);
   return {};

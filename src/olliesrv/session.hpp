@@ -62,6 +62,8 @@ class Session : public std::enable_shared_from_this<Session> {
   /// The shown agents: an agent being created is in none of these (nor in saves) until show().
   std::shared_ptr<Agent> find(const std::string& name_or_id) const;
   std::vector<std::shared_ptr<Agent>> agents() const;  ///< sorted by name
+  /// Agents a session holds at once (sub-agents included); agent/new beyond: `too many agents: …`.
+  static constexpr std::size_t max_agents = 256;
   /// Adds an agent under its name, unique among all of the session's agents. `shown` false
   /// reserves the name for an agent being created; its directory appears at show() (§8.1.1).
   p9::Status add(std::shared_ptr<Agent> a, bool shown = true);

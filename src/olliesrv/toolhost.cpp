@@ -139,6 +139,7 @@ struct Instance {
   std::shared_ptr<p9::AsyncFid> root;  ///< only its const members are used, from any coroutine
   std::uint64_t synced = 0;  ///< the ToolHost's wish version its last sync sent
   std::string ollie_addr;    ///< a remote toolsrv's OLLIE_ADDR: its end of the reverse forward
+  std::string cwd;           ///< the session cwd it was given (a remote one's as its bootstrap resolved it)
   std::string program = "toolsrv";  ///< what pid runs: toolsrv, or a remote one's ssh
 
   std::mutex mu;
@@ -563,6 +564,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     i->root = std::make_shared<p9::AsyncFid>(std::move(*root));
 
     // Sync what the session wants (§6.1), again if it changed meanwhile.
+    i->cwd = c.cwd;
     if (auto s1 = co_await ctl(*i, "cwd " + quote(c.cwd)); !s1) {
       i->lose("sync failed");
       co_return s1.error();
@@ -1063,6 +1065,14 @@ asio::awaitable<p9::Status> ToolHost::set_cwd(std::string dir) {
     s->changed();
   }
   co_return st;
+}
+
+asio::awaitable<p9::Status> ToolHost::resync() {
+  auto s = s_;
+  auto i = co_await s->need();
+  if (!i) co_return p9::error(unavailable_prefix + i.ename());
+  if (auto st = co_await s->ctl_on(*i, "cwd " + quote((*i)->cwd)); !st) co_return st;
+  co_return co_await s->sync_wishes(**i);
 }
 
 asio::awaitable<p9::Status> ToolHost::check_agent_cwd(std::string agent, std::string dir) {

@@ -86,11 +86,13 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
 
   /// Clients' streams of toolsrv (an agent's proc/<pid>/out and wait, each a toolsrv fid and at
   /// most one read waiting there) open at once: a quarter of the connection's requests in flight
-  /// (p9::Mux::MAX_IN_FLIGHT) and of toolsrv's fids per connection. Those beyond wait in olliesrv:
-  /// however many reads clients leave waiting, the engine's calls and the background processes'
-  /// watchers keep their places.
-  const std::shared_ptr<virtfs::Gate> streams = std::make_shared<virtfs::Gate>();
-  static constexpr std::size_t max_streams = 256;
+  /// (p9::Mux::MAX_IN_FLIGHT) and of toolsrv's fids per connection, half of them the hostowner's
+  /// and half the agents'. Those beyond wait in olliesrv: however many reads clients leave
+  /// waiting, the engine's calls and the background processes' watchers keep their places, and
+  /// no tool holding its agents' places keeps the hostowner from reading.
+  const std::shared_ptr<virtfs::Gate> owner_streams = std::make_shared<virtfs::Gate>();
+  const std::shared_ptr<virtfs::Gate> agent_streams = std::make_shared<virtfs::Gate>();
+  static constexpr std::size_t max_streams = 128;  ///< of each
   ~ToolHost();
 
   // ---- what the session wants; pushed at once when toolsrv runs, else at its next start ----
@@ -113,6 +115,9 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   asio::awaitable<p9::Status> ensure();
   /// `ctl cwd <dir>` on the running host (a new session's cwd goes with its start): toolsrv's error on a bad dir.
   asio::awaitable<p9::Status> set_cwd(std::string dir);
+  /// Sends the running toolsrv everything a start sends (session `invalidate`, §3.2): the cwd and
+  /// every agent's cwd resolved again (a directory removed and made anew), env, tools.
+  asio::awaitable<p9::Status> resync();
   /// `ctl agentcwd` checked now (ctl cwd of an agent): toolsrv's error on a bad dir.
   asio::awaitable<p9::Status> check_agent_cwd(std::string agent, std::string dir);
   /// `ctl load <agent> <tools...>`: all or nothing; remembered for later starts once toolsrv

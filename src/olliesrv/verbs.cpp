@@ -46,14 +46,16 @@ Reply session_save(SessionCall& c, const virtfs::Command&) {
   co_return std::string("saved\n");
 }
 
-// Re-syncs with toolsrv (§3.2): a rescan, then every agent's prompt entries resolved again
-// (§7.5.1), its tool list fetched again and its system prompt rendered again; a running turn
-// serves nothing from its result cache after it.
+// Re-syncs with toolsrv (§3.2): what a start sends (the cwds resolved again: a directory removed
+// and made anew is taken), a rescan, then every agent's prompt entries resolved again (§7.5.1),
+// its tool list fetched again and its system prompt rendered again; a running turn serves
+// nothing from its result cache after it.
 Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
   for (const auto& a : c.s->agents()) {
     std::lock_guard lock(a->mu);
     a->results_epoch++;
   }
+  if (auto st = co_await c.s->host->resync(); !st) spdlog::warn("session {}: invalidate: {}", c.s->id, st.ename());
   (void)co_await c.s->host->catalog();  // `tools *` rescans the tool directories
   for (const auto& a : c.s->agents()) {
     co_await a->resolve_prompts();  // marks the prompt due

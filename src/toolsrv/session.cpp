@@ -22,6 +22,16 @@ extern char** environ;
 namespace toolsrv {
 namespace {
 
+// The session cwd comes resolved (olliesrv resolves it when the session is made, a remote
+// bootstrap at each start), and is sent again at every start: one that resolves elsewhere now
+// had a component replaced by a symlink since (by a tool of another session that can write
+// where it lies), and this session's tools would run there.
+p9::Result<HeldCwd> session_cwd(const std::string& dir) {
+  auto d = HeldCwd::open(dir);
+  if (d && d->resolved != d->path) return p9::error("cwd changed since it was set: " + d->path);
+  return d;
+}
+
 // PATH entries that are absolute, so no command resolves in the model-writable cwd; with
 // `writable`, also none inside those paths.
 std::string clean_search_path(std::string_view path, const std::vector<std::string>* writable = nullptr) {
@@ -128,7 +138,7 @@ struct Session::Prepared {
 
 Session::Session(SessionConfig config)
     : config_(std::move(config)),
-      cwd_(HeldCwd::open(config_.cwd)),
+      cwd_(session_cwd(config_.cwd)),
       bypass_(config_.bypass_timeout),
       locks_(LockTable::create()),
       unix_guard_(unix_notify_available() ? std::make_unique<UnixGuard>() : nullptr),
@@ -276,7 +286,7 @@ p9::Result<void> Session::set_env(const std::string& key, const std::string& val
 }
 
 p9::Result<void> Session::set_cwd(const std::string& dir) {
-  auto d = HeldCwd::open(dir);
+  auto d = session_cwd(dir);
   if (!d) return d.error();
   std::lock_guard lock(mu_);
   config_.cwd = d->path;

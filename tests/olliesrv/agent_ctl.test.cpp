@@ -425,6 +425,57 @@ TEST(AgentCtl, CwdSetsTheToolsDirectoryAndClearsBackToTheSessions) {
   EXPECT_EQ(cfg_value(w, b, "cwd"), "");
 }
 
+// A session's cwd is kept as its symlinks resolve when it is made, and toolsrv holds it only
+// where that name still leads straight to it: a symlink another session's tool plants there
+// later is refused, not followed, when its toolsrv starts again (after 30 s idle, a restart).
+TEST(SessionCwd, IsKeptResolvedAndASymlinkPlantedOnItLaterIsRefused) {
+  World w;
+  std::filesystem::create_directories(w.project + "/real");
+  std::filesystem::create_directories(w.home + "/elsewhere");
+  std::filesystem::create_directory_symlink(w.project + "/real", w.project + "/link");
+  ASSERT_TRUE(w.rdwr("session/new", "name=work cwd=" + w.project + "/link"));
+  const std::string s = "session/work";
+  auto a = w.agent(s, "main");
+  EXPECT_EQ(cfg_value(w, a, "cwd"), "");
+  ASSERT_TRUE(w.write(a + "/prompt", "!pwd"));
+  ASSERT_TRUE(wait_block(w, a, "exec", w.project + "/real\n"));
+  w.stop_server(SIGTERM);
+  w.kill_toolsrvs();
+  std::filesystem::rename(w.project + "/real", w.project + "/moved");
+  std::filesystem::create_directory_symlink(w.home + "/elsewhere", w.project + "/real");
+  w.start();
+  ASSERT_TRUE(w.write(a + "/prompt", "!touch planted"));
+  EXPECT_TRUE(eventually([&] {
+    return w.read(a + "/log")->find("cwd changed since it was set: " + w.project + "/real") != std::string::npos;
+  })) << *w.read(a + "/log");
+  EXPECT_FALSE(std::filesystem::exists(w.home + "/elsewhere/planted"));
+}
+
+// Session `invalidate` re-syncs toolsrv (§3.2), the cwds resolved again: a directory removed and
+// made anew (a fresh clone) is taken, where its calls said it had changed.
+TEST(SessionCwd, InvalidateTakesADirectoryMadeAnew) {
+  World w;
+  std::filesystem::create_directories(w.project + "/p/sub");
+  ASSERT_TRUE(w.rdwr("session/new", "name=work cwd=" + w.project + "/p"));
+  const std::string s = "session/work";
+  auto a = w.agent(s, "main");
+  auto b = w.agent(s, "sub", "cwd=" + w.project + "/p/sub");
+  ASSERT_TRUE(w.write(a + "/prompt", "!pwd"));
+  ASSERT_TRUE(wait_block(w, a, "exec", w.project + "/p\n"));
+  std::filesystem::remove_all(w.project + "/p");
+  std::filesystem::create_directories(w.project + "/p/sub");
+  ASSERT_TRUE(w.write(a + "/prompt", "!touch one"));
+  EXPECT_TRUE(eventually([&] {
+    return w.read(a + "/log")->find("cwd changed since it was set: " + w.project + "/p") != std::string::npos;
+  })) << *w.read(a + "/log");
+  EXPECT_EQ(*w.rdwr(s + "/ctl", "invalidate"), "ok\n");
+  ASSERT_TRUE(w.write(a + "/prompt", "!touch two"));
+  EXPECT_TRUE(eventually([&] { return std::filesystem::exists(w.project + "/p/two"); })) << *w.read(a + "/log");
+  ASSERT_TRUE(w.write(b + "/prompt", "!touch three"));
+  EXPECT_TRUE(eventually([&] { return std::filesystem::exists(w.project + "/p/sub/three"); })) << *w.read(b + "/log");
+  EXPECT_FALSE(std::filesystem::exists(w.project + "/p/one"));
+}
+
 // OP-70: writing back what cfg reads changes nothing, the profile's values included: pinned as
 // overrides, a later edit of the profile would no longer reach the agent.
 TEST(AgentCtl, CfgWrittenBackKeepsFollowingTheProfile) {

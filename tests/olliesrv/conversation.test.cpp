@@ -915,6 +915,24 @@ TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
   EXPECT_EQ(cuts(), 1) << *w.read(a + "/log.raw");
 }
 
+// §8.1.2's queue is bounded in prompts (256) and in bytes (64 MiB): a peer or a tool sending
+// prompts of 16 MiB to a busy agent cannot make olliesrv hold gigabytes.
+TEST(Conversation, TheQueueIsBoundedInPromptsAndInBytes) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "slow answer, slowly given"}, {"delay_ms", 2000}});
+  ASSERT_TRUE(w.write(a + "/prompt", "first"));
+  ASSERT_TRUE(w.wait_state(a, "thinking"));  // and for seconds: a frame every 2 s
+  const std::string big(15 << 20, 'x');
+  for (int i = 0; i < 4; i++) ASSERT_TRUE(w.write(a + "/fifo", big)) << i;
+  EXPECT_EQ(w.write(a + "/fifo", big).ename(), "prompt queue full");
+  for (int i = 4; i < 256; i++) ASSERT_TRUE(w.write(a + "/fifo", "small " + std::to_string(i))) << i;
+  EXPECT_EQ(w.write(a + "/fifo", "one more").ename(), "prompt queue full");
+  EXPECT_NE(w.read_state(a), "idle");  // all of it while the first turn ran
+  ASSERT_TRUE(w.rdwr(a + "/ctl", "kill"));  // the queue goes with it
+}
+
 // A turn that ended by itself says `idle` once session.json holds its answer: a kill -9 the
 // moment after loses nothing of the history and adds no "interrupted" note. A long history makes
 // the save slow enough that an `idle` said before it was always caught by the kill.

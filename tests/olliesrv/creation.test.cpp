@@ -91,6 +91,8 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
   World w;
   w.session("work");
   write_file(w.project + "/file", "x");
+  std::filesystem::create_directories(w.project + "/t\tab");
+  std::filesystem::create_directory_symlink(w.project + "/t\tab", w.project + "/clean");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"name=a", "cwd is required"},
       {"name=a cwd=", "cwd is required"},
@@ -100,6 +102,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd='" + w.project + "\tx'", "cwd: invalid character"},
       {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},  // not the directory checked
       {"cwd=" + w.project + "/d\xff", "cwd: invalid character"},  // not UTF-8: session.json would restore another path
+      {"cwd=" + w.project + "/clean", "cwd: invalid character"},   // kept resolved, so checked resolved
       {"cwd=" + w.project + " name=bad/name", "invalid name: bad/name"},
       // Quoted back escaped: no 9P string holds a NUL (ollie-9p refused the whole reply).
       {"cwd=" + w.project + " name=q6" + std::string(1, '\0') + "x", "invalid name: q6\\x00x"},
@@ -137,6 +140,8 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
   auto s = w.session("work");
   w.agent(s, "main");
   write_file(w.project + "/file", "x");
+  std::filesystem::create_directories(w.project + "/t\tab");
+  std::filesystem::create_directory_symlink(w.project + "/t\tab", w.project + "/clean");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"name=bad/name", "invalid name: bad/name"},
       {"name=idx", "invalid name: idx"},
@@ -144,6 +149,7 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
       {"cwd=rel", "cwd must be absolute: rel"},
       {"cwd=" + w.project + "/file", "cwd: " + w.project + "/file: not a directory"},
       {"cwd=" + w.project + std::string(1, '\0') + "/etc", "cwd: invalid character"},
+      {"cwd=" + w.project + "/clean", "cwd: invalid character"},  // kept resolved, so checked resolved
       {"agent=nope", "unknown agent profile: nope"},
       {"backend=nope", "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
       {"model='x\ty'", "invalid model: x\\ty"},
@@ -166,6 +172,18 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
   auto missing = w.rdwr(s + "/agent/new", "backend=anthropic");
   EXPECT_EQ(missing.ename().rfind("anthropic: missing key: set ", 0), 0u) << missing.ename();
   EXPECT_EQ(lines(*w.read(s + "/agent/idx")).size(), 1u) << *w.read(s + "/agent/idx");
+}
+
+// A tool creating agents in a loop would make every toolsrv start sync them all: a session holds
+// at most 256 at once, and a killed one makes room.
+TEST(AgentNew, ASessionHoldsAtMost256Agents) {
+  World w;
+  auto s = w.session("work");
+  for (int i = 0; i < 256; i++) ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=a" + std::to_string(i))) << i;
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "name=more").ename(), "too many agents: at most 256 in a session");
+  EXPECT_EQ(w.rdwr(s + "/agent/new", "name=sub prompt=hello").ename(), "too many agents: at most 256 in a session");
+  ASSERT_TRUE(w.rdwr(s + "/agent/a7/ctl", "kill"));
+  EXPECT_TRUE(w.rdwr(s + "/agent/new", "name=more"));
 }
 
 // toolsrv holds an agent's cwd resolved (§4.2): given through a symlink, the agent shows and

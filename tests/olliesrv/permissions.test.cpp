@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -492,6 +494,8 @@ TEST(Permissions, AnAgentCreatesAgentsOnlyInItsSessionAsParentOfItselfAndBelowIt
   std::filesystem::create_directories(inner + "/deep");
   std::filesystem::create_directory_symlink(w.project, inner + "/up");
   std::filesystem::create_directory_symlink(inner + "/deep", inner + "/down");
+  std::filesystem::create_directories(inner + "/t\tab");  // a tool can make such a directory,
+  std::filesystem::create_directory_symlink(inner + "/t\tab", inner + "/clean");  // and name it cleanly
   auto s = w.session("work");
   auto a = w.agent(s, "alpha", "cwd=" + inner);
   w.agent(s, "beta");
@@ -509,6 +513,8 @@ TEST(Permissions, AnAgentCreatesAgentsOnlyInItsSessionAsParentOfItselfAndBelowIt
   EXPECT_EQ(rdwr(*root, "session/work/agent/new", "name=x cwd=" + inner + "/up/inner/../..").ename(), denied_cwd);
   EXPECT_EQ(rdwr(*root, "session/work/agent/new", "name=x cwd=" + w.project + "/inner/up").ename(), denied_cwd);
   EXPECT_EQ(rdwr(*root, "session/new", "name=x cwd=/").ename(), "permission denied");
+  // Kept resolved, so checked resolved: agent/idx would get a column more, and the restore skip the session.
+  EXPECT_EQ(rdwr(*root, "session/work/agent/new", "name=x cwd=" + inner + "/clean").ename(), "cwd: invalid character");
   EXPECT_EQ(w.read(s + "/agent/x/id").ename(), "x: file not found");  // nothing was created
 
   // Allowed: no cwd (the caller's), its own cwd, below it, and through a symlink that stays inside
@@ -541,6 +547,67 @@ TEST(Permissions, AnAgentCreatesAgentsOnlyInItsSessionAsParentOfItselfAndBelowIt
   EXPECT_NE(cfg->find("cwd=" + inner + "\n"), std::string::npos) << *cfg;  // copied into the override
   // The hostowner is not contained.
   EXPECT_TRUE(w.rdwr(s + "/agent/new", "name=h1 cwd=/"));
+}
+
+// A tool holding every place its agent has among the session's proc streams (a read of one
+// byte on each of 300 `out` fids, none read to its end) leaves the hostowner's places free.
+TEST(Permissions, AnAgentHoldingProcStreamsLeavesTheHostownerReading) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "alpha");
+  const std::string secret = secret_of(w, a, w.project);
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"},
+                                            {"arguments", {{"cmd", "printf x; sleep 60"}, {"background", true}}}}})}});
+  w.fake.push({{"text", "started"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  auto listed = w.open(a + "/proc").dirread_all();
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  const std::string out = a + "/proc/" + listed->front().name + "/out";
+  std::mutex mu;
+  std::condition_variable cv;
+  int answered = 0;
+  std::string owners;
+  // Reads of one byte, answered or not (the test's end hangs the connections up).
+  const auto read_one = [&](p9::Client& c, const p9::CFid& f, bool owner) {
+    p9::Fcall t;
+    t.type = p9::Tread;
+    t.fid = f.num();
+    t.count = 1;
+    c.start(t, [&, owner](p9::Result<p9::Fcall> r) {
+      std::lock_guard lock(mu);
+      if (owner) owners += r ? r->data : "error: " + r.ename();
+      else answered++;
+      cv.notify_all();
+    });
+  };
+  auto tool = p9::Client::dial("unix!" + w.sock);
+  ASSERT_TRUE(tool);
+  auto afid = (*tool)->auth(id_of(w, a));
+  ASSERT_TRUE(afid && afid->write(secret));
+  auto root = (*tool)->attach(id_of(w, a), "", &*afid);
+  ASSERT_TRUE(root) << root.ename();
+  std::vector<p9::CFid> held;
+  for (int i = 0; i < 300; i++) {
+    auto f = root->walk(out);
+    ASSERT_TRUE(f && f->open(p9::OREAD));
+    read_one(**tool, *f, false);
+    held.push_back(std::move(*f));
+  }
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 20s, [&] { return answered >= 100; })) << answered;
+  }
+  auto host = p9::Client::dial("unix!" + w.sock);
+  ASSERT_TRUE(host);
+  auto hroot = (*host)->attach(World::login());
+  ASSERT_TRUE(hroot) << hroot.ename();
+  auto mine = hroot->walk(out);
+  ASSERT_TRUE(mine && mine->open(p9::OREAD));
+  read_one(**host, *mine, true);
+  std::unique_lock lock(mu);
+  EXPECT_TRUE(cv.wait_for(lock, 10s, [&] { return !owners.empty(); })) << answered << " of the tool's reads answered";
+  EXPECT_EQ(owners, "x");
 }
 
 // ---- every node of §2 as each principal --------------------------------------------------------------
