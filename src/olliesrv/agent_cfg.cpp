@@ -122,8 +122,7 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
     std::vector<std::string> paths{*c.cwd, s->cwd};  // named: GCC 12 and co_await temporaries
     auto r = co_await s->host->resolve(a->id, std::move(paths));
     if (!r) co_return r.error();
-    if (r->front().empty()) co_return p9::error("cwd: " + *c.cwd + ": not a directory");
-    if (bad_path(r->front())) co_return p9::error("cwd: invalid character");
+    if (auto st = resolved_dir(r->front(), *c.cwd); !st) co_return st;
     // The session's cwd named another way (a symlink, `..`) is no override: the agent inherits.
     if (r->front() == r->back()) c.cwd->clear();
     else *c.cwd = r->front();

@@ -35,8 +35,7 @@ asio::awaitable<p9::Result<std::string>> contained_cwd(std::shared_ptr<Session> 
   auto r = co_await s->host->resolve(caller->id, std::move(paths));
   if (!r) co_return p9::error("agent/new: " + r.ename());
   const std::string &real_own = (*r)[0], &real_want = (*r)[1], &real_session = (*r)[2];
-  if (real_want.empty()) co_return p9::error("cwd: " + want + ": not a directory");
-  if (bad_path(real_want)) co_return p9::error("cwd: invalid character");  // a clean name of one that is not
+  if (auto st = resolved_dir(real_want, want); !st) co_return st.error();
   if (real_own.empty() || !at_or_below(real_want, real_own)) co_return p9::error("permission denied: cwd outside " + own);
   co_return real_want == real_session ? std::string() : real_want;
 }

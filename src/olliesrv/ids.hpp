@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "lib9p/result.hpp"
 #include "lib9p/utf8.hpp"
 
 namespace ollie {
@@ -24,6 +25,13 @@ inline constexpr std::string_view bad_path_chars{"\t\n\0", 3};
 /// A cwd that is refused as `cwd: invalid character`: one of bad_path_chars, or bytes that are
 /// not UTF-8 (§1.2), which session.json cannot keep: the cwd restored would be another path.
 inline bool bad_path(std::string_view p) { return p.find_first_of(bad_path_chars) != std::string_view::npos || !p9::is_utf8(p); }
+/// The directory toolsrv resolved (`resolve`) for the cwd `given`: none ("") is `cwd: <given>: not
+/// a directory`; a clean name of one whose own name a cwd may not have, `cwd: invalid character`.
+inline p9::Status resolved_dir(const std::string& real, const std::string& given) {
+  if (real.empty()) return p9::error("cwd: " + given + ": not a directory");
+  if (bad_path(real)) return p9::error("cwd: invalid character");
+  return {};
+}
 /// The default name of an object: the first 8 hex digits of its id.
 inline std::string default_name(std::string_view id) { return std::string(id.substr(0, 8)); }
 /// 32 random bytes from libcrypto, hex-encoded (64 digits).

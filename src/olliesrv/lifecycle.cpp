@@ -263,8 +263,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
       std::vector<std::string> paths{*d, s->cwd};  // named: GCC 12 and co_await temporaries
       auto r = co_await s->host->resolve(id, std::move(paths));
       if (!r) co_return p9::error("agent/new: " + r.ename());
-      if (r->front().empty()) co_return p9::error("cwd: " + *d + ": not a directory");
-      if (bad_path(r->front())) co_return p9::error("cwd: invalid character");
+      if (auto st = resolved_dir(r->front(), *d); !st) co_return st.error();
       // The session's cwd, however it is named (a symlink, `..`), is no override.
       cwd = r->front() == r->back() ? s->cwd : r->front();
     }

@@ -563,18 +563,20 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     i->root = std::make_shared<p9::AsyncFid>(std::move(*root));
 
-    // Sync what the session wants (§6.1), again if it changed meanwhile.
     i->cwd = c.cwd;
-    if (auto s1 = co_await ctl(*i, "cwd " + quote(c.cwd)); !s1) {
-      i->lose("sync failed");
-      co_return s1.error();
-    }
-    if (auto st = co_await sync_wishes(*i); !st) {
+    if (auto st = co_await sync_all(*i); !st) {
       i->lose("sync failed");
       co_return st.error();
     }
     spdlog::info("session {}: toolsrv {} started", c.session_id, i->pid);
     co_return i;
+  }
+
+  /// What a start sends (§6.1): the session cwd, then what the session wants, again if it changed
+  /// meanwhile. Also session `invalidate`'s re-sync, which resolves the cwds again.
+  asio::awaitable<p9::Status> sync_all(Instance& i) {
+    if (auto st = co_await ctl(i, "cwd " + quote(i.cwd)); !st) co_return st;
+    co_return co_await sync_wishes(i);
   }
 
   /// Sends everything the session wants to a new instance, again if it changed meanwhile (at
@@ -1071,8 +1073,10 @@ asio::awaitable<p9::Status> ToolHost::resync() {
   auto s = s_;
   auto i = co_await s->need();
   if (!i) co_return p9::error(unavailable_prefix + i.ename());
-  if (auto st = co_await s->ctl_on(*i, "cwd " + quote((*i)->cwd)); !st) co_return st;
-  co_return co_await s->sync_wishes(**i);
+  auto st = co_await s->sync_all(**i);
+  std::string why;
+  if (!st && s->lost(*i, st.ename(), why)) co_return p9::error(lost_prefix + why);  // a hang-up, as ctl_on says it
+  co_return st;
 }
 
 asio::awaitable<p9::Status> ToolHost::check_agent_cwd(std::string agent, std::string dir) {
