@@ -91,8 +91,9 @@ p9::Status check_backend(const std::string& name) {
 }
 
 p9::Status check_model(const std::string& name) {
-  // A model name is one field of idx tables and one value of cfg: no TAB, newline or control.
-  // UTF-8 (§1.2), as session.json keeps it.
+  // A model name is one field of idx tables and one value of cfg: no TAB, newline or control;
+  // UTF-8 (§1.2), as session.json keeps it; and a name, not a document.
+  if (name.size() > max_model) return p9::error("invalid model: longer than " + std::to_string(max_model) + " bytes");
   const bool ok = std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }) &&
                   p9::is_utf8(name);
   if (ok) return {};

@@ -34,7 +34,10 @@ p9::Result<BackendChoice> resolve_backend_choice(const SettingsInput& in, const 
 
 /// "" or a supported backend; else unknown_backend(name).
 p9::Status check_backend(const std::string& name);
-/// "" or a model name that fits a table field; else `invalid model: <m>` (a control character).
+/// The longest model name taken (the longest a provider lists is under 100 bytes).
+inline constexpr std::size_t max_model = 256;
+/// "" or a model name that fits a table field; else `invalid model: <m>` (a control character)
+/// or `invalid model: longer than 256 bytes`.
 p9::Status check_model(const std::string& name);
 /// `unknown backend: <b> (ollama, openai, …)`.
 p9::Error unknown_backend(const std::string& name);

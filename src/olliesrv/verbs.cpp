@@ -404,6 +404,8 @@ p9::Status write_prompt(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Ag
     asio::co_spawn(a->ex, run_slash(hub, s, a, text.substr(1)), logged);
     return {};
   } else if (text[0] == '!') {
+    // The command goes to `shell` as JSON and names its `exec` block: UTF-8 (§1.2), as a prompt.
+    text = p9::valid_utf8(text);
     auto stop = a->begin_command();
     asio::co_spawn(a->ex, run_exec(s, a, std::string(backend::trim(std::string_view(text).substr(1)))),
                    asio::bind_cancellation_slot(stop->slot(), [a, stop, logged](std::exception_ptr e) {

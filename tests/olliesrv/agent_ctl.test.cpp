@@ -122,6 +122,7 @@ TEST(AgentCtl, QueryVerbsAndTheirErrors) {
   EXPECT_EQ(ctl(w, a, "model 'x"), "error: unterminated quote");
   // A model is one field of agent/idx and one value of cfg: no TAB or newline gets in (§1.2).
   EXPECT_EQ(ctl(w, a, "model 'm1\tEVIL'"), "error: invalid model: m1\\tEVIL");
+  EXPECT_EQ(ctl(w, a, "model " + std::string(257, 'm')), "error: invalid model: longer than 256 bytes");
   EXPECT_EQ(ctl(w, a, "agent nosuch"), "error: unknown agent profile: nosuch");
   EXPECT_EQ(ctl(w, a, "backend nosuch"),
             "error: unknown backend: nosuch (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
@@ -383,6 +384,16 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   // !cmd respects the profile's tool set.
   ASSERT_TRUE(w.write(a + "/prompt", "!ls"));
   EXPECT_TRUE(wait_block(w, a, "error", "!: shell tool not loaded (use /tool_load shell)"));
+}
+
+// The command goes to `shell` as JSON: bytes that are not UTF-8 become U+FFFD, as in a prompt,
+// and the command still runs (it was dropped without a block).
+TEST(AgentCtl, ABangCommandWithBytesThatAreNotUtf8RunsWithThemReplaced) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(a + "/prompt", "!echo x\xff"));
+  EXPECT_TRUE(wait_block(w, a, "exec", "x\xEF\xBF\xBD\n"));
 }
 
 TEST(AgentCtl, CwdSetsTheToolsDirectoryAndClearsBackToTheSessions) {

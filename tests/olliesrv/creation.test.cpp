@@ -118,6 +118,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
        "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)"},
       {"cwd=" + w.project + " model='a\tb\nfake\tline'", "invalid model: a\\tb\\nfake\\tline"},
       {"cwd=" + w.project + " model=m\xff", "invalid model: m\\xff"},
+      {"cwd=" + w.project + " model=" + std::string(257, 'm'), "invalid model: longer than 256 bytes"},
       {"cwd=" + w.project + " justaword", "bad token: justaword"},
       {"cwd=" + w.project + " colour=blue", "unknown key: colour"},
       {"cwd=" + w.project + " name=a name=b", "duplicate key: name"},
