@@ -181,7 +181,7 @@ p9::Result<std::string> parse_param(const std::string& key, const std::string& v
       if (value != "true" && value != "false") return bad();
       return std::string(value);
     case Kind::string:
-      if (value.empty() || value.size() > 256 || has_control(value)) return bad();
+      if (value.empty() || value.size() > 256 || has_control(value) || !p9::is_utf8(value)) return bad();
       return json(value).dump();
     case Kind::strings: {
       json j = json::parse(value, nullptr, false);

@@ -526,6 +526,7 @@ TEST(AgentCtl, CfgWritesArePartialAtomicOrderedAndPersisted) {
   EXPECT_EQ(w.write(a + "/cfg", "temperature").ename(), "bad token: temperature");
   EXPECT_EQ(w.write(a + "/cfg", "topP=1 topP=2").ename(), "duplicate key: topP");
   EXPECT_EQ(w.write(a + "/cfg", "verbosity='x").ename(), "unterminated quote");
+  EXPECT_EQ(w.write(a + "/cfg", "verbosity=x\xff").ename(), "invalid verbosity: x\xEF\xBF\xBD");  // not nlohmann's exception
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=rel").ename(), "cwd must be absolute: rel");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 cwd=/nonexistent-dir").ename(), "cwd: /nonexistent-dir: not a directory");
   EXPECT_EQ(w.write(a + "/cfg", "temperature=0.1 agent=nosuch").ename(), "unknown agent profile: nosuch");
