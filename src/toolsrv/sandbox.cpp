@@ -57,6 +57,19 @@ std::string TemplateVars::expand(std::string_view text) const {
   return out;
 }
 
+namespace {
+
+// A tool that is a link in a tool directory (`ln -s ~/src/x/x tools/`) runs the file it names.
+// The hostowner's link grants that one file; one in a directory the model can write (a tool
+// directory inside the session cwd) grants nothing, or a planted link would open any file.
+bool trusted_link(const std::string& exe, const Policy& policy, const TemplateVars& vars) {
+  struct stat st {};
+  if (::lstat(exe.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return false;
+  return !inside_writable(exe.substr(0, exe.rfind('/')), writable_paths(policy, vars));
+}
+
+}  // namespace
+
 SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
                          const std::string& data_root, const std::string& exe, const std::string& ollie_socket) {
   SandboxPlan plan;
@@ -96,7 +109,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   for (const auto& p : policy.rw) add(p, Access::rw);
   for (const auto& p : policy.rwx) add(p, Access::rwx);
   for (const auto& d : tool_dirs) add(d, Access::rox);
-  if (policy.add_exec && !exe.empty()) add(exe, Access::rox);
+  if (!exe.empty() && (policy.add_exec || trusted_link(exe, policy, vars))) add(exe, Access::rox);
   // Sockets (and directories of them) may appear after the call started: a missing one is kept
   // for the check at connect time and is not logged as skipped.
   auto add_socket = [&](const std::string& templ) {

@@ -71,7 +71,8 @@ struct SandboxPlan {
 };
 
 /// Expands the policy for a call: rules for ro, rox, rw, rwx; rox for every tool directory; rox
-/// on `exe` when advanced.add_exec; with advanced.ldd, rox on the regular files the loader would
+/// on `exe` when advanced.add_exec or when `exe` is a link in a directory outside every writable
+/// path (the file it names); with advanced.ldd, rox on the regular files the loader would
 /// map for `exe` (linked_libraries), unless `exe` lies inside a writable path (nothing is read
 /// from a file the model may have written), never on a directory and never on a file inside a
 /// writable path (already granted there). A missing rw path under `data_root` is created (0700).

@@ -153,6 +153,46 @@ TEST(Session, ToolThatBecameNonExecutableFailsClearly) {
   EXPECT_EQ(body_stderr(r), "invalid tool: t: no executable and no cmd: " + dir + "/t is not an executable file\n");
 }
 
+// `ln -s ~/src/mytool/mytool ~/.config/ollie/tools/`: the program a tool directory links to runs
+// (the link is the hostowner's, in a directory the model cannot write); nothing else of its
+// directory is granted.
+TEST(Session, ALinkedExecutableRunsAndOnlyItIsGranted) {
+  Fixture f;
+  const auto dir = temp_dir("tools"), elsewhere = temp_dir("mytool");
+  write_file(elsewhere + "/mytool", "#!/bin/sh\necho linked\ncat \"$(dirname \"$(readlink -f \"$0\")\")/secret\"\n", 0755);
+  write_file(elsewhere + "/secret", "not for the tool\n");
+  std::filesystem::create_symlink(elsewhere + "/mytool", dir + "/t");
+  write_file(dir + "/t.meta", "{\"description\": \"t\"}\n");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+  c.session_id = "linked";
+  c.tmpdir = world().root + "/run/ollie/tmp/linked";
+  c.tools_path = dir;
+  Session s(c);
+  ASSERT_TRUE(s.load("a1", {"t"}));
+  std::promise<std::string> p;
+  ASSERT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
+  const auto r = p.get_future().get();
+  EXPECT_EQ(body_stdout(r), "linked\n") << r;
+  EXPECT_NE(body_stderr(r).find("Permission denied"), std::string::npos) << r;
+
+  // A link in a tool directory the model can write (inside the cwd) could be its own: it grants
+  // nothing, so a planted `t -> /some/secret/program` does not open that file to the call.
+  const auto planted = f.cwd + "/tools";
+  std::filesystem::create_directories(planted);
+  std::filesystem::create_symlink(elsewhere + "/mytool", planted + "/t");
+  write_file(planted + "/t.meta", "{\"description\": \"t\"}\n");
+  c.session_id = "planted";
+  c.tmpdir = world().root + "/run/ollie/tmp/planted";
+  c.tools_path = planted;
+  Session in_cwd(c);
+  ASSERT_TRUE(in_cwd.load("a1", {"t"}));
+  std::promise<std::string> q;
+  ASSERT_TRUE(in_cwd.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { q.set_value(r); }));
+  const auto refused = q.get_future().get();
+  EXPECT_EQ(body_stdout(refused), "") << refused;
+  EXPECT_EQ(body_stderr(refused), "exec " + planted + "/t: Permission denied\n") << refused;
+}
+
 TEST(Session, ToolDeletedAfterLoadFailsClearly) {
   Fixture f;
   const auto dir = temp_dir("tools");
