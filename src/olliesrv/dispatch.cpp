@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <set>
 
@@ -117,11 +118,13 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
   if (c.unknown) return c;
   // The dispatch flags of §6.8: removed from what the tool gets, kept in the call block.
   if (auto it = args.find("timeout"); it != args.end()) {
-    if (!it->is_number_integer() || it->get<long long>() < 0 || it->get<long long>() > 86400 * 365) {
+    // An integer ≥ 0 as JSON Schema counts them (`1000.0` is one); a year at most, as `.meta`'s.
+    const double t = it->is_number() ? it->get<double>() : -1;
+    if (!(t >= 0) || t != std::floor(t)) {
       c.preset = "error: invalid timeout: " + shown(*it);
       return c;
     }
-    c.timeout = static_cast<int>(it->get<long long>());
+    c.timeout = static_cast<int>(std::min(t, 86400.0 * 365));
     args.erase(it);
   }
   for (const char* flag : {"background", "bypass"}) {

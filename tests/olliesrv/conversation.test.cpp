@@ -247,7 +247,12 @@ TEST(Conversation, UnknownToolsAndBadArgumentsBecomeErrorResults) {
   auto a = w.agent(s, "main", "agent=observer");
   w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", "ls"}}}},
                                             {{"id", "c2"}, {"name", "file_read"}, {"arguments", "not json"}},
-                                            {{"id", "c3"}, {"name", "file_read"}, {"arguments", {{"path", "x"}, {"timeout", "x"}}}}})}});
+                                            {{"id", "c3"}, {"name", "file_read"}, {"arguments", {{"path", "x"}, {"timeout", "x"}}}},
+                                            // §6.8 `integer ≥ 0`: JSON Schema's integers, any size (a year at most is kept)
+                                            {{"id", "c4"}, {"name", "file_read"}, {"arguments", {{"path", "y"}, {"timeout", 1000.0}}}},
+                                            {{"id", "c5"}, {"name", "file_read"}, {"arguments", {{"path", "z"}, {"timeout", 99999999999}}}},
+                                            {{"id", "c6"}, {"name", "file_read"}, {"arguments", {{"path", "x"}, {"timeout", 1.5}}}},
+                                            {{"id", "c7"}, {"name", "file_read"}, {"arguments", {{"path", "x"}, {"timeout", -1}}}}})}});
   w.fake.push({{"text", "ok"}});
   ASSERT_TRUE(w.write(a + "/prompt", "go"));
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
@@ -255,10 +260,14 @@ TEST(Conversation, UnknownToolsAndBadArgumentsBecomeErrorResults) {
   std::vector<std::string> results;
   for (auto& b : blocks_of(*w.read(a + "/log.raw")))
     if (b["role"] == "tool") results.push_back(b["content"]);
-  ASSERT_EQ(results.size(), 3u);
+  ASSERT_EQ(results.size(), 7u);
   EXPECT_EQ(results[0], "error: unknown tool: shell; it exists but is not loaded: call tool_load with shell first");
   EXPECT_EQ(results[1], "error: invalid arguments: not JSON");
   EXPECT_EQ(results[2], "error: invalid timeout: x");
+  EXPECT_EQ(results[3], "error: exit status 1\nfile not found: y\n");  // it ran
+  EXPECT_EQ(results[4], "error: exit status 1\nfile not found: z\n");
+  EXPECT_EQ(results[5], "error: invalid timeout: 1.5");
+  EXPECT_EQ(results[6], "error: invalid timeout: -1");
 }
 
 // Arguments nested a million deep (the model's text, or a hostile provider's) are not JSON to the
