@@ -149,13 +149,18 @@ seconds.  For timers and process filters, which must never block."
 
 (defun ellie--default-session ()
   "The directory's name, as a session name can be (64 characters at most,
-not a name of the tree's own files, not shaped like an id)."
+not a name of the tree's own files, not shaped like an id), as `o' makes
+it: each byte of its UTF-8 that a name cannot hold becomes a `-', and
+one with nothing left is `o'."
   (let ((name (replace-regexp-in-string
                "\\`[^A-Za-z0-9]+" ""
                (replace-regexp-in-string "[^A-Za-z0-9._-]" "-"
-                                         (file-name-nondirectory (directory-file-name default-directory))))))
+                                         (encode-coding-string
+                                          (file-name-nondirectory (directory-file-name default-directory))
+                                          'utf-8)
+                                         t t))))
     (setq name (substring name 0 (min (length name) 62)))
-    (cond ((string-empty-p name) "ellie")
+    (cond ((string-empty-p name) "o")
           ((or (member name '("new" "idx"))
                (string-match-p "\\`[[:xdigit:]]\\{8\\}-[[:xdigit:]]\\{4\\}-[[:xdigit:]]\\{4\\}-[[:xdigit:]]\\{4\\}-[[:xdigit:]]\\{12\\}\\'" name))
            (concat name "-1"))
@@ -225,19 +230,21 @@ answering within `ellie-timeout' seconds)."
     (setq timer (run-at-time ellie-timeout nil (lambda () (when (process-live-p proc) (delete-process proc)))))
     proc))
 
-(defun ellie--when-back (path then)
+(defun ellie--when-back (path then wanted)
   "Call THEN once olliesrv answers: with t when PATH is there, else nil.
 Tried once a second, each try a process of its own (`ellie--probe'):
 this runs from timers and sentinels.  For the streams a stop of
 olliesrv ended.  Only olliesrv's own answer that PATH is not there
 counts as its absence (a restarted olliesrv serves nothing before its
-sessions are restored), never a try that could not reach it."
+sessions are restored), never a try that could not reach it.  Tries
+stop once WANTED, called before each, says nil (the buffer is gone)."
   (run-at-time 1 nil
                (lambda ()
-                 (ellie--probe path (lambda (answer)
-                                      (if (eq answer 'away)
-                                          (ellie--when-back path then)
-                                        (funcall then (eq answer 'here))))))))
+                 (when (funcall wanted)
+                   (ellie--probe path (lambda (answer)
+                                        (if (eq answer 'away)
+                                            (ellie--when-back path then wanted)
+                                          (funcall then (eq answer 'here)))))))))
 
 ;;;; Chat buffers
 
@@ -327,7 +334,8 @@ once it is back: its last 64 KiB replace the old text."
                                    (let ((inhibit-read-only t))
                                      (delete-region (point-min) ellie--output)
                                      (ellie--prompt-on-its-line))
-                                   (ellie--open-stream buffer)))))))))
+                                   (ellie--open-stream buffer))))))
+                      (lambda () (buffer-live-p buffer)))))
 
 (defun ellie--open-stream (buffer)
   "Start following the chat of BUFFER's agent, and the session's bypass requests."
@@ -400,7 +408,9 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
       (ellie-write (ellie--path (if queue "fifo" "prompt")) (concat text "\n"))
       (let ((inhibit-read-only t))
         (delete-region ellie--input (point-max)))
-      (when queue (message "ellie: queued: it runs once the turns before it are done")))))
+      ;; /verb and !command run at once, from the fifo too (spec §3.4)
+      (when (and queue (not (string-match-p "\\`\\(/[^/]\\|/\\'\\|!\\)" text)))
+        (message "ellie: queued: it runs once the turns before it are done")))))
 
 (defun ellie-stop ()
   "Stop the agent's running turn."
@@ -472,7 +482,8 @@ AGENT asks to run TOOL as SUMMARY."
     (message "ellie: %s" (string-trim note))))
 
 (defun ellie--mark-bypass (key word)
-  "Put WORD where the note of bypass request KEY (\"<sid> <reqid>\") asks to decide it."
+  "Put WORD where the note of bypass request KEY asks to decide it.
+KEY is \"<sid> <reqid>\"."
   (let ((inhibit-read-only t) (pos (point-min)))
     (while (setq pos (next-single-property-change pos 'ellie-bypass))
       (when (equal (get-text-property pos 'ellie-bypass) key)
@@ -499,7 +510,8 @@ Their events came before the watch began; buffers open before have them."
                            ;; ended by olliesrv's stop (end of file) or crash (an error) while chats
                            ;; are open: followed again once it is back
                            (when (and (not (process-live-p proc)) (ellie--chat-buffers))
-                             (ellie--when-back "session/idx" (lambda (_) (ellie--watch-events)))))))))
+                             (ellie--when-back "session/idx" (lambda (_) (ellie--watch-events))
+                                               #'ellie--chat-buffers)))))))
 
 (defun ellie--pending (session)
   "SESSION's pending bypass requests: (reqid agent tool summary) lists.
@@ -533,9 +545,15 @@ Each question shows exactly what would run."
   (setq ellie--ghost nil))
 
 (defun ellie--show-ghost (buffer pos tick text)
-  (when (and (buffer-live-p buffer) (not (string-empty-p text)))
+  "Offer TEXT at POS of BUFFER, if neither its text nor point moved since TICK."
+  (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (when (and (= (point) pos) (= (buffer-modified-tick) tick))
+      (cond
+       ((string-empty-p text) (message "ellie: no completion"))
+       ((not (and (= (point) pos) (= (buffer-chars-modified-tick) tick)))
+        (message "ellie: completion dropped: the text or point moved meanwhile"))
+       (t
+        (message nil)
         (ellie--ghost-clear)
         (let ((ghost (propertize text 'face 'ellie-ghost)))
           (put-text-property 0 1 'cursor t ghost)
@@ -551,14 +569,14 @@ Each question shows exactly what would run."
           (define-key map [tab] accept)
           (set-transient-map map nil
                              (lambda () (when (buffer-live-p buffer)
-                                          (with-current-buffer buffer (ellie--ghost-clear))))))))))
+                                          (with-current-buffer buffer (ellie--ghost-clear)))))))))))
 
 ;;;###autoload
 (defun ellie-complete ()
   "Ask olliesrv's `complete' for code to insert at point; show it as ghost text.
 TAB accepts it, any other key dismisses it."
   (interactive)
-  (let* ((buffer (current-buffer)) (pos (point)) (tick (buffer-modified-tick))
+  (let* ((buffer (current-buffer)) (pos (point)) (tick (buffer-chars-modified-tick))
          (code (concat (buffer-substring-no-properties (max (point-min) (- pos ellie-complete-context)) pos)
                        "{{CURSOR}}"
                        (buffer-substring-no-properties pos (min (point-max) (+ pos ellie-complete-context)))))
@@ -664,7 +682,8 @@ For the event filter and the timers; several at once show the last one only."
                                                  (lambda (_)
                                                    (when (buffer-live-p buffer)
                                                      (ellie--list-refresh buffer)
-                                                     (ellie--watch-list buffer)))))))))))
+                                                     (ellie--watch-list buffer)))
+                                                 (lambda () (buffer-live-p buffer))))))))))
 
 (defun ellie-sessions-open ()
   "Open the chat of the agent on this line.

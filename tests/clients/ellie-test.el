@@ -227,6 +227,51 @@ In BODY, `root' is the world's directory and `project' the session's working dir
       (should-not ellie--ghost)
       (should (equal (buffer-string) "int add(int a, int b) { return a + b;x }")))))
 
+;; The same default session as `o' in the same directory (o's `tr' works on bytes).
+(ert-deftest ellie-default-session-is-the-one-o-makes ()
+  (dolist (case '(("/tmp/café/" . "caf--") ("/tmp/日本/" . "o") ("/tmp/my work/" . "my-work")
+                  ("/tmp/.hidden/" . "hidden") ("/tmp/new/" . "new-1")))
+    (let ((default-directory (car case)))
+      (should (equal (ellie--default-session) (cdr case))))))
+
+;; Fontification moves `buffer-modified-tick' while the answer is on its way; only a change of
+;; the text (or of point) drops it, and says so.
+(ert-deftest ellie-complete-survives-fontification-and-says-when-it-drops ()
+  (ellie-test-with-world (list '(:text "a + b;") '(:text "a - b;"))
+    (with-temp-buffer
+      (switch-to-buffer (current-buffer))
+      (insert "int add(int a, int b) { return  }")
+      (goto-char (- (point-max) 2))
+      (ellie-complete)
+      (put-text-property (point-min) (+ (point-min) 3) 'face 'bold)
+      (should (ellie-test-until (lambda () (overlayp ellie--ghost))))
+      (should (equal (overlay-get ellie--ghost 'ellie-text) "a + b;"))
+      (execute-kbd-macro (kbd "x"))
+      (let ((messages (with-current-buffer "*Messages*" (point-max))))
+        (ellie-complete)
+        (insert "y")
+        (should (ellie-test-until (lambda () (with-current-buffer "*Messages*"
+                                               (save-excursion (goto-char messages)
+                                                               (search-forward "completion dropped" nil t))))))
+        (should-not ellie--ghost)))))
+
+;; A chat buffer killed while olliesrv is away stops waiting for it: no probe a second after.
+(ert-deftest ellie-a-chat-killed-while-olliesrv-is-away-stops-probing ()
+  (ellie-test-with-world (list '(:text "Hello."))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")) (probes 0))
+      (ellie-test-type chat "one")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "Hello."))))
+      (signal-process (car procs) 'SIGKILL)
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "[chat lost:"))))
+      (kill-buffer chat)
+      (ellie-test-until (lambda () nil) 1.5)  ; a probe already started may end
+      (let ((count (lambda (&rest _) (setq probes (1+ probes)))))
+        (advice-add 'ellie--probe :before count)
+        (unwind-protect (ellie-test-until (lambda () nil) 3)
+          (advice-remove 'ellie--probe count)))
+      (should (= probes 0)))))
+
 (ert-deftest ellie-sessions-lists-agents-and-kills-after-confirmation ()
   (ellie-test-with-world (list '(:text "hi"))
     (ellie-rdwr "session/new" (format "name=alpha cwd=%s\n" (ellie--quote project)))
