@@ -405,7 +405,13 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
   (interactive "P")
   (let ((text (string-trim-right (buffer-substring-no-properties ellie--input (point-max)))))
     (unless (string-empty-p text)
-      (ellie-write (ellie--path (if queue "fifo" "prompt")) (concat text "\n"))
+      (condition-case e
+          (ellie-write (ellie--path (if queue "fifo" "prompt")) (concat text "\n"))
+        (user-error
+         ;; walks take the ids this buffer holds: "<aid>: file not found" is the agent's end
+         (if (string-match-p ": file not found\\'" (cadr e))
+             (user-error "ellie: the agent is gone (M-x ellie %s %s makes it again)" ellie--session ellie--agent)
+           (signal (car e) (cdr e)))))
       (let ((inhibit-read-only t))
         (delete-region ellie--input (point-max)))
       ;; /verb and !command run at once, from the fifo too (spec §3.4)

@@ -255,6 +255,21 @@ In BODY, `root' is the world's directory and `project' the session's working dir
                                                                (search-forward "completion dropped" nil t))))))
         (should-not ellie--ghost)))))
 
+;; An agent killed from the shell ends its chat; a prompt typed there then says the agent is
+;; gone (not ollie-9p's walk error, which names ids), and the typed text stays.
+(ert-deftest ellie-a-killed-agent-ends-its-chat-and-says-so-at-the-next-prompt ()
+  (ellie-test-with-world (list '(:text "Hello."))
+    (ellie "work" "main")
+    (let ((chat (get-buffer "*ellie work/main*")))
+      (ellie-test-type chat "one")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "Hello."))))
+      (ellie-rdwr "session/work/agent/main/ctl" "kill")
+      (should (ellie-test-until (lambda () (ellie-test-contains chat "[chat ended: the agent is gone]"))))
+      (let ((err (should-error (ellie-test-type chat "two") :type 'user-error)))
+        (should (equal (cadr err) "ellie: the agent is gone (M-x ellie work main makes it again)")))
+      (should (with-current-buffer chat
+                (equal (buffer-substring-no-properties ellie--input (point-max)) "two"))))))
+
 ;; A chat buffer killed while olliesrv is away stops waiting for it: no probe a second after.
 (ert-deftest ellie-a-chat-killed-while-olliesrv-is-away-stops-probing ()
   (ellie-test-with-world (list '(:text "Hello."))
