@@ -44,10 +44,24 @@ Caches::Caches() {
   for (const auto& b : backend::backend_names()) models.emplace(b, Memo<std::vector<std::string>>{});
 }
 
+std::optional<int> Caches::context_length(const std::string& backend, const std::string& model) const {
+  std::lock_guard lock(mu_);
+  const auto it = lengths_.find({backend, model});
+  return it == lengths_.end() ? std::nullopt : std::optional<int>(it->second);
+}
+
+void Caches::keep_context_length(const std::string& backend, const std::string& model, int length) const {
+  std::lock_guard lock(mu_);
+  if (lengths_.size() >= 4096) lengths_.clear();  // a bound: names come from cfg writes
+  lengths_[{backend, model}] = length;
+}
+
 void Caches::drop() const {
   for (const auto& [name, m] : models) m.drop();
   agents.drop();
   tools.drop();
+  std::lock_guard lock(mu_);
+  lengths_.clear();
 }
 
 asio::awaitable<p9::Result<std::vector<std::string>>> backend_models(Hub& hub, const std::string& name) {

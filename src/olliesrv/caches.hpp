@@ -1,11 +1,13 @@
 #pragma once
 /// What root `ctl invalidate` drops besides backends.conf and the agents' context lengths
-/// (spec §3.1): each backend's model list, the profile list and the global tool catalog, kept
-/// from their first read on (spec §2.1).
+/// (spec §3.1): each backend's model list, the models' context lengths, the profile list and the
+/// global tool catalog, kept from their first read on (spec §2.1).
 
 #include <asio/awaitable.hpp>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,15 @@ struct Caches {
   std::map<std::string, Memo<std::vector<std::string>>, std::less<>> models;
   Memo<std::string> agents;  ///< the root `agents` text
   Memo<std::string> tools;   ///< the root `tools` text
+  /// A model's context length (§8.5.1) as the first agent of that backend and model asked its
+  /// provider: the agents after it, sub-agents above all, do not ask again.
+  std::optional<int> context_length(const std::string& backend, const std::string& model) const;
+  void keep_context_length(const std::string& backend, const std::string& model, int length) const;
   void drop() const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::map<std::pair<std::string, std::string>, int> lengths_;
 };
 
 /// The models of backend `name`, sorted (root `models`, agent ctl `models`): the backend

@@ -51,14 +51,20 @@ std::string trimmed(std::string s) {
 asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
   Agent& a = *ap;
   std::shared_ptr<backend::Backend> be;
-  std::string model;
+  std::string backend_name, model;
   {
     std::lock_guard lock(a.mu);
     if (a.stats.context_length > 0) co_return a.stats.context_length;  // 0: not asked since the last change
     be = a.backend_;
+    backend_name = a.backend_name;
     model = a.model;
   }
   if (!be) co_return 128000;
+  if (const auto known = a.hub.caches.context_length(backend_name, model)) {
+    std::lock_guard lock(a.mu);
+    if (a.model == model && a.backend_name == backend_name) a.stats.context_length = *known;
+    co_return *known;
+  }
   // The provider's value (cached per model); asking may block: not on an I/O thread, and a
   // stop or a flush does not wait for a provider that does not answer. A failed ask is
   // "unknown" (128000, §8.5.1) until the model changes or `invalidate`: a models endpoint that
@@ -68,6 +74,7 @@ asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
     return r && *r > 0 ? *r : 128000;
   };
   const int len = co_await off_io_cancellable<int>(a.hub.blocking, ask);
+  a.hub.caches.keep_context_length(backend_name, model, len);
   std::lock_guard lock(a.mu);
   a.stats.context_length = len;
   co_return len;

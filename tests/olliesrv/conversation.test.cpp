@@ -93,6 +93,30 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
   EXPECT_TRUE(has_read) << body["tools"].dump();
 }
 
+// §3.1: a model's window is asked of its provider once, not once per agent (a fan-out of
+// sub-agents paid a `GET /models` each), until root `invalidate`.
+TEST(Conversation, AModelsWindowIsAskedOnceForAllItsAgents) {
+  World w;
+  auto s = w.session("work");
+  auto model_lists = [&] {
+    std::size_t n = 0;
+    for (const auto& r : w.fake.requests()) n += r.path.ends_with("/models") ? 1 : 0;
+    return n;
+  };
+  const auto first = w.agent(s, "first");
+  EXPECT_NE(w.read(first + "/stats")->find("contextLength=65536\n"), std::string::npos);
+  const std::size_t asked = model_lists();
+  EXPECT_GE(asked, 1u);
+  for (const char* name : {"second", "third"}) {
+    const auto a = w.agent(s, name);
+    EXPECT_NE(w.read(a + "/stats")->find("contextLength=65536\n"), std::string::npos) << *w.read(a + "/stats");
+  }
+  EXPECT_EQ(model_lists(), asked);
+  ASSERT_TRUE(w.rdwr("ctl", "invalidate"));
+  EXPECT_NE(w.read(first + "/stats")->find("contextLength=65536\n"), std::string::npos);
+  EXPECT_GT(model_lists(), asked);
+}
+
 // §2.8.2, §8.5.1: contextLength is the current model's window before any request: known without
 // asking (anthropic: 200000), or asked of the provider at creation (openai-style: /v1/models).
 TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
