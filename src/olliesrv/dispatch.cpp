@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include "backend/json.hpp"
