@@ -135,20 +135,13 @@ TEST(Session, InvalidJsonOutputIsPassedThrough) {
 }
 
 TEST(Session, ToolThatBecameNonExecutableFailsClearly) {
-  Fixture f;
   const auto dir = temp_dir("tools");
   write_file(dir + "/t", "#!/bin/sh\necho hi\n", 0755);
   write_file(dir + "/t.meta", "{\"description\": \"t\"}\n");
-  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
-  c.session_id = "nonexec";
-  c.tmpdir = world().root + "/run/ollie/tmp/nonexec";
-  c.tools_path = dir;
-  Session s(c);
-  ASSERT_TRUE(s.load("a1", {"t"}));
+  Fixture f(default_policy(), 300s, dir);
+  f.load("t");
   ::chmod((dir + "/t").c_str(), 0644);
-  std::promise<std::string> p;
-  ASSERT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
-  const auto r = p.get_future().get();
+  const auto r = f.run("tool=t\nagent=a1\n\n{}");
   EXPECT_EQ(header(r, "status"), "failed");
   EXPECT_EQ(body_stderr(r), "invalid tool: t: no executable and no cmd: " + dir + "/t is not an executable file\n");
 }
@@ -157,21 +150,14 @@ TEST(Session, ToolThatBecameNonExecutableFailsClearly) {
 // (the link is the hostowner's, in a directory the model cannot write); nothing else of its
 // directory is granted.
 TEST(Session, ALinkedExecutableRunsAndOnlyItIsGranted) {
-  Fixture f;
   const auto dir = temp_dir("tools"), elsewhere = temp_dir("mytool");
   write_file(elsewhere + "/mytool", "#!/bin/sh\necho linked\ncat \"$(dirname \"$(readlink -f \"$0\")\")/secret\"\n", 0755);
   write_file(elsewhere + "/secret", "not for the tool\n");
   std::filesystem::create_symlink(elsewhere + "/mytool", dir + "/t");
   write_file(dir + "/t.meta", "{\"description\": \"t\"}\n");
-  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
-  c.session_id = "linked";
-  c.tmpdir = world().root + "/run/ollie/tmp/linked";
-  c.tools_path = dir;
-  Session s(c);
-  ASSERT_TRUE(s.load("a1", {"t"}));
-  std::promise<std::string> p;
-  ASSERT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
-  const auto r = p.get_future().get();
+  Fixture f(default_policy(), 300s, dir);
+  f.load("t");
+  const auto r = f.run("tool=t\nagent=a1\n\n{}");
   EXPECT_EQ(body_stdout(r), "linked\n") << r;
   EXPECT_NE(body_stderr(r).find("Permission denied"), std::string::npos) << r;
 
@@ -181,6 +167,7 @@ TEST(Session, ALinkedExecutableRunsAndOnlyItIsGranted) {
   std::filesystem::create_directories(planted);
   std::filesystem::create_symlink(elsewhere + "/mytool", planted + "/t");
   write_file(planted + "/t.meta", "{\"description\": \"t\"}\n");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
   c.session_id = "planted";
   c.tmpdir = world().root + "/run/ollie/tmp/planted";
   c.tools_path = planted;
@@ -194,21 +181,13 @@ TEST(Session, ALinkedExecutableRunsAndOnlyItIsGranted) {
 }
 
 TEST(Session, ToolDeletedAfterLoadFailsClearly) {
-  Fixture f;
   const auto dir = temp_dir("tools");
   write_file(dir + "/t", "#!/bin/sh\necho hi\n", 0755);
   write_file(dir + "/t.meta", "{\"description\": \"t\"}\n");
-  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
-  c.session_id = "deleted";
-  c.tmpdir = world().root + "/run/ollie/tmp/deleted";
-  c.tools_path = dir;
-  Session s(c);
-  ASSERT_TRUE(s.load("a1", {"t"}));
-  auto run = [&] {
-    std::promise<std::string> p;
-    EXPECT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
-    return p.get_future().get();
-  };
+  Fixture f(default_policy(), 300s, dir);
+  f.load("t");
+  Session& s = *f.session;
+  auto run = [&] { return f.run("tool=t\nagent=a1\n\n{}"); };
   EXPECT_EQ(body_stdout(run()), "hi\n");
   // Calls use the tool as load found it, without rescanning, but its executable is checked again.
   std::filesystem::remove(dir + "/t");
@@ -230,20 +209,12 @@ TEST(Session, ToolDeletedAfterLoadFailsClearly) {
 }
 
 TEST(Session, MetaEditTakesEffectWhenToolsAreListed) {
-  Fixture f;
   const auto dir = temp_dir("tools");
   write_file(dir + "/t.meta", "{\"description\": \"t\", \"cmd\": \"echo v1\"}\n");
-  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
-  c.session_id = "metaedit";
-  c.tmpdir = world().root + "/run/ollie/tmp/metaedit";
-  c.tools_path = dir;
-  Session s(c);
-  ASSERT_TRUE(s.load("a1", {"t"}));
-  auto run = [&] {
-    std::promise<std::string> p;
-    EXPECT_TRUE(s.call(*parse_call_request("tool=t\nagent=a1\n\n{}"), [&](std::string r) { p.set_value(r); }));
-    return body_stdout(p.get_future().get());
-  };
+  Fixture f(default_policy(), 300s, dir);
+  f.load("t");
+  Session& s = *f.session;
+  auto run = [&] { return body_stdout(f.run("tool=t\nagent=a1\n\n{}")); };
   EXPECT_EQ(run(), "v1\n");
   EXPECT_NE(s.tools("a1").find("\"description\":\"t\""), std::string::npos);
   write_file(dir + "/t.meta", "{\"description\": \"t2\", \"cmd\": \"echo v2\"}\n");
