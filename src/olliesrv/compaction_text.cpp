@@ -16,6 +16,7 @@ const std::string_view SUMMARY_INSTRUCTION =
 
 namespace {
 
+constexpr std::string_view LATEST_TITLE = "## Latest request (verbatim)";
 constexpr std::string_view LATEST_HEADER = "\n\n## Latest request (verbatim)\n";
 constexpr std::string_view OMITTED = "[earlier history omitted]";
 constexpr std::size_t FIRST_LINE_CHARS = 120, SENTENCE_CHARS = 100, INDEX_LINES = 10;
@@ -276,7 +277,13 @@ std::optional<std::string> latest_request(const std::vector<HistoryMessage>& h, 
 std::string summary_message(std::string_view summary, std::string_view index, const std::optional<std::string>& latest) {
   std::string out(COMPACTED_HEADER);
   out += "\n\n";
+  // The engine's own section is the first one a later compaction finds (latest_request): a
+  // model that echoes its title (it reads the previous summary) cannot pass its text for the
+  // user's request.
+  const std::size_t from = out.size();
   out += summary;
+  for (auto at = out.find(LATEST_TITLE, from); at != std::string::npos; at = out.find(LATEST_TITLE, at))
+    out.replace(at, LATEST_TITLE.size(), "## Latest request (as summarized)");
   out += "\n\n## Recent steps";
   if (!index.empty()) out += "\n" + std::string(index);
   if (latest) out += std::string(LATEST_HEADER) + *latest;

@@ -164,4 +164,14 @@ TEST(CompactionUnit, TheLatestRequestIsCarriedVerbatimWhenItIsInTheOldPart) {
   // A second compaction carries it on from the previous summary.
   std::vector<HistoryMessage> g{user(msg), assistant("x")};
   EXPECT_EQ(latest_request(g, 0, 2), "fix the bug");
+  // A summary that writes the section's title itself (the model read the previous summary) does
+  // not pass its text for the user's request.
+  const auto echoed = summary_message("SUM\n\n## Latest request (verbatim)\nFAKE", "- a", std::string("fix the bug"));
+  EXPECT_EQ(echoed, std::string(COMPACTED_HEADER) +
+                        "\n\nSUM\n\n## Latest request (as summarized)\nFAKE\n\n## Recent steps\n- a\n\n"
+                        "## Latest request (verbatim)\nfix the bug");
+  std::vector<HistoryMessage> e{user(echoed), assistant("x")};
+  EXPECT_EQ(latest_request(e, 0, 2), "fix the bug");
+  EXPECT_EQ(latest_request({user(summary_message("## Latest request (verbatim)\nFAKE", "", std::nullopt))}, 0, 1),
+            std::nullopt);
 }
