@@ -405,18 +405,28 @@ With QUEUE (a prefix argument), append it to the agent's `fifo' instead."
   (interactive "P")
   (let ((text (string-trim-right (buffer-substring-no-properties ellie--input (point-max)))))
     (unless (string-empty-p text)
-      (condition-case e
-          (ellie-write (ellie--path (if queue "fifo" "prompt")) (concat text "\n"))
-        (user-error
-         ;; walks take the ids this buffer holds: "<aid>: file not found" is the agent's end
-         (if (string-match-p ": file not found\\'" (cadr e))
-             (user-error "ellie: the agent is gone (M-x ellie %s %s makes it again)" ellie--session ellie--agent)
-           (signal (car e) (cdr e)))))
-      (let ((inhibit-read-only t))
-        (delete-region ellie--input (point-max)))
-      ;; /verb and !command run at once, from the fifo too (spec §3.4)
-      (when (and queue (not (string-match-p "\\`\\(/[^/]\\|/\\'\\|!\\)" text)))
-        (message "ellie: queued: it runs once the turns before it are done")))))
+      (let* ((runs-at-once (string-match-p "\\`\\(/[^/]\\|/\\'\\|!\\)" text))  ; /verb, !command (spec §3.4)
+             (state (unless (or queue runs-at-once) (ellie--state))))
+        (condition-case e
+            (ellie-write (ellie--path (if queue "fifo" "prompt")) (concat text "\n"))
+          (user-error
+           ;; walks take the ids this buffer holds: "<aid>: file not found" is the agent's end
+           (if (string-match-p ": file not found\\'" (cadr e))
+               (user-error "ellie: the agent is gone (M-x ellie %s %s makes it again)" ellie--session ellie--agent)
+             (signal (car e) (cdr e)))))
+        (let ((inhibit-read-only t))
+          (delete-region ellie--input (point-max)))
+        (cond ((and queue (not runs-at-once))
+               (message "ellie: queued: it runs once the turns before it are done"))
+              ((and state (not (equal state "idle")))
+               (message "ellie: queued: the agent is %s; it runs when the turn ends" state)))))))
+
+(defun ellie--state ()
+  "The state of the chat's agent, from `agent/idx' (nil when unknown)."
+  (let (state)
+    (dolist (row (ignore-errors (ellie--rows (ellie-read (format "session/%s/agent/idx" ellie--session-id)))))
+      (when (equal (nth 1 row) ellie--agent-id) (setq state (nth 2 row))))
+    state))
 
 (defun ellie-stop ()
   "Stop the agent's running turn."

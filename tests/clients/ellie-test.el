@@ -131,7 +131,14 @@ In BODY, `root' is the world's directory and `project' the session's working dir
       (should (ellie-test-until (lambda () (equal (ellie-test-state "work" "main") "thinking"))))
       (ellie-test-type chat "later" "C-u RET")
       ;; the queued prompt is the fifo's head: reading it pops it
-      (should (equal (string-trim (ellie-read "session/work/agent/main/fifo")) "later")))))
+      (should (equal (string-trim (ellie-read "session/work/agent/main/fifo")) "later"))
+      ;; a prompt for a busy agent waits in its queue, and ellie says so, as `o' does
+      (let ((messages (with-current-buffer "*Messages*" (point-max))))
+        (ellie-test-type chat "again")
+        (should (with-current-buffer "*Messages*"
+                  (save-excursion (goto-char messages)
+                                  (search-forward "ellie: queued: the agent is thinking; it runs when the turn ends"
+                                                  nil t))))))))
 
 (ert-deftest ellie-bypass-requests-are-shown-and-approved ()
   (ellie-test-with-world
