@@ -16,6 +16,7 @@
 #include "acp/bridge.hpp"
 #include "acp/ollie.hpp"
 #include "acp/rpc.hpp"
+#include "lib9p/stdfds.hpp"
 
 namespace {
 
@@ -47,6 +48,7 @@ asio::awaitable<void> serve(acp::Rpc& rpc, acp::Bridge& bridge, asio::io_context
 }  // namespace
 
 int main(int argc, char** argv) {
+  p9::fill_standard_fds();  // its 9P connection may not become the editor's stdout
   std::string address = std::getenv("OLLIE_ADDR") ? std::getenv("OLLIE_ADDR") : "";
   std::string level = std::getenv("OLLIE_LOG") ? std::getenv("OLLIE_LOG") : "warn";
   for (int i = 1; i < argc; i++) {

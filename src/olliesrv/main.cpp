@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "lib9p/stdfds.hpp"
 #include "olliesrv.hpp"
 
 namespace {
@@ -63,6 +64,7 @@ void heap_in_huge_pages(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  p9::fill_standard_fds();  // before the listener and the log: neither may become fd 1 or 2
   heap_in_huge_pages(argv);
   // Each tool round builds and frees a request body and a session.json text the size of the
   // history. glibc hands a thread arena's freed top back to the kernel once it passes its

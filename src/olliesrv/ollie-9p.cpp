@@ -12,6 +12,7 @@
 // $OLLIE_AUTH when the server asks for it. Exit status: 0 done, 1 an error (printed as
 // `ollie-9p: <what>: <reason>`), 2 a usage error.
 
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,15 +20,19 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lib9p/client.hpp"
 #include "lib9p/dial.hpp"
 #include "lib9p/dirs.hpp"
+#include "lib9p/stdfds.hpp"
 #include "lib9p/errors.hpp"
 
 namespace {
@@ -144,7 +149,7 @@ p9::CFid open_path(const p9::CFid& root, const std::string& path, std::uint8_t m
 }
 
 void put(const std::string& s) {
-  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) std::exit(1);
+  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) fail("stdout", std::strerror(errno));
 }
 
 std::string read_stdin() {
@@ -152,7 +157,24 @@ std::string read_stdin() {
   char buf[65536];
   std::size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) all.append(buf, n);
+  // Nothing is sent for a stdin that could not be read (a directory): it is not an empty request.
+  if (std::ferror(stdin)) fail("stdin", std::strerror(errno));
   return all;
+}
+
+// `ollie-9p read chat | head`: once head is gone, a stream that is quiet would keep this process
+// and its fid until its next byte. The write end of a pipe whose reader went reports POLLERR:
+// this ends the program then, as a write would (SIGPIPE).
+void end_with_the_reader() {
+  std::thread([] {
+    pollfd out{STDOUT_FILENO, 0, 0};
+    while (::poll(&out, 1, -1) < 0 && errno == EINTR) {
+    }
+    if (out.revents & (POLLERR | POLLHUP)) {
+      std::signal(SIGPIPE, SIG_DFL);
+      std::raise(SIGPIPE);
+    }
+  }).detach();
 }
 
 // Like ls(1) and plan9port's 9p: d-rwxr-xr-x.
@@ -239,6 +261,7 @@ using Clock = std::chrono::steady_clock;
 
 int cmd_read(const p9::CFid& root, const std::vector<std::string>& args, bool follow) {
   auto f = open_path(root, args[0], p9::OREAD);
+  end_with_the_reader();
   std::string first_of_last;  // -l: the first reply of the previous pass
   for (bool again = false;; again = true) {
     f.seek(0);
@@ -269,6 +292,9 @@ int cmd_write(const p9::CFid& root, const std::vector<std::string>& args, bool) 
 int cmd_rdwr(const p9::CFid& root, const std::vector<std::string>& args, bool) {
   auto f = open_path(root, args[0], p9::ORDWR);
   if (auto w = f.write(read_stdin()); !w) fail(args[0], w.ename());
+  end_with_the_reader();
+  // From the reply's start (§1.7); on a file that is a Read and a Write (cfg), its content whole.
+  f.seek(0);
   bool replied = false;
   for (;;) {
     auto r = f.read();
@@ -301,6 +327,7 @@ constexpr Verb verbs[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
+  p9::fill_standard_fds();
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string address = env("OLLIE_ADDR");
   if (address.empty()) address = "ollie";
@@ -340,5 +367,7 @@ int main(int argc, char** argv) {
     usage(name + ": unexpected argument: " + args[1] + (v->from_stdin ? " (what is sent comes from stdin)" : ""));
   if (address.find('!') == std::string::npos && address.find('/') != std::string::npos) address = "unix!" + address;
   p9::CFid root = mount(address);
-  return v->run(root, args, dash_l);
+  const int status = v->run(root, args, dash_l);
+  if (std::fflush(stdout) != 0) fail("stdout", std::strerror(errno));  // ls > /dev/full
+  return status;
 }

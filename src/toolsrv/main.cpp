@@ -12,6 +12,7 @@
 #include <string>
 
 #include "lib9p/dirs.hpp"
+#include "lib9p/stdfds.hpp"
 #include "toolsrv/auth.hpp"
 #include "toolsrv/toolsrv.hpp"
 
@@ -38,6 +39,7 @@ std::string executable_dir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  p9::fill_standard_fds();  // before the secret's descriptor 3 is read and the socket is made
   toolsrv::Options opt;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];

@@ -115,6 +115,44 @@ TEST_F(Daemon, ErrorsNameThePathAndExitNonZero) {
                           "/none: No such file or directory: is olliesrv running?\n");
 }
 
+// Started with stdout (or stdout and stderr) closed, ollie-9p's socket would take their number and
+// what it prints would go to olliesrv as 9P frames, run with its principal's rights.
+TEST_F(Daemon, ClosedStandardDescriptorsNeverCarryOutputIntoTheConnection) {
+  const std::string o9 = built("bin/ollie-9p") + " -a '" + addr + "'";
+  for (const char* closed : {">&-", ">&- 2>&-", "<&- >&- 2>&-"}) {
+    auto r = run({"/bin/sh", "-c", "exec " + o9 + " read help " + closed});
+    EXPECT_EQ(r.status, 0) << closed << ": " << r.err;
+  }
+  EXPECT_EQ(srv->err_text().find("closing the connection"), std::string::npos) << srv->err_text();
+}
+
+// `ollie-9p read event | head -c 0` ends when head does, though the stream says nothing; and the
+// output's own errors are said (ls > /dev/full), as is a stdin that cannot be read.
+TEST_F(Daemon, AReaderThatGoesEndsTheStreamAndOutputErrorsAreSaid) {
+  const std::string o9 = built("bin/ollie-9p") + " -a '" + addr + "'";
+  auto r = run({"timeout", "10", "/bin/sh", "-c", o9 + " read event | head -c 0"});
+  EXPECT_EQ(r.status, 0) << r.err;  // 124: still waiting for an event nobody will read
+  auto full = run({"/bin/sh", "-c", o9 + " ls / > /dev/full"});
+  EXPECT_EQ(full.status, 1);
+  EXPECT_EQ(full.err, "ollie-9p: stdout: No space left on device\n");
+  auto dir_in = run({"/bin/sh", "-c", o9 + " write ctl < /"});
+  EXPECT_EQ(dir_in.status, 1);
+  EXPECT_EQ(dir_in.err, "ollie-9p: stdin: Is a directory\n");
+}
+
+// rdwr prints the reply from its start (§1.7); on a file that is a Read and a Write (a session's
+// env), that is its content, whole, where it lost as many bytes as the request had.
+TEST_F(Daemon, RdwrPrintsFromTheStart) {
+  ASSERT_EQ(o9p({"rdwr", "session/new"}, "name=work cwd='" + dir.path + "'\n").status, 0);
+  auto before = o9p({"read", "session/work/env"});
+  ASSERT_EQ(before.status, 0) << before.err;
+  ASSERT_FALSE(before.out.empty());
+  auto r = o9p({"rdwr", "session/work/env"}, "FOO=bar\n");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, before.out);
+  EXPECT_NE(o9p({"read", "session/work/env"}).out.find("FOO=bar\n"), std::string::npos);
+}
+
 // A usage error says what was wrong before the usage, and is found before any dial.
 TEST(Ollie9p, UsageErrorsSayWhatWasWrong) {
   const std::vector<std::string> nowhere{"OLLIE_ADDR=unix!/nonexistent/sock"};
