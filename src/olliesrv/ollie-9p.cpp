@@ -163,14 +163,17 @@ std::string read_stdin() {
 }
 
 // `ollie-9p read chat | head`: once head is gone, a stream that is quiet would keep this process
-// and its fid until its next byte. The write end of a pipe whose reader went reports POLLERR:
-// this ends the program then, as a write would (SIGPIPE).
+// and its fid until its next byte. The write end of a pipe whose reader went reports POLLERR;
+// a second later the program ends as a write would have ended it (SIGPIPE). One that had all
+// it wanted to print, and only its clunk left, has ended by then with its own status, as cat(1)
+// does (`ollie-9p read session/idx | grep -q work` under pipefail stays 0).
 void end_with_the_reader() {
   std::thread([] {
     pollfd out{STDOUT_FILENO, 0, 0};
     while (::poll(&out, 1, -1) < 0 && errno == EINTR) {
     }
     if (out.revents & (POLLERR | POLLHUP)) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
       std::signal(SIGPIPE, SIG_DFL);
       std::raise(SIGPIPE);
     }

@@ -132,6 +132,9 @@ TEST_F(Daemon, AReaderThatGoesEndsTheStreamAndOutputErrorsAreSaid) {
   const std::string o9 = built("bin/ollie-9p") + " -a '" + addr + "'";
   auto r = run({"timeout", "10", "/bin/sh", "-c", o9 + " read event | head -c 0"});
   EXPECT_EQ(r.status, 0) << r.err;  // 124: still waiting for an event nobody will read
+  // One that had printed all it had ends with its own status, as cat(1) does.
+  auto done = run({"bash", "-o", "pipefail", "-c", o9 + " read help | grep -q /event"});
+  EXPECT_EQ(done.status, 0) << done.err;
   auto full = run({"/bin/sh", "-c", o9 + " ls / > /dev/full"});
   EXPECT_EQ(full.status, 1);
   EXPECT_EQ(full.err, "ollie-9p: stdout: No space left on device\n");
