@@ -132,8 +132,10 @@ TEST_F(Daemon, AReaderThatGoesEndsTheStreamAndOutputErrorsAreSaid) {
   const std::string o9 = built("bin/ollie-9p") + " -a '" + addr + "'";
   auto r = run({"timeout", "10", "/bin/sh", "-c", o9 + " read event | head -c 0"});
   EXPECT_EQ(r.status, 0) << r.err;  // 124: still waiting for an event nobody will read
-  // One that had printed all it had ends with its own status, as cat(1) does.
-  auto done = run({"bash", "-o", "pipefail", "-c", o9 + " read help | grep -q /event"});
+  // One that had printed all it had (one line, one write) ends with its own status, as cat(1)
+  // does: `o` runs `ollie-9p read session/idx | grep -q` under pipefail.
+  ASSERT_EQ(o9p({"rdwr", "session/new"}, "name=work cwd='" + dir.path + "'\n").status, 0);
+  auto done = run({"bash", "-o", "pipefail", "-c", o9 + " read session/idx | grep -q ^work"});
   EXPECT_EQ(done.status, 0) << done.err;
   auto full = run({"/bin/sh", "-c", o9 + " ls / > /dev/full"});
   EXPECT_EQ(full.status, 1);
