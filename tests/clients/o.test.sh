@@ -40,14 +40,17 @@ o -h | grep -q 'o \[session \[agent\]\]' || fail "o -h does not show the usage"
 if o -x 2>/dev/null; then fail "o -x exits 0"; fi
 
 # Every prompt gets the hello, but a turn whose request holds "thirty rounds" (the busy agent's,
-# below) gets 30 rounds of a quick shell call, then its answer, and the first that holds "take
-# your time" a slow answer (about 6 s: a frame every 1.5 s).
+# below) gets 30 rounds of a quick shell call, then its answer, one that holds "xyzzy" a shell
+# call that asks to bypass the sandbox, and the first that holds "take your time" a slow answer
+# (about 6 s: a frame every 1.5 s).
 {
   printf '{"loop":true,"responses":['
   for i in $(seq 30); do
     printf '{"when":"thirty rounds","tool_calls":[{"id":"r%d","name":"shell","arguments":{"cmd":"echo %d"}}]},' "$i" "$i"
   done
   printf '{"when":"thirty rounds","text":"All thirty rounds are done."},'
+  printf '{"when":"xyzzy","tool_calls":[{"id":"b1","name":"shell","arguments":{"cmd":"echo escaped","bypass":true}}]},'
+  printf '{"when":"xyzzy","text":"Ran it outside."},'
   printf '{"when":"take your time","text":"Slowly, slowly, done.","delay_ms":1500},{"text":"Hello from the fake model."}]}\n'
 } >"$root/say.json"
 "$build/tests/fakeprovider/fakeprovider" --port 0 --script "$root/say.json" >"$root/fake.out" &
@@ -226,6 +229,31 @@ rounds=$(ollie-9p read session/work/agent/busy/log.raw | grep -c '^{"role":"call
 [ "$rounds" -eq 30 ] || fail "the busy turn made $rounds calls, not 30"
 within 5 busy_shows '^idle · ' || fail "the status line is not idle 5 s after the turn: $(tmux show -v -t "$b:" status-right)"
 tmux kill-session -t "$b"
+
+# a call that asks to run outside the sandbox waits for the person: the chat and the status line
+# show the request, a mistyped number is refused, and !allow alone decides the one waiting
+echo name=guard | ollie-9p rdwr session/work/agent/new >/dev/null
+(cd "$root/project/my proj" && script -qfec "o work guard" /dev/null <"$root/keys" >/dev/null 2>&1 &)
+x='=o-work/guard'
+within 10 tmux has-session -t "$x" 2>/dev/null || fail "o work guard did not open"
+xchat() { tmux capture-pane -p -J -S - -t "$x:0.0"; }
+xhas() { xchat | grep -qF -- "$1"; }
+xprompt() { tmux capture-pane -p -J -t "$x:0.1" | grep -qF -- "$1"; }
+xstatus() { tmux show -v -t "$x:" status-right | grep -q -- "$1"; }
+within 10 xstatus '^idle · ' || fail "the guard pair's status line: $(tmux show -v -t "$x:" status-right)"
+tmux send-keys -t "$x:0.1" 'run it outside the sandbox, xyzzy' Enter
+within 20 xhas 'bypass: request 1: shell echo escaped' || fail "no bypass request in the chat: $(xchat)"
+within 10 xstatus '^calling: shell · bypass 1? · ' || fail "the status line of a waiting request: $(tmux show -v -t "$x:" status-right)"
+tmux send-keys -t "$x:0.1" '!deny 7' Enter
+within 10 xprompt 'no such request: 7' || fail "!deny 7: $(tmux capture-pane -p -J -t "$x:0.1")"
+tmux send-keys -t "$x:0.1" '!allow' Enter
+within 20 xhas 'Ran it outside.' || fail "the allowed call did not run: $(xchat)"
+xhas 'bypass: approved 1' || fail "no approval in the chat: $(xchat)"
+xchat | grep -qx 'escaped' || fail "no output of the call run outside: $(xchat)"
+within 10 xstatus '^idle · fake-model' || fail "the status line after the decision: $(tmux show -v -t "$x:" status-right)"
+tmux send-keys -t "$x:0.1" '!allow' Enter
+within 10 xprompt 'o: no bypass request is waiting' || fail "!allow with none waiting: $(tmux capture-pane -p -J -t "$x:0.1")"
+tmux kill-session -t "$x"
 
 # renamed under it, the pair keeps working (o addresses it by id); the names shown follow, the
 # tmux session's too, and no error reaches the prompt line
