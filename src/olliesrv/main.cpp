@@ -15,9 +15,25 @@
 
 namespace {
 
+constexpr const char* usage_line =
+    "usage: olliesrv [-a dialstring]... [-insecure-tcp] [-maxconn n] [-l trace|debug|info|warn|error]\n";
+
 [[noreturn]] void usage() {
-  std::fprintf(stderr, "usage: olliesrv [-a dialstring]... [-insecure-tcp] [-maxconn n] [-l trace|debug|info|warn|error]\n");
+  std::fputs(usage_line, stderr);
   std::exit(2);
+}
+
+[[noreturn]] void help() {
+  std::fputs(usage_line, stdout);
+  std::fputs("  -a dialstring   serve there (unix!path, or tcp!host!port with -insecure-tcp);\n"
+             "                  default unix!$NAMESPACE/ollie\n"
+             "  -insecure-tcp   allow tcp! addresses (a TCP peer has no credentials: every one is\n"
+             "                  the hostowner)\n"
+             "  -maxconn n      connections served at once (default half of ulimit -n)\n"
+             "  -l level        log level (default $OLLIE_LOG, else warn); trace logs every 9P message\n"
+             "Runs in the foreground; SIGINT, SIGTERM and `ctl kill` stop it. See README.md and doc/.\n",
+             stdout);
+  std::exit(0);
 }
 
 // A positive decimal count, else the usage.
@@ -81,6 +97,7 @@ int main(int argc, char** argv) {
     else if (a == "-insecure-tcp") opt.insecure_tcp = true;
     else if (a == "-maxconn" && i + 1 < argc) opt.max_connections = count(argv[++i]);
     else if (a == "-l" && i + 1 < argc) level = argv[++i];
+    else if (a == "-h" || a == "--help") help();
     else usage();
   }
   // Tests shorten the retry waits of §8.2 (a second of the table lasts this many ms).

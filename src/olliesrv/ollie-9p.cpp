@@ -93,7 +93,9 @@ constexpr Help helps[] = {
 }
 
 [[noreturn]] void fail(const std::string& what, const std::string& why) {
-  std::fprintf(stderr, "ollie-9p: %s: %s\n", what.c_str(), why.c_str());
+  // A walk's error names the element it stopped at: a path of one element is not said twice.
+  if (why.starts_with(what + ": ")) std::fprintf(stderr, "ollie-9p: %s\n", why.c_str());
+  else std::fprintf(stderr, "ollie-9p: %s: %s\n", what.c_str(), why.c_str());
   std::exit(1);
 }
 

@@ -102,7 +102,10 @@ TEST_F(Daemon, StatPrintsTheDirEntry) {
 TEST_F(Daemon, ErrorsNameThePathAndExitNonZero) {
   auto r = o9p({"read", "nosuch"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, "ollie-9p: nosuch: nosuch: file not found\n");
+  EXPECT_EQ(r.err, "ollie-9p: nosuch: file not found\n");  // the element is not said twice
+  r = o9p({"read", "session/nosuch/id"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "ollie-9p: session/nosuch/id: nosuch: file not found\n");
   auto u = o9p({"rdwr", "ctl"}, "bogus\n");
   EXPECT_EQ(u.status, 1);
   EXPECT_EQ(u.err, "ollie-9p: ctl: unknown command: bogus\n");
@@ -180,6 +183,20 @@ TEST(Ollie9p, UsageErrorsSayWhatWasWrong) {
     EXPECT_EQ(r.status, 2) << why;
     EXPECT_EQ(r.err.rfind("ollie-9p: " + why + "\nusage: ollie-9p", 0), 0u) << r.err;
   }
+}
+
+// olliesrv -h is asked for: the usage and what each option does on stdout, exit 0. A wrong
+// option is a usage error: the usage on stderr, exit 2, and nothing started.
+TEST(OlliesrvBinary, HelpIsAnswerAndAWrongOptionIsAUsageError) {
+  auto h = run({built("bin/olliesrv"), "-h"});
+  EXPECT_EQ(h.status, 0) << h.err;
+  EXPECT_EQ(h.out.rfind("usage: olliesrv [-a dialstring]...", 0), 0u) << h.out;
+  EXPECT_NE(h.out.find("  -maxconn n "), std::string::npos) << h.out;
+  EXPECT_EQ(h.err, "");
+  auto u = run({built("bin/olliesrv"), "-x"});
+  EXPECT_EQ(u.status, 2);
+  EXPECT_EQ(u.out, "");
+  EXPECT_EQ(u.err.rfind("usage: olliesrv [-a dialstring]...", 0), 0u) << u.err;
 }
 
 // No socket: said so, with the likely cause, and not the mode of the directory it would be in
