@@ -437,13 +437,17 @@ void Agent::clear() {
 }
 
 void Agent::kill() {
+  bool turn = false;
   {
     std::lock_guard lock(mu);
     killed = true;
+    turn = running_;
     queue_.clear();
   }
   stop();
-  transcript.close();
+  // A turn is interrupted first (§8.9): its readers see the block in flight end, then
+  // `interrupted`, as after `ctl stop`, before their EOF.
+  transcript.close(turn ? std::optional(make_block("info", "interrupted")) : std::nullopt);
   state_signal_->notify();
   feed_signal_->notify();
 }

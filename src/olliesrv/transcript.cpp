@@ -517,10 +517,17 @@ std::shared_ptr<virtfs::Cursor> Transcript::chat() {
 
 std::shared_ptr<virtfs::Cursor> Transcript::chat_raw() { return std::make_shared<RawCursor>(s_); }
 
-void Transcript::close() {
+void Transcript::close(std::optional<Block> last) {
   {
     std::lock_guard lk(s_->mu);
     if (s_->closed) return;
+    if (last) {
+      const std::size_t queued = s_->finals.size();
+      s_->finalize_open();
+      last->id = s_->next_id();
+      s_->store(std::move(*last));
+      s_->finals.resize(queued);  // shown, not persisted: once closed, readers have every block
+    }
     s_->closed = true;
     s_->bump();
   }

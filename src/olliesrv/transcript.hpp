@@ -109,8 +109,10 @@ class Transcript {
   std::shared_ptr<virtfs::Cursor> chat_raw();
   /// The agent is gone: readers get EOF once they have read what is there. Afterwards append()
   /// still gives out an id but stores nothing and calls no on_final; stream() is ignored.
+  /// `last`: a block its readers get before the EOF, after the block in flight, finalized (a
+  /// kill interrupts first, §8.9); neither goes to on_final, as the agent's files go with it.
   /// The destructor closes.
-  void close();
+  void close(std::optional<Block> last = std::nullopt);
 
   /// Called (outside the transcript's lock) with each finalized block, in order: persistence.
   /// Set before use. Blocks finalized by several threads at once are all delivered by the one

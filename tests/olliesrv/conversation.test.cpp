@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <regex>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -667,6 +668,8 @@ TEST(Conversation, QidPathsSurviveARestart) {
 
 // §3.2, §3.3: kill deletes what was persisted, and a turn cut short by it writes nothing after:
 // its half-streamed answer is not a block of anybody's (it made the directory again before).
+// Its readers see it interrupted first (§8.9), as after a stop: the block in flight finalized
+// (chat.raw's partials replaced, §2.8.8), then `interrupted`, then EOF.
 TEST(Conversation, AKillMidStreamLeavesNoFilesBehind) {
   World w;
   for (const bool whole_session : {false, true}) {
@@ -681,10 +684,24 @@ TEST(Conversation, AKillMidStreamLeavesNoFilesBehind) {
       auto text = w.read(a + "/log");  // the answer streams into it
       return text && text->find("xxxx") != std::string::npos;
     }));
+    auto chat = w.open(a + "/chat");
+    auto raw = w.open(a + "/chat.raw");
     EXPECT_EQ(*w.rdwr((whole_session ? s : a) + "/ctl", "kill"), "killed\n");
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the turn has unwound
     EXPECT_FALSE(std::filesystem::exists(blocks)) << read_file(blocks);
     EXPECT_EQ(std::filesystem::exists(dir), !whole_session);
+    const std::string shown = World::read_until(chat, "\x01(to EOF)");
+    EXPECT_TRUE(shown.find("xxxx") != std::string::npos && shown.ends_with("x\n\n:: interrupted\n\n")) << shown;
+    std::vector<json> lines;
+    std::istringstream in(World::read_until(raw, "\x01(to EOF)"));
+    for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+    ASSERT_GE(lines.size(), 3u);
+    const json& answer = lines[lines.size() - 2];
+    EXPECT_EQ(answer["role"], "assistant");
+    EXPECT_FALSE(answer.contains("partial")) << answer;
+    EXPECT_TRUE(answer["content"].get<std::string>().starts_with("xxxx")) << answer;
+    EXPECT_EQ(lines.back()["role"], "info");
+    EXPECT_EQ(lines.back()["content"], "interrupted");
   }
 }
 
