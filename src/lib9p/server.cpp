@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <spdlog/spdlog.h>
 #include <unordered_map>
 
@@ -61,8 +62,11 @@ constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitabl
 /// blocked read is answered only when its file has something. A sandboxed peer (a tool: its
 /// ollie-9p, a sub-agent request) needs a few; one that sent 65535 reads it never meant to see
 /// answered held half a gigabyte of olliesrv per connection. Tflush and Tclunk, which end
-/// requests and fids, have as many again on top.
-constexpr std::size_t max_requests = 1024, max_sandboxed_requests = 64;
+/// requests and fids, have as many again on top. A sandboxed principal's requests on fids over
+/// all its connections are capped too: a tool that opened thousands of connections, each with
+/// its 64 reads blocked on a chat, held hundreds of thousands of them, and each change of that
+/// chat then stalled every client for seconds.
+constexpr std::size_t max_requests = 1024, max_sandboxed_requests = 64, max_sandboxed_requests_per_uid = 1024;
 constexpr const char* too_many_requests = "too many requests in flight";
 
 Fcall rerror(std::uint16_t tag, std::string ename) {
@@ -99,6 +103,7 @@ struct Req {
   std::shared_ptr<Fid> fid;                  // the fid t.fid names, looked up once
   asio::cancellation_signal cancel;
   bool answered = false;                     // respond() ran: a second reply is refused
+  std::optional<std::string> charged;        // the sandboxed principal it is counted for
   bool flushed = false;                      // reply suppressed (flushed, or the connection is gone)
   std::vector<std::shared_ptr<Req>> flushes; // the Tflushes answered when this request ends
 };
@@ -159,6 +164,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::size_t attached = 0;  // connections with a successful Tattach (on_connections)
   std::size_t sandboxed = 0; // connections of no_new_privs peers
   std::unordered_map<std::string, std::size_t> uid_fids;  // fids per principal, auth fids not counted
+  std::unordered_map<std::string, std::size_t> uid_requests;  // requests in flight on fids, per principal
   bool refusing = false;     // at max_connections: logged once per episode
   bool refusing_sandboxed = false;
   bool stopped = false;
@@ -183,10 +189,24 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
   void count_fid(const std::string& uid, bool added) {
     std::lock_guard lk(mu);
+    count(uid_fids, uid, added);
+  }
+  /// One more request in flight for principal `uid`, if it has room.
+  bool charge_request(const std::string& uid) {
+    std::lock_guard lk(mu);
+    if (auto it = uid_requests.find(uid); it != uid_requests.end() && it->second >= max_sandboxed_requests_per_uid) return false;
+    count(uid_requests, uid, true);
+    return true;
+  }
+  void uncharge_request(const std::string& uid) {
+    std::lock_guard lk(mu);
+    count(uid_requests, uid, false);
+  }
+  static void count(std::unordered_map<std::string, std::size_t>& m, const std::string& uid, bool added) {
     if (added) {
-      uid_fids[uid]++;
-    } else if (auto it = uid_fids.find(uid); it != uid_fids.end() && --it->second == 0) {
-      uid_fids.erase(it);
+      m[uid]++;
+    } else if (auto it = m.find(uid); it != m.end() && --it->second == 0) {
+      m.erase(it);
     }
   }
   void forget(Conn* c, bool was_attached, bool was_sandboxed) {
@@ -383,6 +403,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
     req->t = std::move(t);
     if (req->t.type != Tversion) reqs_[req->t.tag] = req;
     if (h->names_fid && !(req->fid = lookup(req->t.fid))) return fail(req, err::unknown_fid);
+    if (req->fid && peer_.no_new_privs && !is_auth(*req->fid) && req->t.type != Tclunk) {
+      if (!srv_->charge_request(req->fid->uid)) return fail(req, too_many_requests);
+      req->charged = req->fid->uid;
+    }
     (this->*h->serve)(req);
   }
 
@@ -661,14 +685,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Status fid_room(bool auth, const std::string& uid) const {
     if (auth && nauth_ >= MAX_AUTH_FIDS) return error(err::too_many_auth_fids);
     if (fids_.size() >= MAX_FIDS) return error(err::too_many_fids);
-    if (!auth && !srv_->uid_room(uid)) return error(err::too_many_fids);
+    if (!auth && peer_.no_new_privs && !srv_->uid_room(uid)) return error(err::too_many_fids);
     return {};
   }
 
-  // Auth fids are not their claimed principal's: its count is of fids attached as it.
+  // Auth fids are not their claimed principal's: its count is of fids attached as it. Only
+  // sandboxed connections count: the user's own clients (the hostowner's, not no_new_privs) are
+  // capped per connection, and one that leaks fids never locks the user's others out.
   void counted(const Fid& f, bool added) {
     if (is_auth(f)) nauth_ += added ? 1 : -1;
-    else srv_->count_fid(f.uid, added);
+    else if (peer_.no_new_privs) srv_->count_fid(f.uid, added);
   }
 
   void add_fid(std::shared_ptr<Fid> f) {
@@ -701,6 +727,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       return;
     }
     req->answered = true;
+    uncharge(*req);
     if (auto it = reqs_.find(req->t.tag); it != reqs_.end() && it->second == req) reqs_.erase(it);
     r.tag = req->t.tag;
     if (!req->flushed) send(std::move(r));
@@ -710,6 +737,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   void fail(const ReqPtr& req, std::string ename) { respond(req, rerror(req->t.tag, std::move(ename))); }
+
+  void uncharge(Req& req) {
+    if (!req.charged) return;
+    srv_->uncharge_request(*req.charged);
+    req.charged.reset();
+  }
 
   // The Rerror of a frame that never became a request (undecodable, duplicate tag, ...).
   void refuse(std::uint16_t tag, std::string ename) { send(rerror(tag, std::move(ename))); }
@@ -826,6 +859,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void abort_requests() {
     for (auto& [tag, req] : reqs_) {
       req->flushed = true;
+      uncharge(*req);
       req->flushes.clear();
       req->cancel.emit(asio::cancellation_type::terminal);
     }

@@ -108,8 +108,8 @@ bool is_null_wstat(const Dir& d);
 /// only auth fids, so MAX_AUTH_FIDS is its cap then.
 inline constexpr std::size_t MAX_FIDS = 4096;
 inline constexpr std::size_t MAX_AUTH_FIDS = 8;
-/// Fids (not auth fids) of one principal (Fid::uid) over all its connections: a client that
-/// opens many connections holds no more (`too many fids`).
+/// Fids (not auth fids) of one principal (Fid::uid) over all its sandboxed connections (peers
+/// with no_new_privs): a tool that opens many connections holds no more (`too many fids`).
 inline constexpr std::size_t MAX_FIDS_PER_UID = 4 * MAX_FIDS;
 
 /// Half of RLIMIT_NOFILE: the rest is left to everything else the process opens.

@@ -1016,45 +1016,106 @@ TEST_F(Limits, FidsAreCappedPerConnection) {
   EXPECT_EQ(other.attach(0, "glenda").type, Rattach);
 }
 
-// A principal's fids over all its connections are capped too: a client that opens connection
-// after connection holds no more.
-TEST_F(Limits, FidsAreCappedPerPrincipalOverItsConnections) {
+// A raw 9P client in Python for a sandboxed peer (no_new_privs, as every tool runs): sets the
+// flag, then dial(n) gives a connection attached as glenda (fid 0), fid 1 its `log` open and fid
+// 2 a clone; rpc/recv/read/clone/clunk speak the frames; errname a reply's error.
+const std::string sandboxed_client =
+    "import ctypes, socket, struct, sys, time\n"
+    "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)\n"
+    "def s(b): return struct.pack('<H', len(b)) + b\n"
+    "def msg(t, tag, body): return struct.pack('<IBH', 7 + len(body), t, tag) + body\n"
+    "def recv(c):\n"
+    "    h = b''\n"
+    "    while len(h) < 4: h += c.recv(4 - len(h))\n"
+    "    n = struct.unpack('<I', h)[0]; b = h\n"
+    "    while len(b) < n: b += c.recv(n - len(b))\n"
+    "    return b\n"
+    "def rpc(c, m): c.sendall(m); return recv(c)\n"
+    "def errname(r): return r[9:9 + struct.unpack('<H', r[7:9])[0]].decode() if r[4] == 107 else 'ok'\n"
+    "def attach(c, fid): return rpc(c, msg(104, 1, struct.pack('<II', fid, 0xffffffff) + s(b'glenda') + s(b'')))\n"
+    "def clone(fid, newfid, tag=1): return msg(110, tag, struct.pack('<IIH', fid, newfid, 0))\n"
+    "def read(fid, tag): return msg(116, tag, struct.pack('<IQI', fid, 0, 100))\n"
+    "def clunk(fid, tag=1): return msg(120, tag, struct.pack('<I', fid))\n"
+    "def dial():\n"
+    "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5)\n"
+    "    rpc(c, msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000')))\n"
+    "    return c\n"
+    "def dial_log():\n"
+    "    c = dial(); attach(c, 0)\n"
+    "    rpc(c, msg(110, 1, struct.pack('<IIH', 0, 1, 1) + s(b'log'))); rpc(c, msg(112, 1, struct.pack('<IB', 1, 0)))\n"
+    "    rpc(c, clone(0, 2))\n"
+    "    return c\n";
+
+// A sandboxed principal's fids over all its connections are capped too: a tool that opens
+// connection after connection holds no more. The user's own clients (not sandboxed) are capped
+// per connection only: a client of hers that leaks fids never locks out her others.
+TEST_F(Limits, ASandboxedPrincipalsFidsAreCappedOverItsConnections) {
   serve({});
-  const auto fill = [](Raw& c) {  // the connection's attach fid 0 and clones up to MAX_FIDS
+  const std::string script = sandboxed_client +
+      "conns = []\n"
+      "for i in range(" + std::to_string(MAX_FIDS_PER_UID / MAX_FIDS) + "):\n"
+      "    c = dial(); attach(c, 0); conns.append(c)\n"
+      "    c.sendall(b''.join(clone(0, f, f % 1000) for f in range(1, " + std::to_string(MAX_FIDS) + ")))\n"
+      "    ok = sum(errname(recv(c)) == 'ok' for f in range(1, " + std::to_string(MAX_FIDS) + "))\n"
+      "    if ok != " + std::to_string(MAX_FIDS - 1) + ": print('connection', i, 'got', ok, 'fids', flush=True)\n"
+      "more = dial()\n"
+      "print(errname(attach(more, 0)), flush=True)\n"
+      "sys.stdin.readline()\n"
+      "print(errname(rpc(conns[1], clunk(7))), errname(attach(more, 0)), errname(rpc(more, clone(0, 1))), flush=True)\n";
+  testing_support::Child tool({"/usr/bin/python3", "-c", script, srv->sock});
+  EXPECT_EQ(tool.read_until("\n"), "too many fids\n");
+  // The user's client: her principal is the same, and her fids are not capped by the tool's.
+  std::vector<std::unique_ptr<Raw>> mine;
+  for (std::size_t i = 0; i <= MAX_FIDS_PER_UID / MAX_FIDS; i++) {
+    mine.push_back(attached());
     std::vector<std::uint8_t> batch;
-    for (std::uint32_t f = 1; f < MAX_FIDS; f++) EXPECT_TRUE(encode(tclone(0, f, f % 1000), batch));
-    std::thread sender([&] { c.send_bytes(batch); });
+    for (std::uint32_t f = 1; f < MAX_FIDS; f++) ASSERT_TRUE(encode(tclone(0, f, f % 1000), batch));
+    std::thread sender([&] { mine.back()->send_bytes(batch); });
     std::size_t ok = 0;
     for (std::uint32_t f = 1; f < MAX_FIDS; f++)
-      if (auto r = c.recv(); r && r->type == Rwalk) ok++;
+      if (auto r = mine.back()->recv(); r && r->type == Rwalk) ok++;
     sender.join();
-    return ok;
-  };
-  std::vector<std::unique_ptr<Raw>> conns;
-  for (std::size_t i = 0; i < MAX_FIDS_PER_UID / MAX_FIDS; i++) {
-    conns.push_back(attached());
-    ASSERT_EQ(fill(*conns.back()), MAX_FIDS - 1) << i;
+    EXPECT_EQ(ok, MAX_FIDS - 1) << i;
   }
-  Raw more(srv->sock);
-  more.version();
-  EXPECT_EQ(more.attach(0, "glenda").ename, "too many fids");
-  {  // another principal's fids are its own
-    auto other = p9::Client::dial(srv->addr());
-    ASSERT_TRUE(other);
-    auto afid = (*other)->auth("agent1");
-    ASSERT_TRUE(afid && afid->write("key-agent1"));
-    EXPECT_TRUE((*other)->attach("agent1", "", &*afid));
-  }
-  ASSERT_EQ(conns[1]->clunk(7).type, Rclunk);  // freed on any of its connections
-  EXPECT_EQ(more.attach(0, "glenda").type, Rattach);
-  EXPECT_EQ(more.walk(0, 1, {}).ename, "too many fids");
-  conns.pop_back();  // a connection gone gives back all its fids (once the server saw it close)
-  bool room = false;
-  for (int i = 0; i < 200 && !room; i++) {
-    room = more.walk(0, 1, {}).type == Rwalk;
-    if (!room) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(room);
+  tool.write_stdin("go on\n");
+  // A fid freed on any of its connections is room on the others; then the cap holds again.
+  EXPECT_EQ(tool.read_until("fids\nok"), "too many fids\nok ok too many fids\n");  // (what it printed so far)
+  tool.close_stdin();
+  ASSERT_TRUE(tool.wait());
+}
+
+// A sandboxed principal's requests in flight over all its connections are capped: 16 connections
+// of 64 blocked reads each are all it gets, and a connection gone gives its room back.
+TEST_F(Limits, ASandboxedPrincipalsRequestsInFlightAreCappedOverItsConnections) {
+  serve({});
+  const std::string script = sandboxed_client +
+      "conns = [dial_log() for i in range(17)]\n"
+      "for c in conns[:16]:\n"
+      "    c.sendall(b''.join(read(1, t) for t in range(1, 65)) + clunk(2, 100))\n"
+      "    r = recv(c)\n"  // the clunk's, served after the 64 reads were taken: they are in flight
+      "    if r[4] != 121: print('not the clunk:', r, flush=True)\n"
+      "print(errname(rpc(conns[16], read(1, 1))), flush=True)\n"
+      "conns[0].close()\n"
+      "conns[16].settimeout(0.3)\n"
+      "for tag in range(2, 100):\n"
+      "    try:\n"
+      "        r = rpc(conns[16], read(1, tag)); time.sleep(0.05)\n"
+      "    except socket.timeout:\n"
+      "        print('blocked', flush=True); break\n"
+      "sys.stdin.readline()\n";
+  testing_support::Child tool({"/usr/bin/python3", "-c", script, srv->sock});
+  EXPECT_EQ(tool.read_until("\n"), "too many requests in flight\n");
+  // The user's client is not counted with the tool's, though it attached as the same name.
+  auto mine = attached();
+  ASSERT_EQ(mine->walk(0, 1, {"log"}).type, Rwalk);
+  ASSERT_EQ(mine->open(1, OREAD).type, Ropen);
+  std::vector<std::uint8_t> batch;
+  for (std::uint16_t tag = 1; tag <= 100; tag++) ASSERT_TRUE(encode(Raw::tread(1, 0, 100, tag), batch));
+  mine->send_bytes(batch);
+  EXPECT_EQ(mine->walk(0, 2, {"hello"}).type, Rwalk);  // answered: none of the 100 reads was refused
+  EXPECT_EQ(tool.read_until("blocked\n"), "too many requests in flight\nblocked\n");  // (what it printed so far)
+  tool.close_stdin();
+  ASSERT_TRUE(tool.wait());
 }
 
 TEST(ServerFids, EveryFidOfAConnectionSharesOneBufferCounter) {
