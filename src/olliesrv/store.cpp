@@ -2,6 +2,7 @@
 
 #include "backend/json.hpp"
 #include "backend/wire.hpp"
+#include "ids.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -40,9 +41,11 @@ T bounded(T n) {
 }
 /// An agent's files in its session's directory: `<agent id><suffix>` (§7.7).
 constexpr const char* agent_files[] = {".blocks.jsonl", ".compaction.jsonl"};
-/// The largest session.json restored: every agent's history is compacted within its context
-/// window long before, so a larger one was not written by a save.
-constexpr std::size_t max_session_json = 64u << 20;
+/// The largest session.json restored, and so the largest a save writes: every agent's history
+/// is compacted within its context window long before, but 256 agents' plans of 1 MiB of control
+/// bytes (6 bytes each in JSON) are not. A save over it is refused, the file before it kept: a
+/// file olliesrv wrote always loads.
+constexpr std::size_t max_session_json = 256u << 20;
 /// A killed session's directory, renamed `.<id><suffix>` while it is removed.
 constexpr const char* killed_suffix = ".killed";
 
@@ -700,6 +703,9 @@ p9::Status Store::save(const SessionRecord& s) {
   auto now = std::make_shared<MessageTexts>();
   std::string text = session_text(s, last.get(), *now);
   last.reset();
+  if (text.size() > max_session_json)
+    return p9::error("session.json would be " + std::to_string(text.size()) + " bytes, more than a restore reads (" +
+                     std::to_string(max_session_json >> 20) + " MiB)");
   {
     std::lock_guard lk(texts_mu_);
     texts_[s.id] = now;
@@ -861,7 +867,8 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
       return out;
     }
     while (auto* e = ::readdir(d)) {
-      if (std::string_view n = e->d_name; n.starts_with('.') && n.ends_with(killed_suffix) && n.size() > 1 + std::strlen(killed_suffix))
+      if (std::string_view n = e->d_name;
+          n.starts_with('.') && n.ends_with(killed_suffix) && looks_like_uuid(n.substr(1, n.size() - 1 - std::strlen(killed_suffix))))
         killed.emplace_back(n);
       if (e->d_name[0] == '.') continue;
       if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) continue;
@@ -950,7 +957,8 @@ void Store::settle(const LoadedSession& ls) const {
   if (DIR* d = ::fdopendir(::dup(dir.fd))) {
     // Temp files of saves a crash cut short, and the files of agents the session no longer has:
     // an agent kill saves the session, then removes its files (remove_agent), and a crash can
-    // fall between the two.
+    // fall between the two. Only names olliesrv makes: `<agent id>.blocks.jsonl`, not a copy
+    // someone put beside them.
     std::set<std::string> agents;
     for (const auto& a : ls.record.agents) agents.insert(a.id);
     std::vector<std::pair<std::string, const char*>> stale;
@@ -958,7 +966,8 @@ void Store::settle(const LoadedSession& ls) const {
       std::string_view n = e->d_name;
       if (n.starts_with(".session.json.tmp.")) stale.emplace_back(n, "left by a save cut short");
       for (std::string_view suffix : agent_files)
-        if (n.ends_with(suffix) && !agents.contains(std::string(n.substr(0, n.size() - suffix.size()))))
+        if (const auto id = n.substr(0, n.size() - suffix.size());
+            n.ends_with(suffix) && looks_like_uuid(id) && !agents.contains(std::string(id)))
           stale.emplace_back(n, "of an agent the session no longer has");
     }
     ::closedir(d);

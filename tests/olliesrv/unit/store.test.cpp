@@ -512,6 +512,31 @@ TEST(Store, ASessionJsonTooLargeIsSkippedUnread) {
   EXPECT_EQ(skipped[0], s.id + ": session.json: too large (2147483648 bytes)");
 }
 
+// A save that would write more than a restore reads is refused, and the file before it stays:
+// 45 MiB of control bytes in a plan are 270 MiB of JSON (`\u0001` each). The session had been
+// saved whole and then dropped at the next start.
+TEST(Store, ASaveLargerThanARestoreReadsIsRefusedAndTheFileBeforeItKept) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto s = full_session();
+  ASSERT_TRUE(st.save(s));
+  const std::string before = slurp(dir_of(t, s.id) + "/session.json");
+  s.agents[0].plan.assign(45u << 20, '\x01');
+  auto r = st.save(s);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.ename().starts_with("session.json would be 28")) << r.ename();
+  EXPECT_TRUE(r.ename().ends_with(" bytes, more than a restore reads (256 MiB)")) << r.ename();
+  EXPECT_EQ(slurp(dir_of(t, s.id) + "/session.json"), before);
+  std::vector<std::string> skipped;
+  EXPECT_EQ(st.load_all(&skipped).size(), 1u);
+  s.agents[0].plan.assign(4u << 20, '\x01');  // 24 MiB of JSON: saved, and restored
+  ASSERT_TRUE(st.save(s));
+  auto all = st.load_all(&skipped);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].record.agents[0].plan.size(), 4u << 20);
+  EXPECT_TRUE(skipped.empty());
+}
+
 TEST(Store, ABlocksFileRemovedBetweenAppendsIsMadeAgainAndManyAgentsEachKeepTheirOwn) {
   Tmp t;
   Store st(t.path + "/sessions");
@@ -779,6 +804,12 @@ TEST(Store, KillsACrashCutShortLeaveNothingBehindAfterTheNextStart) {
   ASSERT_TRUE(st.append_block(kept.id, kept.agents[0].id, "{}"));
   spit(dir + "/0ff1ce00-0000-4000-8000-000000000000.blocks.jsonl", "{}\n");  // an agent killed before
   spit(dir + "/0ff1ce00-0000-4000-8000-000000000000.compaction.jsonl", "{}\n");
+  // Names olliesrv never makes are someone's own files: a copy, a note, a directory.
+  const std::string copy = dir + "/" + kept.agents[0].id + ".backup.blocks.jsonl", note = dir + "/notes.compaction.jsonl",
+                    aside = t.path + "/sessions/.old.killed";
+  spit(copy, "{}\n");
+  spit(note, "{}\n");
+  std::filesystem::create_directories(aside);
   std::vector<std::string> skipped;
   auto all = st.load_all(&skipped);
   EXPECT_TRUE(skipped.empty()) << skipped[0];
@@ -790,6 +821,9 @@ TEST(Store, KillsACrashCutShortLeaveNothingBehindAfterTheNextStart) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/0ff1ce00-0000-4000-8000-000000000000.compaction.jsonl"));
   EXPECT_EQ(slurp(dir + "/" + kept.agents[0].id + ".blocks.jsonl"), "{}\n");
   EXPECT_TRUE(std::filesystem::exists(dir + "/session.json"));
+  EXPECT_TRUE(std::filesystem::exists(copy));
+  EXPECT_TRUE(std::filesystem::exists(note));
+  EXPECT_TRUE(std::filesystem::exists(aside));
 }
 
 TEST(Store, RefusesIdsThatAreNotOnePathComponent) {
