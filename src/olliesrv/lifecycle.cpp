@@ -552,10 +552,22 @@ std::size_t restore(Hub& hub) {
       for (const auto& ar : r.agents)
         if (ar.created > 0) s->created = std::min(s->created, ar.created);
     }
+    // Two sessions of one name: a rename's new name is taken by another session before the
+    // rename's save, and a kill -9 falls between. The later (by id) is served under its default
+    // name, saved so, rather than not at all.
+    bool renamed = false;
+    if (hub.find(r.name)) {
+      std::lock_guard lock(s->mu);
+      s->name = default_name(r.id);
+      renamed = !hub.find(s->name);
+      if (renamed) spdlog::warn("restore: session {}: its name {} is another session's: it is {} now", r.id, r.name, s->name);
+    }
     if (auto st = hub.add(s); !st) {
       spdlog::error("restore: session {}: {}", r.id, st.ename());
       continue;
     }
+    if (renamed)
+      if (auto st = s->save(); !st) spdlog::error("restore: session {}: save: {}", r.id, st.ename());
     hub.store.settle(l);  // restored: now its torn last lines and stale temp files may go (§7.7)
     // A turn a kill -9 cut off ended without a word (its calls without results are dropped):
     // its agent's transcript says so, once (the save takes the mark off).

@@ -1315,6 +1315,41 @@ TEST(Conversation, ACorruptSessionFileIsSkippedAndLeftUntouched) {
       << w.log_text();
 }
 
+// Two sessions of one name on disk: a rename's new name was given to a new session before the
+// rename was saved, and a kill -9 fell between. Both are served: the later by id under its default
+// name (the first 8 digits of its id), saved so; it had been skipped, its history out of reach.
+TEST(Conversation, TwoSessionsOfOneNameAreBothRestored) {
+  World w;
+  auto first = w.session("work");
+  auto a = w.agent(first, "main");
+  w.fake.push({{"text", "kept"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto second = w.session("other");
+  w.agent(second, "main");
+  std::vector<std::string> ids{id_of(w, first), id_of(w, second)};
+  w.stop_server(SIGTERM);
+  const std::string other_file = w.data + "/sessions/" + ids[1] + "/session.json";
+  auto j = json::parse(read_file(other_file));
+  j["name"] = "work";
+  write_file(other_file, j.dump(1));
+  w.start();
+  std::sort(ids.begin(), ids.end());
+  auto idx = w.read("session/idx");
+  ASSERT_TRUE(idx);
+  EXPECT_NE(idx->find("work\t" + ids[0] + "\t"), std::string::npos) << *idx;
+  const std::string renamed = ids[1].substr(0, 8);
+  EXPECT_NE(idx->find(renamed + "\t" + ids[1] + "\t"), std::string::npos) << *idx;
+  EXPECT_EQ(json::parse(read_file(w.data + "/sessions/" + ids[1] + "/session.json"))["name"], renamed);
+  EXPECT_NE(w.log_text().find("restore: session " + ids[1] + ": its name work is another session's: it is " + renamed + " now"),
+            std::string::npos)
+      << w.log_text();
+  auto log = w.read("session/" + ids[0] + "/agent/main/log");
+  auto log2 = w.read("session/" + ids[1] + "/agent/main/log");
+  ASSERT_TRUE(log && log2);
+  EXPECT_NE((*log + *log2).find("kept"), std::string::npos) << *log << *log2;
+}
+
 TEST(Conversation, ToolLoadCallsBackIntoOlliesrvAsTheAgentItself) {
   World w;
   auto s = w.session("work");
