@@ -2,9 +2,34 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <chrono>
+
 #include "ids.hpp"
 
 namespace ollie {
+
+namespace {
+
+/// A failed agent attach is logged at most once a second, with the number not logged since: a
+/// tool that tries secret after secret wrote 40,000 lines in 7 s.
+void warn_auth_failed(const std::string& uname, pid_t pid) {
+  static std::atomic<std::int64_t> last_ms{-1000};
+  static std::atomic<std::uint64_t> unsaid{0};
+  const std::int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::int64_t prev = last_ms.load();
+  if (now - prev < 1000 || !last_ms.compare_exchange_strong(prev, now)) {
+    unsaid++;
+    return;
+  }
+  if (const auto n = unsaid.exchange(0))
+    spdlog::warn("attach as agent {} (pid {}): authentication failed ({} more failed attaches not logged)", uname, pid, n);
+  else
+    spdlog::warn("attach as agent {} (pid {}): authentication failed", uname, pid);
+}
+
+}  // namespace
 
 std::string Identity::forwarded(const p9::Peer& peer) const {
   // Only forwarded sockets have a listener tag; one whose session is gone admits no one ("-").
@@ -32,7 +57,7 @@ p9::Result<virtfs::Principal> Identity::attach(const virtfs::AttachRequest& r) c
     while (!presented.empty() && (presented.back() == '\n' || presented.back() == '\r')) presented.pop_back();
     // An afid made for another uname holds no secret of this agent.
     if (r.afid_uname != r.uname || !same_secret(presented, key->secret)) {
-      spdlog::warn("attach as agent {} (pid {}): authentication failed", r.uname, r.peer.pid);
+      warn_auth_failed(r.uname, r.peer.pid);
       return p9::error(p9::err::auth_failed);
     }
     return virtfs::Principal{r.uname, key->group, false};

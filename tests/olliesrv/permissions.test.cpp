@@ -367,6 +367,23 @@ TEST(Permissions, ARawClientMustPresentTheAgentsOwnSecret) {
   EXPECT_NE(log.find("authentication failed"), std::string::npos);
   EXPECT_EQ(log.find(secret), std::string::npos);
   EXPECT_EQ(log.find(wrong), std::string::npos);
+  // Failed attaches are logged once a second at most, with the count of those not logged: a tool
+  // trying secret after secret wrote 40,000 lines in 7 s.
+  const auto lines_said = [&] {
+    const std::string text = w.log_text();
+    std::size_t n = 0;
+    for (std::size_t p = 0; (p = text.find("authentication failed", p)) != std::string::npos; p++) n++;
+    return n;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const std::size_t said = lines_said();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100; i++) EXPECT_EQ(attach(w, aid, wrong).ename(), "authentication failed");
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LE(lines_said(), said + 2 + static_cast<std::size_t>(seconds)) << w.log_text();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(attach(w, aid, wrong).ename(), "authentication failed");
+  EXPECT_NE(w.log_text().find("more failed attaches not logged)"), std::string::npos) << w.log_text();
   auto beta = attach(w, bid, secret_of(w, b, w.project));
   ASSERT_TRUE(beta) << beta.ename();
   EXPECT_TRUE(rdwr(*beta, "session/work/agent/beta/ctl", "tools"));
