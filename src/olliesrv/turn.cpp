@@ -808,9 +808,13 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<
     // Escaped: a name is the model's text, and a state is one line (statewait, agent/idx, events).
     for (const auto& c : batch)
       if (auto n = bypass::escape(c.name); std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-    std::string state = "calling: ";
-    for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
-    a_->set_state(state);
+    // A batch none of whose calls runs (unknown tools, a response the provider stopped: §8.2)
+    // executes nothing: the state stays.
+    if (std::any_of(batch.begin(), batch.end(), [](const Call& c) { return !c.preset; })) {
+      std::string state = "calling: ";
+      for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
+      a_->set_state(state);
+    }
     co_await run_batch(batch, &batch == &batches.back());
     for (const auto& c : batch) a_->note_sandbox(*c.result);  // after the batch's tool blocks
     for (const auto& c : batch) {

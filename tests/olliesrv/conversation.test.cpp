@@ -1350,6 +1350,28 @@ TEST(Conversation, TwoSessionsOfOneNameAreBothRestored) {
   EXPECT_NE((*log + *log2).find("kept"), std::string::npos) << *log << *log2;
 }
 
+// §8.2: the calls of a response the provider stopped (a content filter) do not run: each gets
+// `error: stopped: <reason>`, the turn ends with the `error` block, and no state says `calling:`
+// for them (it did, then `idle`).
+TEST(Conversation, TheCallsOfAStoppedResponseDoNotRunAndNoStateSaysSo) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  const std::string aid = id_of(w, a);
+  auto ev = w.walk("event");
+  ASSERT_TRUE(ev && ev->open(p9::ORDWR));
+  ASSERT_TRUE(ev->write("agent." + aid + ".state"));
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "shell"}, {"arguments", {{"cmd", "touch ran"}}}}})},
+               {"stop", "filter"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hi"));
+  EXPECT_EQ(World::read_until(*ev, " idle\n"), "agent." + aid + ".state thinking\nagent." + aid + ".state idle\n");
+  EXPECT_FALSE(std::filesystem::exists(w.project + "/ran"));
+  std::vector<std::string> seen;
+  for (auto& b : blocks_of(*w.read(a + "/log.raw")))
+    if (b["role"] == "tool" || b["role"] == "error") seen.push_back(b["role"].get<std::string>() + ": " + b["content"].get<std::string>());
+  EXPECT_EQ(seen, (std::vector<std::string>{"tool: error: stopped: content_filter", "error: stopped: content_filter"}));
+}
+
 TEST(Conversation, ToolLoadCallsBackIntoOlliesrvAsTheAgentItself) {
   World w;
   auto s = w.session("work");
