@@ -108,7 +108,16 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
   // Undone by a kill: its toolsrv stops, a remote one's forwarded socket goes (§6.11.5), and the
   // private TMPDIR a toolsrv made goes with the session's files.
   auto remove = [s] { s->remove_files(); };  // named: see off_io
-  p9::Status made = co_await s->host->ensure();
+  p9::Status made;
+  try {
+    made = co_await s->host->ensure();
+  } catch (const std::system_error&) {
+    // Flushed while its toolsrv starts: the start is stopped too (a remote bootstrap's ssh),
+    // and nothing is left of the session.
+    s->kill();
+    asio::post(hub.blocking, remove);
+    throw;
+  }
   if (made) {
     s->cwd = s->host->cwd();  // a remote `~/…` as its bootstrap expanded it; no one else sees s yet
     made = hub.add(s);

@@ -221,6 +221,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   bool ended = false;                                       // ToolHost::stop(): no start ever again
   std::uint64_t launched = 0;                               // instances made (their numbers)
   std::shared_ptr<Instance> inst;
+  std::shared_ptr<Instance> launching;  // a remote start's, until it is inst: stop() ends it too
   bool starting = false;
   std::vector<std::shared_ptr<p9::Handoff<StartResult>>> waiters;
   std::deque<std::pair<std::shared_ptr<Instance>, std::string>> pushes;
@@ -397,12 +398,15 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   void stop() {
     std::shared_ptr<Instance> i;
     std::shared_ptr<asio::steady_timer> idle;
+    std::shared_ptr<Instance> starting_one;
     {
       std::lock_guard lk(mu);
       stops++;
       i = inst;
+      starting_one = launching;
       idle = std::exchange(idle_wait, nullptr);
     }
+    if (starting_one) starting_one->lose("stopped", SIGTERM);
     if (idle) asio::post(ex, [idle] { idle->cancel(); });  // a timer is touched on its executor
     if (!i || !i->usable()) return;
     i->lose("stopped", SIGTERM);
@@ -506,8 +510,25 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     } else {
       auto target = remote_target(c, sock);
       i->program = "ssh";
-      auto adopt = [i](pid_t pid, int pidfd) { i->pid = pid, i->pidfd = pidfd; };
+      // A stop meanwhile (a kill, the session/new flushed) ends the bootstrap: its ssh at once.
+      {
+        std::lock_guard lk(mu);
+        launching = i;
+      }
+      auto adopt = [i](pid_t pid, int pidfd) {
+        bool stopped;
+        {
+          std::lock_guard lk(i->mu);
+          i->pid = pid, i->pidfd = pidfd;
+          stopped = i->dead;
+        }
+        if (stopped) i->signal(SIGTERM);
+      };
       auto a = co_await remote::start(ex, std::move(target), secret, adopt);
+      {
+        std::lock_guard lk(mu);
+        if (launching == i) launching.reset();
+      }
       if (!a) {
         i->lose("bootstrap failed");
         forget_sockets(c);

@@ -3,7 +3,12 @@
 // a stranger on the forwarded socket, each failure, ssh dying, olliesrv restarted.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
@@ -195,6 +200,42 @@ TEST(Remote, FailuresAreClearAndLeaveNothingBehind) {
     for (const auto& e : std::filesystem::directory_iterator(w.root + dir, ec)) ADD_FAILURE() << e.path();
   EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s));
   EXPECT_TRUE(eventually([&] { return servers("toolsrv", sshd.cache).empty(); }, 10s));
+}
+
+// §1.5: a session/new flushed while its remote toolsrv starts is cancelled whole: the bootstrap's
+// ssh ends at once (it ran until the bootstrap's time limit, minutes later), and no session is
+// made. The host here accepts the connection and never says a word, so ssh waits.
+TEST(Remote, AFlushedSessionNewStopsItsBootstrap) {
+  NEED_SSHD(sshd);
+  RemoteWorld w(sshd);
+  const int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(silent, 4), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  write_file(w.home + "/.ssh/config", read_file(w.home + "/.ssh/config") + "Host ollie-silent\n  HostName 127.0.0.1\n  Port " +
+                                           std::to_string(ntohs(a.sin_port)) + "\n  User " + World::login() + "\n");
+  auto f = w.walk("session/new");
+  ASSERT_TRUE(f && f->open(p9::ORDWR));
+  ASSERT_TRUE(f->write("name=far cwd=" + sshd.work + " remote=ollie-silent"));
+  p9::Fcall t;
+  t.type = p9::Tread;
+  t.fid = f->num();
+  t.count = 8192;
+  std::promise<p9::Result<p9::Fcall>> reply;
+  const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
+  ASSERT_TRUE(eventually([&] { return !w.ssh_processes().empty(); }, 20s)) << w.log_text();
+  f->client().flush(tag);
+  EXPECT_FALSE(reply.get_future().get());
+  EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s)) << "the bootstrap's ssh still runs";
+  EXPECT_EQ(*w.read("session/idx"), "");
+  auto again = w.rdwr("session/new", "name=far cwd=" + w.project);  // the name is free again
+  EXPECT_TRUE(again) << again.ename();
+  ::close(silent);
 }
 
 TEST(Remote, SshDyingMidSessionLosesTheCallAndTheNextNeedBootstrapsAgain) {
