@@ -15,15 +15,24 @@ p9::Error bad_pattern(std::string_view text) {
 }  // namespace
 
 p9::Result<Pattern> Pattern::parse(std::string_view text) {
-  if (text.size() > MAX_BYTES) return bad_pattern(text);
   Pattern p;
-  std::size_t i = 0;
-  for (;;) {
+  std::size_t segments = 0;
+  for (std::size_t i = 0;; segments++) {
     auto j = text.find('.', i);
     std::string_view seg = text.substr(i, j == std::string_view::npos ? std::string_view::npos : j - i);
-    if (seg.empty() || (seg.find('*') != std::string_view::npos && seg != "*") || p.segs_.size() == MAX_SEGMENTS)
-      return bad_pattern(text);
-    p.segs_.emplace_back(seg);
+    if (seg.empty() || (seg.find('*') != std::string_view::npos && seg != "*")) return bad_pattern(text);
+    if (j == std::string_view::npos) break;
+    i = j + 1;
+  }
+  // Valid (§5.2), but longer than any topic or of more segments than any has: it matches
+  // nothing, and is not kept split (4 million segments pinned hundreds of MB per fid).
+  if (text.size() > MAX_BYTES || segments >= MAX_SEGMENTS) {
+    p.never_ = true;
+    return p;
+  }
+  for (std::size_t i = 0;;) {
+    auto j = text.find('.', i);
+    p.segs_.emplace_back(text.substr(i, j == std::string_view::npos ? std::string_view::npos : j - i));
     if (j == std::string_view::npos) break;
     i = j + 1;
   }
@@ -31,6 +40,7 @@ p9::Result<Pattern> Pattern::parse(std::string_view text) {
 }
 
 bool Pattern::matches(const std::string& topic) const {
+  if (never_) return false;
   std::size_t i = 0;
   for (std::size_t k = 0; k < segs_.size(); k++) {
     if (i > topic.size()) return false;

@@ -18,12 +18,14 @@ namespace ollie {
 /// A topic pattern: dot-separated segments, `*` one segment, a last `*` one or more.
 class Pattern {
  public:
-  static constexpr std::size_t MAX_BYTES = 256, MAX_SEGMENTS = 8;  ///< topics have 3 segments
+  /// Topics have 3 segments and fewer than 64 bytes: a pattern past either bound matches none.
+  static constexpr std::size_t MAX_BYTES = 256, MAX_SEGMENTS = 8;
   static p9::Result<Pattern> parse(std::string_view text);
   bool matches(const std::string& topic) const;
 
  private:
   std::vector<std::string> segs_;
+  bool never_ = false;  ///< past MAX_BYTES or MAX_SEGMENTS
 };
 
 class Subscription;

@@ -32,15 +32,20 @@ TEST(Pattern, BadPatterns) {
   EXPECT_EQ(Pattern::parse("a*").ename(), "bad pattern: a*");
   EXPECT_EQ(Pattern::parse(".a").ename(), "bad pattern: .a");
   EXPECT_EQ(Pattern::parse("a.").ename(), "bad pattern: a.");
-  // Bounded: a pattern past 256 bytes or 8 segments (topics have 3) is refused before it is
-  // split (4 million segments pinned hundreds of MB per fid), and named cut to 64 bytes.
-  const std::string segments = "a.a.a.a.a.a.a.a.a";
-  EXPECT_EQ(Pattern::parse(segments).ename(), "bad pattern: " + segments);
+  // A pattern past 256 bytes or 8 segments (topics have 3) is valid (§5.2) and matches nothing:
+  // it is not kept split (4 million segments pinned hundreds of MB per fid). A bad one is named
+  // cut to 64 bytes.
+  for (const std::string& never : {std::string("*.*.*.*.*.*.*.*.*"), std::string(300, 'x'), std::string("agent.") + std::string(300, 'x')}) {
+    auto p = Pattern::parse(never);
+    ASSERT_TRUE(p) << p.ename();
+    EXPECT_FALSE(p->matches("agent." + std::string(300, 'x'))) << never;
+    EXPECT_FALSE(p->matches("a.b.c.d.e.f.g.h.i")) << never;
+  }
   std::string huge;
   for (int i = 0; i < 1000000; i++) huge += "a.";
-  huge += "a";
-  EXPECT_EQ(Pattern::parse(huge).ename(), "bad pattern: " + huge.substr(0, 64) + "…");
-  EXPECT_TRUE(Pattern::parse(std::string(256, 'x')));
+  EXPECT_TRUE(Pattern::parse(huge + "a"));
+  EXPECT_EQ(Pattern::parse(huge + "a*").ename(), "bad pattern: " + huge.substr(0, 64) + "…");
+  EXPECT_TRUE(Pattern::parse(std::string(256, 'x'))->matches(std::string(256, 'x')));
 }
 
 TEST(Bus, SubscriptionSeesOnlyLaterEvents) {
