@@ -61,6 +61,18 @@ TEST_F(FileEdit, MissingMatchGivesAHint) {
   EXPECT_EQ(r.out, "old_string not found in f.py; read the file again with file_read (it may have changed) and copy the text exactly\n");
 }
 
+// The hint's search is bounded: 4,000 lines of `x` and a `y`, against 400,000 lines of `x`,
+// compared every start line on for 4,000 lines and ran past the call's timeout.
+TEST_F(FileEdit, TheHintOfAMissingMatchIsFoundInBoundedTime) {
+  std::string text, old;
+  for (int i = 0; i < 400000; i++) text += "x\n";
+  for (int i = 0; i < 4000; i++) old += "x\n";
+  write_file(at("xs.txt"), text);
+  auto r = edit("xs.txt", old + "y", "z");
+  EXPECT_EQ(r.exit(), 1) << r.status() << r.out;
+  EXPECT_EQ(r.out.rfind("old_string not found in xs.txt; ", 0), 0u) << r.out;
+}
+
 TEST_F(FileEdit, MultiLineMatchKeepsTheModeAndCrlf) {
   write_file(at("run.sh"), "#!/bin/sh\r\necho one\r\necho two\r\nexit 0\r\n", 0751);
   auto r = edit("run.sh", "echo one\necho two\n", "echo three\n");

@@ -26,6 +26,7 @@ struct FileGrep : ::testing::Test {
     write_file(at("run.log"), "foo\n");
     write_file(at(".git/HEAD"), "foo\n");
     write_file(at("blob.bin"), std::string("foo\0bar\n", 8));
+    write_file(at("crlf.txt"), "one crlf\r\ntwo crlf\r\nlf crlf\nend");
   }
   std::string at(const std::string& rel) { return host.cwd + "/" + rel; }
   Reply grep(const std::string& args) { return host.call("file_grep", args); }
@@ -51,9 +52,25 @@ const char* queries[] = {
     R"({"pattern":"^int","path":"src/a.c"})",
     R"({"pattern":"\\d","path":"src"})",
     R"({"pattern":"nothing here"})",
+    // Patterns that match the empty string find no line past the last (the own engine read past
+    // its line table, with context, and made up a line after the last newline).
+    R"({"pattern":"^","path":"src/a.c","context":2})",
+    R"({"pattern":"^$","path":"src/a.c"})",
+    R"({"pattern":"x*","path":"src/b.h","output":"count"})",
+    // `$` matches before a CRLF line's CR (the CR is not shown, so it cannot be matched).
+    R"({"pattern":"crlf$","path":"crlf.txt"})",
 };
 
 }  // namespace
+
+// A CRLF line's CR is not shown, and `$` matches before it, with either engine (rg --crlf);
+// `crlf$` found only the LF line.
+TEST_F(FileGrep, DollarMatchesBeforeTheCrOfACrlfLine) {
+  const std::string q = R"({"pattern":"crlf$","path":"crlf.txt"})";
+  const std::string want = "crlf.txt:1:one crlf\ncrlf.txt:2:two crlf\ncrlf.txt:3:lf crlf\n";
+  EXPECT_EQ(grep(q).out, want);
+  EXPECT_EQ(direct(q), want);
+}
 
 TEST_F(FileGrep, ContentWithLineNumbersSkippingIgnoredAndBinary) {
   auto r = grep(R"({"pattern":"foo"})");
@@ -80,6 +97,13 @@ TEST_F(FileGrep, AGlobWithADirectorySearchesItAloneUnlessItSaysStarStar) {
   EXPECT_EQ(direct(shallow), grep(shallow).out);
   EXPECT_EQ(grep(R"({"pattern":"foo","glob":"src/**/*.c"})").out,
             "src/a.c:1:int foo(void);\nsrc/a.c:5:foo();\nsrc/deep/c.c:1:void foo_bar(int x) { return; }\n");
+  // `dir/**` is every file below dir, as file_glob takes it (it was the files directly in it).
+  for (const char* all : {R"({"pattern":"foo","glob":"src/**","ignore_case":true})", R"({"pattern":"foo","glob":"src/deep/**"})"}) {
+    const auto r = grep(all);
+    EXPECT_NE(r.out.find("src/deep/c.c:1:void foo_bar"), std::string::npos) << all << r.out;
+    EXPECT_EQ(direct(all), r.out) << all;
+  }
+  EXPECT_NE(grep(R"({"pattern":"foo","glob":"src/**","ignore_case":true})").out.find("src/b.h:1:#define FOO 1"), std::string::npos);
 }
 
 // A newline in a file name: the match is listed under its own name, quoted, never under the name

@@ -11,7 +11,10 @@ namespace {
 
 struct FileWrite : ::testing::Test {
   ToolHost host;
-  void SetUp() override { host.load("file_write"); }
+  void SetUp() override {
+    host.load("file_write");
+    host.load("file_read");
+  }
   Reply write(const std::string& args) { return host.call("file_write", args); }
   std::string at(const std::string& rel) { return host.cwd + "/" + rel; }
   static mode_t mode_of(const std::string& p) {
@@ -34,6 +37,21 @@ TEST_F(FileWrite, CreatesWithParentDirectories) {
   r = write(R"({"path":"last.txt","content":"no newline"})");
   EXPECT_EQ(r.out, "created last.txt: 10 bytes, 1 line\n");
   EXPECT_EQ(write(R"({"path":"zero.txt","content":""})").out, "created zero.txt: 0 bytes, 0 lines\n");
+}
+
+// `..` after a symlink is the parent of its target, as the kernel (and `cat`) takes it: with
+// deep -> sub/inner, deep/../x.txt is sub/x.txt. It was cleaned as text to ./x.txt, and the
+// other file was overwritten.
+TEST_F(FileWrite, DotDotAfterASymlinkIsTheParentOfItsTarget) {
+  write_file(at("x.txt"), "TOP\n");
+  write_file(at("sub/x.txt"), "SUB\n");
+  write_file(at("sub/inner/keep"), "");
+  ASSERT_EQ(::symlink("sub/inner", at("deep").c_str()), 0);
+  auto r = write(R"({"path":"deep/../x.txt","content":"NEW\n"})");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(read_file(at("sub/x.txt")), "NEW\n");
+  EXPECT_EQ(read_file(at("x.txt")), "TOP\n");
+  EXPECT_EQ(host.call("file_read", R"({"path":"deep/../x.txt"})").out, "     1\tNEW\n");
 }
 
 TEST_F(FileWrite, OverwriteKeepsTheModeAndLeavesNoTemporaryFile) {
@@ -112,4 +130,29 @@ TEST_F(FileWrite, ANameOf250BytesIsWrittenAndReplaced) {
   ASSERT_TRUE(r.ok()) << r.out;
   EXPECT_EQ(read_file(at(name)), "two\n");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(host.cwd), {}), 1) << "a temporary left behind";
+}
+
+// sandbox.yaml may grant one file rw (§7.3.2) and not its directory, where no temporary file can
+// be made: the file is written in place, as `shell`'s `>` writes it. It was refused with
+// `permission denied: … (outside the sandbox's paths)`. A new file beside it stays refused.
+TEST(FileWriteGrant, AFileTheSandboxGrantsAloneIsWrittenInPlace) {
+  std::string dir = "/tmp/ollie-grant-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string file = dir + "/one.txt";
+  write_file(file, "old\n");
+  std::string policy = read_file(source("data/sandbox.yaml"));
+  const std::string rw = "rw:  [\"/dev/null\",";
+  ASSERT_NE(policy.find(rw), std::string::npos);
+  policy.replace(policy.find(rw), rw.size(), "rw:  [\"" + file + "\", \"/dev/null\",");
+  {
+    ToolHost host(policy);
+    host.load("file_write");
+    auto r = host.call("file_write", R"({"path":")" + file + R"(","content":"new\n"})");
+    EXPECT_TRUE(r.ok()) << r.out << r.err;
+    EXPECT_EQ(read_file(file), "new\n");
+    r = host.call("file_write", R"({"path":")" + dir + R"(/two.txt","content":"x"})");
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.out.rfind("permission denied: " + dir + "/two.txt", 0), 0u) << r.out;
+  }
+  std::filesystem::remove_all(dir);
 }

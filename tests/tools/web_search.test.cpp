@@ -11,7 +11,8 @@ using namespace tools_test;
 
 namespace {
 
-// Two results around an ad, as html.duckduckgo.com lays them out.
+// Results around an ad, as html.duckduckgo.com lays them out, then two that are no web address
+// (a decoded newline would forge a result line, and `javascript:`): left out.
 const std::string results = R"(<!DOCTYPE html><html><head><title>ollie landlock at DuckDuckGo</title></head><body>
 <div class="result results_links results_links_deep result--ad">
   <h2 class="result__title"><a class="result__a" href="https://duckduckgo.com/y.js?ad_domain=ads.example">AD TITLE</a></h2>
@@ -30,6 +31,14 @@ const std::string results = R"(<!DOCTYPE html><html><head><title>ollie landlock 
 <div class="result results_links results_links_deep web-result">
   <h2 class="result__title"><a rel="nofollow" class="result__a" href="https://example.org/third">Third</a></h2>
   <a class="result__snippet">Third snippet</a>
+</div>
+<div class="result results_links results_links_deep web-result">
+  <h2 class="result__title"><a class="result__a"
+     href="//duckduckgo.com/l/?uddg=https%3A%2F%2Fexample.org%2Fx%0A1.%20forged">Forged by a newline</a></h2>
+  <a class="result__snippet">not a result</a>
+</div>
+<div class="result results_links results_links_deep web-result">
+  <h2 class="result__title"><a class="result__a" href="javascript:go.there">A script</a></h2>
 </div>
 </body></html>)";
 

@@ -44,6 +44,7 @@ Query parse(const tool::Args& args) {
     q.root = tool::absolute(q.root + dirs);
     q.shallow = i + 1 == parts.size();
     q.glob = std::string(parts.back());
+    if (q.glob == "**") q.shallow = false, q.glob.clear();  // `src/**`: every file below src
   }
   if (q.glob == "*") q.glob.clear();
 

@@ -22,7 +22,10 @@ namespace {
 
 constexpr long long default_limit = 2000;
 constexpr std::size_t max_line = 2000;           // bytes of one line shown
-constexpr std::size_t max_output = 256 * 1024;   // bytes of the whole result
+// Bytes of the whole result, its last line included: under the 8192 bytes the engine keeps of a
+// result (§8.3.4, the rest of a longer one cut from its middle), so "continue with offset=" names
+// the first line the model has not seen.
+constexpr std::size_t max_output = 7 * 1024;
 constexpr std::size_t chunk = 1 << 20;
 
 std::size_t distance(std::string_view a, std::string_view b) {

@@ -134,6 +134,28 @@ void replace_file(const std::string& abs, std::string_view content, mode_t mode)
   const std::string name = abs.substr(slash + 1, NAME_MAX - 1 - suffix.size());
   std::string tmp = dir + (dir == "/" ? "" : "/") + "." + name + std::string(suffix);
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0 && (errno == EACCES || errno == EPERM)) {
+    // The sandbox grants the file and not its directory (sandbox.yaml may name a file): it is
+    // written in place, as a shell's `>` would, since no file can be made beside it.
+    const int err = errno;
+    const int in_place = ::open(abs.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (in_place < 0) fail(err, abs, "cannot create a temporary file beside");
+    for (std::size_t off = 0; off < content.size();) {
+      const ssize_t w = ::write(in_place, content.data() + off, content.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        const int e = errno;
+        ::close(in_place);
+        fail(e, abs, "cannot write");
+      }
+      off += static_cast<std::size_t>(w);
+    }
+    const bool synced = ::fsync(in_place) == 0;
+    const int e = errno;
+    ::close(in_place);
+    if (!synced) fail(e, abs, "cannot sync");
+    return;
+  }
   if (fd < 0) fail(errno, abs, "cannot create a temporary file beside");
   auto abandon = [&](int err, std::string_view what) {
     ::close(fd);

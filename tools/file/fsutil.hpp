@@ -41,7 +41,8 @@ std::string human_size(long long bytes);
 /// Lines of `text` as an editor counts them: the final line needs no newline.
 std::size_t count_lines(std::string_view text);
 
-/// Replaces `abs` with `content`: a temporary file in the same directory, fsync, rename.
+/// Replaces `abs` with `content`: a temporary file in the same directory, fsync, rename; in
+/// place when the directory refuses the temporary (EACCES, EPERM) and the file can be written.
 /// `mode` is the mode of the new file. Throws tool::Error.
 void replace_file(const std::string& abs, std::string_view content, mode_t mode);
 

@@ -78,7 +78,8 @@ std::string Collector::format(const Query& q) const {
       out += "[… " + std::to_string(total_files - files_printed) + " more files not shown (" + std::to_string(total_files) +
              " in all); narrow the pattern, path or glob]\n";
   } else if (mode_ == Mode::count) {
-    out += "[" + std::to_string(total) + " matching lines in " + std::to_string(total_files) + " files]\n";
+    out += "[" + std::to_string(total) + (total == 1 ? " matching line in " : " matching lines in ") + std::to_string(total_files) +
+           (total_files == 1 ? " file]\n" : " files]\n");
   }
   return out;
 }

@@ -90,7 +90,7 @@ void grep_rg(const Query& q, Collector& out) {
   const std::string where = shown(q.root);
   std::vector<std::string> args{"rg", "--no-config", "--null", "--no-heading", "--with-filename", "--line-number",
                                 "--color", "never", "--no-require-git", "--hidden", "--glob", "!.git", "--no-ignore-dot",
-                                "--no-ignore-global", "--no-ignore-exclude", "--no-messages"};
+                                "--no-ignore-global", "--no-ignore-exclude", "--no-messages", "--crlf"};
   if (q.ignore_case) args.push_back("--ignore-case");
   if (q.mode == Mode::files) args.push_back("--files-with-matches");
   if (q.mode == Mode::count) args.push_back("--count");

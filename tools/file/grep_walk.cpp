@@ -78,7 +78,15 @@ bool read_text(const std::string& abs, std::string& buf) {
   }
   ::close(fd);
   buf.resize(got);
-  return std::memchr(buf.data(), '\0', got) == nullptr;  // a NUL anywhere: binary, skipped
+  if (std::memchr(buf.data(), '\0', got)) return false;  // a NUL anywhere: binary, skipped
+  // A CRLF line ends where its CR starts, as under rg --crlf: `$` matches before it.
+  if (buf.find("\r\n") != std::string::npos) {
+    std::size_t w = 0;
+    for (std::size_t r = 0; r < buf.size(); r++)
+      if (!(buf[r] == '\r' && r + 1 < buf.size() && buf[r + 1] == '\n')) buf[w++] = buf[r];
+    buf.resize(w);
+  }
+  return true;
 }
 
 void search(const Query& q, const Regex& re, const std::string& abs, std::string& buf, Collector& out) {
@@ -101,9 +109,12 @@ void search(const Query& q, const Regex& re, const std::string& abs, std::string
   std::size_t line = 1, counted_to = 0;
   std::vector<std::size_t> matched;  // line numbers of the kept matches
   regmatch_t m[1];
-  for (std::size_t pos = 0; pos <= size;) {
+  // Each pass starts a line: none starts at the end (after a last newline, or in an empty file),
+  // so a pattern that matches the empty string finds no line past the last, as rg does.
+  for (std::size_t pos = 0; pos < size;) {
     if (::regexec(&re.re, base + pos, 1, m, pos == 0 || base[pos - 1] == '\n' ? 0 : REG_NOTBOL) != 0) break;
     const std::size_t at = pos + static_cast<std::size_t>(m[0].rm_so);
+    if (at == size && base[size - 1] == '\n') break;  // the empty string after the last line
     const char* scan = base + counted_to;
     while (const char* nl = static_cast<const char*>(std::memchr(scan, '\n', base + at - scan))) line++, scan = nl + 1;
     const std::size_t bol = static_cast<std::size_t>(scan - base);

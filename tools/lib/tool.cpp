@@ -1,8 +1,10 @@
 #include "tool.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -87,7 +89,12 @@ std::string absolute(std::string_view path) {
     joined += '/';
   }
   joined += path;
-  std::vector<std::string_view> parts;
+  std::vector<std::string> parts;
+  const auto join = [&] {
+    std::string out;
+    for (const auto& p : parts) (out += '/') += p;
+    return out.empty() ? std::string("/") : out;
+  };
   std::string_view rest = joined;
   while (!rest.empty()) {
     const auto slash = rest.find('/');
@@ -95,14 +102,27 @@ std::string absolute(std::string_view path) {
     rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
     if (part.empty() || part == ".") continue;
     if (part == "..") {
+      // `..` after a symlink is the parent of what it points to, as the kernel takes it
+      // (`link/../x` is not `./x`): the path so far is resolved first.
+      struct stat st {};
+      if (!parts.empty() && ::lstat(join().c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (char* real = ::realpath(join().c_str(), nullptr)) {
+          parts.clear();
+          std::string_view r = real;
+          while (!r.empty()) {
+            const auto s2 = r.find('/');
+            if (s2 != 0) parts.emplace_back(r.substr(0, s2));
+            r = s2 == std::string_view::npos ? std::string_view{} : r.substr(s2 + 1);
+          }
+          std::free(real);
+        }
+      }
       if (!parts.empty()) parts.pop_back();
       continue;
     }
-    parts.push_back(part);
+    parts.emplace_back(part);
   }
-  std::string out;
-  for (auto p : parts) (out += '/') += p;
-  return out.empty() ? "/" : out;
+  return join();
 }
 
 }  // namespace tool

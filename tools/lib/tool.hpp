@@ -47,7 +47,8 @@ class Args {
 int run(const std::function<std::string(const Args&)>& body);
 
 /// `path` made absolute against the working directory (the call's cwd) and cleaned of `.`, `..`
-/// and repeated slashes, without resolving symlinks. Empty → Error `invalid path: empty`.
+/// and repeated slashes, without resolving symlinks, but for one a `..` follows (the parent of
+/// its target, as the kernel takes it). Empty → Error `invalid path: empty`.
 std::string absolute(std::string_view path);
 
 }  // namespace tool

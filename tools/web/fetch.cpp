@@ -10,7 +10,9 @@
 
 namespace {
 
-constexpr long long default_output = 100 * 1024, min_output = 1024, max_output = 1024 * 1024;
+// Bytes of output a call shows: under the 8192 bytes the engine keeps of a result (§8.3.4, a
+// longer one cut from its middle), so the rest is reached with `offset`, never lost in a cut.
+constexpr std::size_t window = 7 * 1024;
 
 /// "HTTP 404 Not Found from <url>: <the start of the page's text>".
 std::string http_error(const web::Response& t, web::Kind kind, const std::string& url) {
@@ -33,7 +35,7 @@ std::string fetch(const tool::Args& args) {
   const std::string format = args.opt_string("format").value_or("markdown");
   if (format != "markdown" && format != "text" && format != "raw")
     throw tool::Error("invalid format: must be markdown, text or raw");
-  const auto limit = static_cast<std::size_t>(args.opt_int("max_bytes", min_output, max_output).value_or(default_output));
+  const auto offset = static_cast<std::size_t>(args.opt_int("offset", 0, 1LL << 40).value_or(0));
   web::Response t = web::get(url, "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.8",
                              "Mozilla/5.0 (compatible; ollie-web_fetch/0.1)");
   const std::string& content_type = t.content_type;
@@ -61,11 +63,20 @@ std::string fetch(const tool::Args& args) {
   } else {
     out = info + "\n\n" + t.body;
   }
-  if (out.size() > limit) {
+  if (offset > 0 || out.size() > window) {
     const std::size_t total = out.size();
-    out.resize(web::utf8_prefix(out, limit).size());
-    out += "\n\n[… output cut: " + std::to_string(out.size()) + " of " + std::to_string(total) +
-           " bytes shown; max_bytes (up to " + std::to_string(max_output) + ") shows more]";
+    if (offset >= total)
+      throw tool::Error("offset " + std::to_string(offset) + " is past the end of the output (" + std::to_string(total) + " bytes)");
+    // From the character the offset falls in, up to the window's last whole character.
+    std::size_t from = offset;
+    while (from > 0 && (static_cast<unsigned char>(out[from]) & 0xC0) == 0x80) from--;
+    const std::size_t to = from + web::utf8_prefix(std::string_view(out).substr(from), window).size();
+    out = out.substr(from, to - from);
+    if (to < total)
+      out += "\n\n[… output cut: bytes " + std::to_string(from) + "-" + std::to_string(to) + " of " + std::to_string(total) +
+             " shown; continue with offset=" + std::to_string(to) + "]";
+    else
+      out += "\n\n[bytes " + std::to_string(from) + "-" + std::to_string(to) + " of " + std::to_string(total) + ": the end]";
   }
   if (t.cut && format == "raw") out += "\n[download stopped at the 5 MiB limit: the rest was not fetched]";
   return out;

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <gumbo.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -56,17 +57,22 @@ std::string text_of(const GumboNode* n, std::size_t max) {
 }
 
 /// DuckDuckGo links a result through its redirector (`//duckduckgo.com/l/?uddg=<the URL>&…`):
-/// the URL itself; an ad's link (`/y.js?…`) is "".
+/// the URL itself. Only a web address is a result: an ad's link (`/y.js?…`), another scheme
+/// (`javascript:`) or a control character (a decoded newline would forge a result line of its
+/// own) makes it "".
 std::string result_url(std::string href) {
   if (href.rfind("//", 0) == 0) href = "https:" + href;
   if (href.find("duckduckgo.com/y.js") != std::string::npos) return "";
-  const auto at = href.find("uddg=");
-  if (at == std::string::npos || href.find("duckduckgo.com/l/") == std::string::npos) return href;
-  const std::size_t start = at + 5, end = std::min(href.find('&', start), href.size());
-  int len = 0;
-  char* raw = curl_easy_unescape(nullptr, href.data() + start, static_cast<int>(end - start), &len);
-  std::string out = raw ? std::string(raw, static_cast<std::size_t>(len)) : "";
-  curl_free(raw);
+  std::string out = href;
+  if (const auto at = href.find("uddg="); at != std::string::npos && href.find("duckduckgo.com/l/") != std::string::npos) {
+    const std::size_t start = at + 5, end = std::min(href.find('&', start), href.size());
+    int len = 0;
+    char* raw = curl_easy_unescape(nullptr, href.data() + start, static_cast<int>(end - start), &len);
+    out = raw ? std::string(raw, static_cast<std::size_t>(len)) : "";
+    curl_free(raw);
+  }
+  const bool web = out.rfind("http://", 0) == 0 || out.rfind("https://", 0) == 0;
+  if (!web || std::any_of(out.begin(), out.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) return "";
   return out;
 }
 
