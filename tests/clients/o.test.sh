@@ -40,9 +40,9 @@ o -h | grep -q 'o \[session \[agent\]\]' || fail "o -h does not show the usage"
 if o -x 2>/dev/null; then fail "o -x exits 0"; fi
 
 # Every prompt gets the hello, but a turn whose request holds "thirty rounds" (the busy agent's,
-# below) gets 30 rounds of a quick shell call, then its answer, one that holds "xyzzy" a shell
-# call that asks to bypass the sandbox, and the first that holds "take your time" a slow answer
-# (about 6 s: a frame every 1.5 s).
+# below) gets 30 rounds of a quick shell call, then its answer, one that holds "xyzzy" (or
+# "plugh") a shell call that asks to bypass the sandbox, and the first that holds "take your
+# time" a slow answer (about 6 s: a frame every 1.5 s).
 {
   printf '{"loop":true,"responses":['
   for i in $(seq 30); do
@@ -51,6 +51,8 @@ if o -x 2>/dev/null; then fail "o -x exits 0"; fi
   printf '{"when":"thirty rounds","text":"All thirty rounds are done."},'
   printf '{"when":"xyzzy","tool_calls":[{"id":"b1","name":"shell","arguments":{"cmd":"echo escaped","bypass":true}}]},'
   printf '{"when":"xyzzy","text":"Ran it outside."},'
+  printf '{"when":"plugh","tool_calls":[{"id":"b2","name":"shell","arguments":{"cmd":"echo escaped","bypass":true}}]},'
+  printf '{"when":"plugh","text":"Ran it outside."},'
   printf '{"when":"take your time","text":"Slowly, slowly, done.","delay_ms":1500},{"text":"Hello from the fake model."}]}\n'
 } >"$root/say.json"
 "$build/tests/fakeprovider/fakeprovider" --port 0 --script "$root/say.json" >"$root/fake.out" &
@@ -253,6 +255,18 @@ xchat | grep -qx 'escaped' || fail "no output of the call run outside: $(xchat)"
 within 10 xstatus '^idle · fake-model' || fail "the status line after the decision: $(tmux show -v -t "$x:" status-right)"
 tmux send-keys -t "$x:0.1" '!allow' Enter
 within 10 xprompt 'o: no bypass request is waiting' || fail "!allow with none waiting: $(tmux capture-pane -p -J -t "$x:0.1")"
+# another agent's request (its chat is not this pane's) is decided only once the pane has shown it
+echo name=other | ollie-9p rdwr session/work/agent/new >/dev/null
+echo 'you too, plugh' | ollie-9p write session/work/agent/other/prompt
+other_waits() { ollie-9p read bypass/pending/work | grep -q $'\tother\tshell\techo escaped$'; }
+within 20 other_waits || fail "the other agent's request: $(ollie-9p read bypass/pending/work)"
+n=$(ollie-9p read bypass/pending/work | cut -f1)
+tmux send-keys -t "$x:0.1" '!allow' Enter  # alone: not another agent's, even the only one waiting
+within 10 xprompt "  $n  other: shell echo escaped" || fail "!allow with another's waiting: $(tmux capture-pane -p -J -t "$x:0.1")"
+other_waits || fail "!allow alone decided another agent's request"
+tmux send-keys -t "$x:0.1" "!allow $n" Enter
+other_ran() { ollie-9p read session/work/agent/other/log | grep -qF 'Ran it outside.'; }
+within 20 other_ran || fail "the request shown, then allowed, did not run: $(ollie-9p read session/work/agent/other/log)"
 tmux kill-session -t "$x"
 
 # renamed under it, the pair keeps working (o addresses it by id); the names shown follow, the
