@@ -139,7 +139,7 @@ asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap
     for (const char* tier : {"cold", "warm"}) {
       std::lock_guard lock(a.mu);
       pruned += prune(a.history, hot, tier);
-      enough = why == Trigger::threshold && !over_trigger(estimate_tokens(system, a.history), context, percent);
+      enough = why == Trigger::threshold && !over_trigger(estimate_tokens(system.size(), a.history), context, percent);
       if (enough) break;
     }
     if (pruned.results > 0) {

@@ -65,8 +65,8 @@ Pruned prune(std::vector<HistoryMessage>& h, std::size_t end, std::string_view t
 
 // ---- the estimate (§8.5.1) ----
 
-/// (system prompt + every message's content as sent + every call's name and arguments) / 4.
-std::int64_t estimate_tokens(std::string_view system, const std::vector<HistoryMessage>& h);
+/// (system prompt's bytes + every message's content as sent + every call's name and arguments) / 4.
+std::int64_t estimate_tokens(std::size_t system_bytes, const std::vector<HistoryMessage>& h);
 /// Whether `tokens` reaches `percent` % of `context_length`.
 bool over_trigger(std::int64_t tokens, int context_length, int percent);
 

@@ -166,8 +166,8 @@ Pruned collapse_sent(std::vector<HistoryMessage>& h) {
   return p;
 }
 
-std::int64_t estimate_tokens(std::string_view system, const std::vector<HistoryMessage>& h) {
-  std::size_t bytes = system.size();
+std::int64_t estimate_tokens(std::size_t system_bytes, const std::vector<HistoryMessage>& h) {
+  std::size_t bytes = system_bytes;
   for (const auto& m : h) {
     bytes += m.msg.content.size();
     for (const auto& c : m.msg.tool_calls) bytes += c.name.size() + c.arguments.size();

@@ -543,6 +543,7 @@ std::size_t restore(Hub& hub) {
         a->peers = ar.peers;
         a->feed = ar.feed;
         a->created = ar.created;
+        a->restored_prompt_bytes = ar.system_prompt_bytes;
         a->history = std::move(ar.messages);
         a->stats.totals = ar.usage;
       }

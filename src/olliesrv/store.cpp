@@ -151,6 +151,7 @@ ojson agent_json(const AgentRecord& a) {
   j["peers"] = a.peers;
   j["plan"] = a.plan;
   j["blockCounter"] = bounded(a.block_counter);
+  if (a.system_prompt_bytes) j["systemPromptBytes"] = bounded(a.system_prompt_bytes);
   j["feed"] = a.feed;
   const auto& u = a.usage;
   j["usage"] = ojson{{"input", bounded(u.input)},
@@ -363,7 +364,8 @@ struct Parser {
     if (!str(j, "id", p, a.id) || !str(j, "name", p, a.name) || !str(j, "profile", p, a.profile) ||
         !str(j, "parent", p, a.parent) || !i64(j, "created", p, a.created) || !str(j, "backend", p, a.backend) || !str(j, "model", p, a.model) ||
         !str(j, "cwd", p, a.cwd) || !strings(j, "tools", p, a.tools) || !strings(j, "peers", p, a.peers) ||
-        !str(j, "plan", p, a.plan) || !count(j, "blockCounter", p, a.block_counter) || !str(j, "feed", p, a.feed) ||
+        !str(j, "plan", p, a.plan) || !count(j, "blockCounter", p, a.block_counter) ||
+        !count(j, "systemPromptBytes", p, a.system_prompt_bytes) || !str(j, "feed", p, a.feed) ||
         !boolean(j, "turn", p, a.turn))
       return false;
     if (a.id.empty()) return fail(p + "id", "empty");

@@ -53,6 +53,9 @@ struct AgentRecord {
   std::vector<std::string> tools, peers;
   std::string plan;
   std::uint64_t block_counter = 0;
+  /// Bytes of the system prompt as last rendered (an extension: "systemPromptBytes", when known):
+  /// a restored agent's context estimate (stats) counts it until the prompt is rendered again.
+  std::uint64_t system_prompt_bytes = 0;
   std::string feed;
   UsageRecord usage;
   std::vector<HistoryMessage> messages;

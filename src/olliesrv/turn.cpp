@@ -553,7 +553,7 @@ asio::awaitable<void> Turn::before_request() {
   {
     std::lock_guard lock(a.mu);
     collapse_sent(a.history);  // §8.4
-    over = over_trigger(estimate_tokens(a.system_prompt, a.history), context, a.profile.compact_at);
+    over = over_trigger(estimate_tokens(a.system_prompt.size(), a.history), context, a.profile.compact_at);
   }
   if (over) co_await compact(Trigger::threshold);
 }

@@ -1372,6 +1372,28 @@ TEST(Conversation, TheCallsOfAStoppedResponseDoNotRunAndNoStateSaysSo) {
   EXPECT_EQ(seen, (std::vector<std::string>{"tool: error: stopped: content_filter", "error: stopped: content_filter"}));
 }
 
+// §8.5.1: a restored agent's context estimate still counts its system prompt, which is rendered
+// again only at its first use (§7.7): stats said `contextTokens=2` after a restart (the status
+// lines of o and ellie showed ctx 0%) until the next turn.
+TEST(Conversation, ARestoredAgentsContextEstimateCountsItsSystemPrompt) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "hi"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "hello"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  const auto tokens = [&] {
+    const std::string st = *w.read(a + "/stats");
+    const auto at = st.find("contextTokens=");
+    return std::stol(st.substr(at + 14));
+  };
+  const long before = tokens();
+  ASSERT_GT(before, 1000);  // the default profile's system prompt and tools: thousands of bytes
+  w.stop_server(SIGTERM);
+  w.start();
+  EXPECT_EQ(tokens(), before);
+}
+
 TEST(Conversation, ToolLoadCallsBackIntoOlliesrvAsTheAgentItself) {
   World w;
   auto s = w.session("work");

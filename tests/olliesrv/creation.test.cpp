@@ -363,12 +363,7 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   ASSERT_TRUE(f);
   ASSERT_TRUE(f->open(p9::ORDWR));
   ASSERT_TRUE(f->write("name=half agent=slow"));
-  p9::Fcall t;
-  t.type = p9::Tread;
-  t.fid = f->num();
-  t.count = 8192;
-  std::promise<p9::Result<p9::Fcall>> reply;
-  const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
+  auto held = start_read(*f);
   auto ev = w.open("event");
   // While its prompt entry runs (the name is reserved before it starts): the name is taken,
   // the directory is not there yet. Probed only then: a probe before the request is served
@@ -380,9 +375,9 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   EXPECT_EQ(taken.ename(), "agent already exists: half");
   EXPECT_EQ(*w.read(s + "/agent/idx"), "");
   EXPECT_EQ(w.walk(s + "/agent/half").ename(), "half: file not found");
-  const auto flushed = std::async(std::launch::async, [&] { f->client().flush(tag); });
+  const auto flushed = std::async(std::launch::async, [&] { f->client().flush(held.tag); });
   ASSERT_EQ(flushed.wait_for(10s), std::future_status::ready) << "the Rflush waited for the 28 s entry";
-  EXPECT_FALSE(reply.get_future().get());
+  EXPECT_FALSE(held.reply.get());
   EXPECT_TRUE(eventually([&] { return ::kill(entry, 0) != 0 && errno == ESRCH; })) << "the entry's shell still runs";
   // The name is free again; the only agent events are those of the new one.
   auto again = w.rdwr(s + "/agent/new", "name=half");

@@ -366,15 +366,10 @@ TEST(Generate, AFlushedReadAbortsTheTransfer) {
   ASSERT_TRUE(f);
   ASSERT_TRUE(f->open(p9::ORDWR));
   ASSERT_TRUE(f->write("hang, please"));
-  p9::Fcall t;
-  t.type = p9::Tread;
-  t.fid = f->num();
-  t.count = 8192;
-  std::promise<p9::Result<p9::Fcall>> reply;
-  const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
+  auto held = start_read(*f);
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 1; }));
-  f->client().flush(tag);
-  auto got = reply.get_future().get();
+  f->client().flush(held.tag);
+  auto got = held.reply.get();
   EXPECT_FALSE(got);
   EXPECT_TRUE(eventually([&] { return requests_to(w, "/chat/completions").at(0).client_closed; }));
   // The fid serves the next request.

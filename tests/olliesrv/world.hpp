@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -335,6 +336,23 @@ class World {
 };
 
 /// The JSON objects of a JSONL text (log.raw, the audit log), oldest first.
+/// A Tread of the open fid `f` sent, not waited for (a test flushes it): its tag, and the reply
+/// to come (none, once flushed).
+struct PendingRead {
+  std::uint16_t tag;
+  std::future<p9::Result<p9::Fcall>> reply;
+};
+inline PendingRead start_read(p9::CFid& f) {
+  p9::Fcall t;
+  t.type = p9::Tread;
+  t.fid = f.num();
+  t.count = 8192;
+  auto reply = std::make_shared<std::promise<p9::Result<p9::Fcall>>>();
+  auto got = reply->get_future();
+  const auto tag = f.client().start(t, [reply](p9::Result<p9::Fcall> r) { reply->set_value(std::move(r)); });
+  return {tag, std::move(got)};
+}
+
 inline std::vector<nlohmann::json> blocks_of(const std::string& jsonl) {
   std::vector<nlohmann::json> out;
   for (std::size_t pos = 0, nl; pos < jsonl.size() && (nl = jsonl.find('\n', pos)) != std::string::npos; pos = nl + 1)

@@ -222,15 +222,10 @@ TEST(Remote, AFlushedSessionNewStopsItsBootstrap) {
   auto f = w.walk("session/new");
   ASSERT_TRUE(f && f->open(p9::ORDWR));
   ASSERT_TRUE(f->write("name=far cwd=" + sshd.work + " remote=ollie-silent"));
-  p9::Fcall t;
-  t.type = p9::Tread;
-  t.fid = f->num();
-  t.count = 8192;
-  std::promise<p9::Result<p9::Fcall>> reply;
-  const auto tag = f->client().start(t, [&](p9::Result<p9::Fcall> r) { reply.set_value(std::move(r)); });
+  auto held = start_read(*f);
   ASSERT_TRUE(eventually([&] { return !w.ssh_processes().empty(); }, 20s)) << w.log_text();
-  f->client().flush(tag);
-  EXPECT_FALSE(reply.get_future().get());
+  f->client().flush(held.tag);
+  EXPECT_FALSE(held.reply.get());
   EXPECT_TRUE(eventually([&] { return w.ssh_processes().empty(); }, 5s)) << "the bootstrap's ssh still runs";
   EXPECT_EQ(*w.read("session/idx"), "");
   auto again = w.rdwr("session/new", "name=far cwd=" + w.project);  // the name is free again

@@ -87,7 +87,7 @@ TEST(TiersUnit, OnlyColdResultsTheModelHasSeenCollapse) {
 TEST(CompactionUnit, EstimateCountsSystemContentAndCalls) {
   std::vector<HistoryMessage> h{user("12345678"), assistant("", {{"c1", "abcd"}})};
   // 4 + 8 + 4 + 12 bytes = 28 → 7 tokens
-  EXPECT_EQ(estimate_tokens("sys!", h), 7);
+  EXPECT_EQ(estimate_tokens(4, h), 7);
   EXPECT_TRUE(over_trigger(500, 1000, 50));
   EXPECT_FALSE(over_trigger(499, 1000, 50));
   EXPECT_TRUE(over_trigger(100, 1000, 10));
