@@ -567,10 +567,11 @@ std::size_t restore(Hub& hub) {
     // name, saved so, rather than not at all.
     bool renamed = false;
     if (hub.find(r.name)) {
+      const std::string fresh = default_name(r.id);
+      renamed = !hub.find(fresh);  // (the hub's lock is never taken under a session's)
+      if (renamed) spdlog::warn("restore: session {}: its name {} is another session's: it is {} now", r.id, r.name, fresh);
       std::lock_guard lock(s->mu);
-      s->name = default_name(r.id);
-      renamed = !hub.find(s->name);
-      if (renamed) spdlog::warn("restore: session {}: its name {} is another session's: it is {} now", r.id, r.name, s->name);
+      s->name = fresh;
     }
     if (auto st = hub.add(s); !st) {
       spdlog::error("restore: session {}: {}", r.id, st.ename());
