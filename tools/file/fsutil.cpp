@@ -125,6 +125,21 @@ std::size_t count_lines(std::string_view text) {
   return n;
 }
 
+namespace {
+
+/// Writes all of `content` to `fd`: 0, or the errno of the write that failed.
+int write_whole(int fd, std::string_view content) {
+  for (std::size_t off = 0; off < content.size();) {
+    const ssize_t w = ::write(fd, content.data() + off, content.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    off += static_cast<std::size_t>(w);
+  }
+  return 0;
+}
+
+}  // namespace
+
 void replace_file(const std::string& abs, std::string_view content, mode_t mode) {
   const auto slash = abs.rfind('/');
   const std::string dir = slash == 0 ? "/" : abs.substr(0, slash);
@@ -140,20 +155,11 @@ void replace_file(const std::string& abs, std::string_view content, mode_t mode)
     const int err = errno;
     const int in_place = ::open(abs.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (in_place < 0) fail(err, abs, "cannot create a temporary file beside");
-    for (std::size_t off = 0; off < content.size();) {
-      const ssize_t w = ::write(in_place, content.data() + off, content.size() - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        const int e = errno;
-        ::close(in_place);
-        fail(e, abs, "cannot write");
-      }
-      off += static_cast<std::size_t>(w);
-    }
-    const bool synced = ::fsync(in_place) == 0;
-    const int e = errno;
+    const int written = write_whole(in_place, content);
+    const int synced = written ? 0 : ::fsync(in_place) == 0 ? 0 : errno;
     ::close(in_place);
-    if (!synced) fail(e, abs, "cannot sync");
+    if (written) fail(written, abs, "cannot write");
+    if (synced) fail(synced, abs, "cannot sync");
     return;
   }
   if (fd < 0) fail(errno, abs, "cannot create a temporary file beside");
@@ -162,14 +168,7 @@ void replace_file(const std::string& abs, std::string_view content, mode_t mode)
     ::unlink(tmp.c_str());
     fail(err, abs, what);
   };
-  for (std::size_t off = 0; off < content.size();) {
-    const ssize_t w = ::write(fd, content.data() + off, content.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      abandon(errno, "cannot write");
-    }
-    off += static_cast<std::size_t>(w);
-  }
+  if (const int err = write_whole(fd, content)) abandon(err, "cannot write");
   if (::fchmod(fd, mode) != 0) abandon(errno, "cannot set the mode of");
   if (::fsync(fd) != 0) abandon(errno, "cannot sync");
   if (::close(fd) != 0) {
