@@ -893,6 +893,37 @@ TEST_F(Limits, ConnectionsPastTheCapAreClosedAtOnce) {
   EXPECT_EQ(d->walk(0, 1, {"hello"}).type, Rwalk);
 }
 
+// A raw 9P client in Python for a sandboxed peer (no_new_privs, as every tool runs): sets the
+// flag; dial() gives a connection past Tversion, dial_log() one attached as glenda (fid 0), fid 1
+// its `log` open and fid 2 a clone; msg/rpc/recv/attach/read/clone/clunk speak the frames;
+// errname is a reply's error.
+const std::string sandboxed_client =
+    "import ctypes, socket, struct, sys, time\n"
+    "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)\n"
+    "def s(b): return struct.pack('<H', len(b)) + b\n"
+    "def msg(t, tag, body): return struct.pack('<IBH', 7 + len(body), t, tag) + body\n"
+    "def recv(c):\n"
+    "    h = b''\n"
+    "    while len(h) < 4: h += c.recv(4 - len(h))\n"
+    "    n = struct.unpack('<I', h)[0]; b = h\n"
+    "    while len(b) < n: b += c.recv(n - len(b))\n"
+    "    return b\n"
+    "def rpc(c, m): c.sendall(m); return recv(c)\n"
+    "def errname(r): return r[9:9 + struct.unpack('<H', r[7:9])[0]].decode() if r[4] == 107 else 'ok'\n"
+    "def attach(c, fid): return rpc(c, msg(104, 1, struct.pack('<II', fid, 0xffffffff) + s(b'glenda') + s(b'')))\n"
+    "def clone(fid, newfid, tag=1): return msg(110, tag, struct.pack('<IIH', fid, newfid, 0))\n"
+    "def read(fid, tag): return msg(116, tag, struct.pack('<IQI', fid, 0, 100))\n"
+    "def clunk(fid, tag=1): return msg(120, tag, struct.pack('<I', fid))\n"
+    "def dial():\n"
+    "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5)\n"
+    "    rpc(c, msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000')))\n"
+    "    return c\n"
+    "def dial_log():\n"
+    "    c = dial(); attach(c, 0)\n"
+    "    rpc(c, msg(110, 1, struct.pack('<IIH', 0, 1, 1) + s(b'log'))); rpc(c, msg(112, 1, struct.pack('<IB', 1, 0)))\n"
+    "    rpc(c, clone(0, 2))\n"
+    "    return c\n";
+
 // Sandboxed processes (no_new_privs: tools) hold at most three quarters of the connections: a
 // tool that opens them until it is refused leaves the last quarter to the user's clients.
 TEST_F(Limits, SandboxedPeersLeaveAQuarterOfTheConnectionsToTheOthers) {
@@ -901,13 +932,11 @@ TEST_F(Limits, SandboxedPeersLeaveAQuarterOfTheConnectionsToTheOthers) {
   serve(opt);
   // Four connections from one no_new_privs process; each says whether it was answered (1) or
   // closed (0); the process holds them until its stdin ends.
-  const std::string script =
-      "import ctypes, socket, struct, sys\n"
-      "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)\n"
+  const std::string script = sandboxed_client +
       "conns = []\n"
       "for i in range(4):\n"
       "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5); conns.append(c)\n"
-      "v = b'9P2000'; frame = struct.pack('<IBHIH', 13 + len(v), 100, 0xffff, 8192, len(v)) + v\n"
+      "frame = msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000'))\n"
       "out = ''\n"
       "for c in conns:\n"
       "    try:\n"
@@ -957,25 +986,11 @@ TEST_F(Limits, RequestsInFlightAreCappedPerConnection) {
 // A sandboxed peer (no_new_privs: a tool) has far fewer: 64.
 TEST_F(Limits, ASandboxedPeerHasSixtyFourRequestsInFlight) {
   serve({});
-  const std::string script =
-      "import ctypes, socket, struct, sys\n"
-      "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)\n"
-      "c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5)\n"
-      "def s(b): return struct.pack('<H', len(b)) + b\n"
-      "def msg(t, tag, body): return struct.pack('<IBH', 7 + len(body), t, tag) + body\n"
-      "def recv():\n"
-      "    h = b''\n"
-      "    while len(h) < 4: h += c.recv(4 - len(h))\n"
-      "    n = struct.unpack('<I', h)[0]; b = h\n"
-      "    while len(b) < n: b += c.recv(n - len(b))\n"
-      "    return b\n"
-      "c.sendall(msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000'))); recv()\n"
-      "c.sendall(msg(104, 1, struct.pack('<II', 0, 0xffffffff) + s(b'glenda') + s(b''))); recv()\n"
-      "c.sendall(msg(110, 1, struct.pack('<IIH', 0, 1, 1) + s(b'log'))); recv()\n"
-      "c.sendall(msg(112, 1, struct.pack('<IB', 1, 0))); recv()\n"
-      "c.sendall(b''.join(msg(116, t, struct.pack('<IQI', 1, 0, 100)) for t in range(1, 66)))\n"
-      "r = recv(); n = struct.unpack('<H', r[7:9])[0]\n"
-      "print(struct.unpack('<H', r[5:7])[0], r[9:9 + n].decode(), flush=True)\n";
+  const std::string script = sandboxed_client +
+      "c = dial_log()\n"
+      "c.sendall(b''.join(read(1, t) for t in range(1, 66)))\n"
+      "r = recv(c)\n"
+      "print(struct.unpack('<H', r[5:7])[0], errname(r), flush=True)\n";
   testing_support::Child tool({"/usr/bin/python3", "-c", script, srv->sock});
   EXPECT_EQ(tool.read_until("\n"), "65 too many requests in flight\n");
   tool.close_stdin();
@@ -1015,36 +1030,6 @@ TEST_F(Limits, FidsAreCappedPerConnection) {
   other.version();
   EXPECT_EQ(other.attach(0, "glenda").type, Rattach);
 }
-
-// A raw 9P client in Python for a sandboxed peer (no_new_privs, as every tool runs): sets the
-// flag, then dial(n) gives a connection attached as glenda (fid 0), fid 1 its `log` open and fid
-// 2 a clone; rpc/recv/read/clone/clunk speak the frames; errname a reply's error.
-const std::string sandboxed_client =
-    "import ctypes, socket, struct, sys, time\n"
-    "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)\n"
-    "def s(b): return struct.pack('<H', len(b)) + b\n"
-    "def msg(t, tag, body): return struct.pack('<IBH', 7 + len(body), t, tag) + body\n"
-    "def recv(c):\n"
-    "    h = b''\n"
-    "    while len(h) < 4: h += c.recv(4 - len(h))\n"
-    "    n = struct.unpack('<I', h)[0]; b = h\n"
-    "    while len(b) < n: b += c.recv(n - len(b))\n"
-    "    return b\n"
-    "def rpc(c, m): c.sendall(m); return recv(c)\n"
-    "def errname(r): return r[9:9 + struct.unpack('<H', r[7:9])[0]].decode() if r[4] == 107 else 'ok'\n"
-    "def attach(c, fid): return rpc(c, msg(104, 1, struct.pack('<II', fid, 0xffffffff) + s(b'glenda') + s(b'')))\n"
-    "def clone(fid, newfid, tag=1): return msg(110, tag, struct.pack('<IIH', fid, newfid, 0))\n"
-    "def read(fid, tag): return msg(116, tag, struct.pack('<IQI', fid, 0, 100))\n"
-    "def clunk(fid, tag=1): return msg(120, tag, struct.pack('<I', fid))\n"
-    "def dial():\n"
-    "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5)\n"
-    "    rpc(c, msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000')))\n"
-    "    return c\n"
-    "def dial_log():\n"
-    "    c = dial(); attach(c, 0)\n"
-    "    rpc(c, msg(110, 1, struct.pack('<IIH', 0, 1, 1) + s(b'log'))); rpc(c, msg(112, 1, struct.pack('<IB', 1, 0)))\n"
-    "    rpc(c, clone(0, 2))\n"
-    "    return c\n";
 
 // A sandboxed principal's fids over all its connections are capped too: a tool that opens
 // connection after connection holds no more. The user's own clients (not sandboxed) are capped
