@@ -133,6 +133,9 @@ class ToolHost {
   /// The tool's catalog entry (`tools` request `*`), as JSON text.
   std::string catalog() { return rdwr("tools", "*"); }
 
+  /// toolsrv's process id.
+  pid_t pid() const { return pid_; }
+
   /// One call of a loaded tool, as the engine makes it: `args` is the JSON object text.
   Reply call(const std::string& tool, const std::string& args, int timeout = 30) {
     return parse_reply(rdwr("proc/new", "tool=" + tool + "\nagent=" + agent + "\ntimeout=" + std::to_string(timeout) +

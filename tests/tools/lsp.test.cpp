@@ -308,4 +308,18 @@ TEST_F(Lsp, ABridgeThatDiedIsReplacedAndAnIdleOneExits) {
   EXPECT_TRUE(bridges(host).empty());
 }
 
+TEST_F(Lsp, ABridgeEndsWithTheToolsrvThatStartedIt) {
+  // The bridge left the call's process group, so toolsrv's exit does not kill it; it watches
+  // toolsrv instead, and a stopped olliesrv (whose toolsrv dies with it) leaves no clangd behind.
+  auto r = host.call("lsp_hover", R"({"path":"main.cpp","line":3,"symbol":"add"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out;
+  const auto bridge = bridges(host);
+  ASSERT_EQ(bridge.size(), 1u);
+  const auto servers = children(bridge[0]);
+  ASSERT_EQ(servers.size(), 1u) << "one clangd";
+  ASSERT_EQ(::kill(host.pid(), SIGTERM), 0);
+  EXPECT_TRUE(exits(bridge[0], 5000)) << "the bridge outlived its toolsrv";
+  EXPECT_TRUE(exits(servers[0], 5000)) << "clangd outlived its bridge";
+}
+
 }  // namespace

@@ -129,7 +129,7 @@ class Bridge {
 
 }  // namespace
 
-void run_bridge(const BridgeConfig& config, int listener) {
+void run_bridge(const BridgeConfig& config, int listener, int owner) {
   sigset_t mask;
   sigemptyset(&mask);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, s);
@@ -145,9 +145,9 @@ void run_bridge(const BridgeConfig& config, int listener) {
   const auto now_s = [] { return static_cast<long>(std::chrono::duration_cast<seconds>(clock::now().time_since_epoch()).count()); };
 
   for (;;) {
-    pollfd p[2] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}};
-    const int n = ::poll(p, 2, 1000);
-    if (n > 0 && (p[1].revents & POLLIN)) break;
+    pollfd p[3] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {owner, POLLIN, 0}};
+    const int n = ::poll(p, 3, 1000);
+    if (n > 0 && ((p[1].revents & POLLIN) || (p[2].revents & POLLIN))) break;
     if (n > 0 && (p[0].revents & POLLIN)) {
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;

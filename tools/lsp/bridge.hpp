@@ -11,7 +11,9 @@
 /// The bridge opens `path` in the server (didOpen, or didChange when its mtime or size changed),
 /// and with `ready` waits, bounded, for the server to have built the file and finished its
 /// background index. A server that died is restarted at the next request. The bridge exits after
-/// `idle` seconds without a request, on SIGTERM, or when its socket is removed or replaced.
+/// `idle` seconds without a request, on SIGTERM, when its socket is removed or replaced, or when
+/// its owner ends: the process that ran the call which started it (toolsrv, so a stopped olliesrv
+/// leaves no bridge or language server behind).
 
 #include <string>
 
@@ -36,7 +38,8 @@ struct BridgeConfig {
   int idle = 600;  ///< seconds without a request before the bridge exits
 };
 
-/// Runs the bridge on the listening socket `listener` (bound to place.sock()); never returns.
-[[noreturn]] void run_bridge(const BridgeConfig& config, int listener);
+/// Runs the bridge on the listening socket `listener` (bound to place.sock()) until the process
+/// behind the pidfd `owner` ends (-1: no owner); never returns.
+[[noreturn]] void run_bridge(const BridgeConfig& config, int listener, int owner);
 
 }  // namespace lsp

@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,9 +105,15 @@ void start_bridge(const BridgeConfig& config, int lock_fd) {
   if (::pipe2(ready, O_CLOEXEC) != 0) throw tool::Error("cannot start the language server bridge: no pipe");
   const std::string state = config.place.state();
   std::filesystem::create_directories(state);
+  // The bridge leaves the call's process group (§6.6) but not its owner: it ends with the process
+  // that ran this call (toolsrv), which ends with olliesrv. -1 (no pidfd here): the idle timer only.
+  const int owner = static_cast<int>(::syscall(SYS_pidfd_open, ::getppid(), 0));
   std::fflush(nullptr);
   const pid_t pid = ::fork();
-  if (pid < 0) throw tool::Error("cannot start the language server bridge: fork failed");
+  if (pid < 0) {
+    if (owner >= 0) ::close(owner);
+    throw tool::Error("cannot start the language server bridge: fork failed");
+  }
   if (pid == 0) {
     ::close(ready[0]);
     ::setsid();
@@ -135,8 +142,9 @@ void start_bridge(const BridgeConfig& config, int lock_fd) {
     }
     (void)!::write(ready[1], "ok\n", 3);
     ::close(ready[1]);
-    run_bridge(config, listener);
+    run_bridge(config, listener, owner);
   }
+  if (owner >= 0) ::close(owner);
   ::close(ready[1]);
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
