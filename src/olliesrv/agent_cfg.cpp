@@ -45,16 +45,15 @@ asio::awaitable<void> switch_tools_and_prompts(const std::shared_ptr<Session>& s
 asio::awaitable<void> load_profile_tools(std::shared_ptr<Session> s, std::shared_ptr<Agent> a, const Profile& p) {
   // A tool toolsrv refused is not the agent's; one it could not be asked about (none could start,
   // or it was lost) is, and toolsrv's next start loads it (§6.1), as it does a restored agent's.
+  // Wished at once: the next load may start a new toolsrv, and its sync must hold this one.
   std::vector<std::string> loaded;
-  bool later = false;
   for (const auto& t : p.auto_load) {
     auto st = co_await s->host->load(a->id, std::vector<std::string>(1, t));
     if (!st) a->note("info", "autoLoad " + t + ": " + st.ename());
     const bool unasked = !st && ToolHost::unreachable(st.ename());
-    later = later || unasked;
     if (st || unasked) loaded.push_back(t);
+    if (unasked) s->host->want_tools(a->id, loaded);
   }
-  if (later) s->host->want_tools(a->id, loaded);
   {
     std::lock_guard lock(a->mu);
     a->tools = loaded;

@@ -1040,10 +1040,15 @@ void ToolHost::want_tools(const std::string& agent, std::vector<std::string> too
   std::set<std::string> t;
   for (auto& n : tools)
     if (valid_word(n)) t.insert(std::move(n));
-  std::lock_guard lk(s_->mu);
-  if (t.empty()) s_->agent_tools.erase(agent);
-  else s_->agent_tools[agent] = std::move(t);
-  s_->changed();
+  {
+    std::lock_guard lk(s_->mu);
+    if (t.empty()) s_->agent_tools.erase(agent);
+    else s_->agent_tools[agent] = t;
+    s_->changed();
+  }
+  // A toolsrv that runs already (one a later need started, after this tool's load found the one
+  // before it lost) gets them now; a load line is all or nothing, so one line per tool.
+  for (const auto& n : t) s_->push("load " + agent + " " + n);
 }
 
 void ToolHost::on_start(std::function<void(std::uint64_t)> f) {

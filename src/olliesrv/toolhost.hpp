@@ -100,8 +100,8 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
   void set_env(const std::string& key, const std::string& value);
   /// An agent's cwd override ("" clears it). Never starts toolsrv.
   void set_agent_cwd(const std::string& agent, const std::string& dir);
-  /// The tools an agent should have loaded at the next start (restore; a profile's autoLoad while
-  /// no toolsrv can start). Never starts toolsrv.
+  /// The tools an agent should have loaded at every start (restore; a profile's autoLoad while no
+  /// toolsrv could take it). Never starts toolsrv.
   void want_tools(const std::string& agent, std::vector<std::string> tools);
   /// The approved project sandbox overrides (`ctl sandboxok`, §7.3.3): (sha256, absolute dir)
   /// pairs, replacing the previous set. Never starts toolsrv.

@@ -183,6 +183,19 @@ TEST_F(Host, StartSyncsEnvAgentCwdAndTools) {
   EXPECT_EQ(info->at("os"), "linux");
 }
 
+// A wish made while a toolsrv runs reaches it at once, not at the next start: an agent whose
+// autoLoad met the toolsrv before lost keeps its tools on the one a later load started.
+TEST_F(Host, ToolsWishedWhileToolsrvRunsAreLoadedAtOnce) {
+  ASSERT_TRUE(t.run(host->ensure()).ok());
+  host->want_tools(agent, {"envcwd", "no_such_tool"});
+  auto r = call(*host, "envcwd");
+  EXPECT_FALSE(r.error) << r.text;
+  auto tools = t.run(host->tools(agent));
+  ASSERT_TRUE(tools) << tools.ename();
+  ASSERT_EQ(tools->size(), 1u);
+  EXPECT_EQ((*tools)[0].name, "envcwd");
+}
+
 // `tools <agent>` is read before every LLM request; toolsrv remakes it only when something changed:
 // a load, an unload, an edited .meta of a loaded tool (§7.2.2). Each change shows at the next read.
 TEST_F(Host, TheToolListFollowsLoadsUnloadsAndEdits) {
