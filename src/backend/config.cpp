@@ -231,6 +231,14 @@ Result<BackendsConf> load_backends_conf(const std::string& path) {
 
 std::string backends_conf_path(const Environment& env) { return p9::config_root(env) + "/backends.conf"; }
 
+std::set<std::string> secret_variables(const BackendsConf& conf) {
+  std::set<std::string> out;
+  for (const auto& d : defaults()) out.insert(d.key_vars.begin(), d.key_vars.end());
+  for (const auto& [name, section] : conf.sections)
+    if (!section.key_env.empty()) out.insert(section.key_env);
+  return out;
+}
+
 std::string default_backend(const BackendsConf& conf, const Environment& env) {
   if (!conf.backend.empty()) return conf.backend;
   return env("OLLIE_BACKEND").value_or("");

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -86,6 +87,10 @@ struct BackendSettings {
 /// provider's usual ones). A missing secret is `<backend>: missing key: set <VAR>`.
 Result<BackendSettings> resolve_backend(std::string_view name, const BackendsConf& conf,
                                         const Environment& env);
+
+/// The variables that hold backend secrets (§6.1, §7.4): each backend's default ones and every
+/// `key_env` of `conf`. Nothing olliesrv starts gets them.
+std::set<std::string> secret_variables(const BackendsConf& conf);
 
 /// The default backend: top-level `backend` → OLLIE_BACKEND → "" (spec §7.4).
 std::string default_backend(const BackendsConf& conf, const Environment& env);

@@ -127,16 +127,12 @@ p9::Status Agent::make_backend() {
     b = backend_name;
     m = model;
   }
-  auto settings = backend::resolve_backend(b, hub.conf(), hub.env);
-  if (!settings) return p9::error(settings.error().message);
-  if (!m.empty()) settings->model = m;
-  auto made = backend::make_backend(std::move(*settings), hub.http);
-  if (!made) return p9::error(made.error().message);
-  std::shared_ptr<backend::Backend> be(std::move(*made));
+  auto be = build_backend(b, m);
+  if (!be) return be.error();
   std::lock_guard lock(mu);
-  if (model.empty()) model = be->model();
-  stats.context_length = be->known_context_length().value_or(0);  // 0: asked at the next request
-  backend_ = std::move(be);
+  if (model.empty()) model = (*be)->model();
+  stats.context_length = (*be)->known_context_length().value_or(0);  // 0: asked at the next request
+  backend_ = std::move(*be);
   return {};
 }
 
@@ -152,20 +148,29 @@ asio::awaitable<bool> Agent::resolve_prompts() {
   // flush of the request (agent/new, cfg, invalidate) or a stop of the turn kills the command
   // still running: the Rflush and the stop would otherwise wait for it.
   auto cancel = std::make_shared<EventFd>();
+  {
+    std::lock_guard lock(mu);
+    if (killed) co_return false;
+    resolving_ = cancel;  // a kill ends it too (§8.9)
+  }
   auto work = [self = shared_from_this(), cancel] { self->resolve_prompts_now(cancel->fd); };
   std::function<void()> hurry = [cancel] { cancel->raise(); };  // named: see off_io
+  bool done = true;
   try {
     co_await off_io_cancellable<void>(commands ? hub.commands : hub.blocking, work, hurry);
   } catch (const std::system_error& e) {
     if (e.code() != asio::error::operation_aborted) throw;
-    co_return false;
+    done = false;
   }
-  co_return true;
+  std::lock_guard lock(mu);
+  if (resolving_ == cancel) resolving_.reset();
+  co_return done;
 }
 
 PromptContext Agent::prompt_context() const {
   auto s = session.lock();
-  return {hub.config_root, hub.env, s ? s->id : "", id, effective_cwd(), hub.stop_fd.fd, -1};
+  return {hub.config_root, hub.env, s ? s->id : "", id, effective_cwd(), hub.stop_fd.fd, -1,
+          backend::secret_variables(hub.conf())};
 }
 
 void Agent::resolve_prompts_now(int cancel_fd) {
@@ -420,6 +425,9 @@ p9::Result<std::shared_ptr<backend::Backend>> Agent::build_backend(const std::st
   auto settings = backend::resolve_backend(b, hub.conf(), hub.env);
   if (!settings) return p9::error(settings.error().message);
   if (!m.empty()) settings->model = m;
+  // The model of backends.conf or OLLIE_MODEL becomes the agent's, an idx field and a cfg value
+  // that session.json keeps: held to the rule of one given in a request, or nothing restores.
+  if (auto st = check_model(settings->model); !st) return p9::error(b + ": " + st.ename());
   auto made = backend::make_backend(std::move(*settings), hub.http);
   if (!made) return p9::error(made.error().message);
   return std::shared_ptr<backend::Backend>(std::move(*made));
@@ -440,12 +448,15 @@ void Agent::clear() {
 
 void Agent::kill() {
   bool turn = false;
+  std::shared_ptr<EventFd> resolving;
   {
     std::lock_guard lock(mu);
     killed = true;
     turn = running_;
     queue_.clear();
+    resolving = resolving_;
   }
+  if (resolving) resolving->raise();
   stop();
   // A turn is interrupted first (§8.9): its readers see the block in flight end, then
   // `interrupted`, as after `ctl stop`, before their EOF.

@@ -28,6 +28,8 @@
 
 namespace ollie {
 
+struct EventFd;
+
 class Session;
 struct Hub;
 
@@ -225,6 +227,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::uint64_t held_at_ = 0;
   std::optional<std::string> inject_;                  ///< the pending inject (§8.8)
   std::vector<std::shared_ptr<asio::cancellation_signal>> commands_;  ///< the `!` commands running
+  std::shared_ptr<EventFd> resolving_;  ///< raised by kill(): the prompt entries being resolved end
   std::shared_ptr<backend::Backend> backend_;
   double rolled_cost_ = 0;  ///< sub-agents' cost rolled up during the running turn (§8.10.3)
 };

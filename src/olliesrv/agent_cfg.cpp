@@ -152,6 +152,12 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
     co_await a->resolve_prompts();
   }
   if (c.profile || c.cwd) render_again(*a);
+  bool killed;  // meanwhile (its `!` entries are ended then): nothing to save or answer for
+  {
+    std::lock_guard lock(a->mu);
+    killed = a->killed;
+  }
+  if (killed) co_return p9::Status(p9::error("agent killed"));
   if (auto st = co_await save_now(hub, s); !st) co_return st;
   if (c.target) (void)co_await Compaction::context_length(a);  // `stats` shows the new model's window, as agent/new does
   co_return p9::Status{};

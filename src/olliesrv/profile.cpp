@@ -136,6 +136,7 @@ p9::Result<Profile> load_profile(const std::string& config_root, const std::stri
   if (!get_string(j, "systemPrompt", p.system_prompt)) return bad_profile(name, "systemPrompt must be a string");
   if (!get_string(j, "backend", p.backend)) return bad_profile(name, "backend must be a string");
   if (!get_string(j, "model", p.model)) return bad_profile(name, "model must be a string");
+  if (auto st = check_model(p.model); !st) return bad_profile(name, st.ename());
 
   if (auto it = j.find("compactAt"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer() || *it < 1 || *it > 100) return bad_profile(name, "compactAt must be an integer from 1 to 100");
@@ -210,6 +211,7 @@ bool var_char(char c) { return var_start(c) || (c >= '0' && c <= '9'); }
 std::string lookup(const std::string& var, const PromptContext& ctx) {
   if (var == "OLLIE_SESSION_ID") return ctx.session_id;
   if (var == "OLLIE_AGENT_ID") return ctx.agent_id;
+  if (ctx.secrets.contains(var)) return "";  // a system prompt is served and sent to the model
   return ctx.env ? ctx.env(var).value_or("") : "";
 }
 
@@ -267,9 +269,12 @@ CommandResult run_command(const std::string& cmd, const PromptContext& ctx, std:
   CommandResult r;
   // Everything the child needs is built before the spawn (olliesrv is multi-threaded).
   std::vector<std::string> env_strings;
+  // Without the backend secrets: a command that reads the project (whose files the model
+  // writes) must not find them to pass on.
   for (char** e = environ; e && *e; e++) {
     const std::string_view v(*e);
-    if (v.rfind("OLLIE_SESSION_ID=", 0) == 0 || v.rfind("OLLIE_AGENT_ID=", 0) == 0) continue;
+    const auto name = v.substr(0, v.find('='));
+    if (name == "OLLIE_SESSION_ID" || name == "OLLIE_AGENT_ID" || ctx.secrets.contains(std::string(name))) continue;
     env_strings.emplace_back(v);
   }
   env_strings.push_back("OLLIE_SESSION_ID=" + ctx.session_id);

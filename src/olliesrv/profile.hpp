@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <nlohmann/json_fwd.hpp>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ struct PromptContext {
   std::string cwd;           ///< where `!` commands run when it exists locally, else $HOME
   int stop_fd = -1;          ///< readable: olliesrv stops, a running `!` command is killed
   int cancel_fd = -1;        ///< readable: whoever asked went away (a flush, a stop): the same
+  std::set<std::string> secrets;  ///< backend secret variables (§7.4): unset for $VAR and `!` commands
 };
 
 struct ResolvedText {

@@ -72,13 +72,6 @@ constexpr std::size_t max_err_line = 1024;
 constexpr const char* lost_prefix = "tool server lost: ";
 constexpr const char* unavailable_prefix = "tool server unavailable: ";
 
-/// §6.1 and §7.4: the backend secrets toolsrv never gets.
-const char* const secret_vars[] = {
-    "OLLIE_OPENAI_KEY",   "OPENAI_API_KEY",    "OLLIE_OPENROUTER_KEY", "OPENROUTER_API_KEY", "OLLIE_ANTHROPIC_KEY",
-    "ANTHROPIC_API_KEY",  "OLLIE_GEMINI_KEY",  "GEMINI_API_KEY",       "GOOGLE_API_KEY",     "OLLIE_COPILOT_TOKEN",
-    "GH_TOKEN",           "GITHUB_TOKEN",      "OLLIE_KIRO_TOKEN",
-};
-
 /// Tool names (§7.2.2) and agent ids: what may go into a header line or a ctl token unquoted.
 bool valid_word(const std::string& s) {
   if (s.empty() || s.size() > 128) return false;
@@ -449,16 +442,11 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
 
   /// olliesrv's environment minus the backend secrets (§6.1), plus OLLIE_SESSION_ID.
   std::vector<std::string> child_env() {
-    std::set<std::string> drop(std::begin(secret_vars), std::end(secret_vars));
-    drop.insert("OLLIE_SESSION_ID");
     // backends.conf is a small file read once per start.
     auto conf = backend::load_backends_conf(backend::backends_conf_path(p9::process_env()));
-    if (conf) {
-      for (const auto& [name, sec] : conf->sections)
-        if (!sec.key_env.empty()) drop.insert(sec.key_env);
-    } else {
-      spdlog::warn("session {}: backends.conf: {}", cfg.session_id, conf.error().message);
-    }
+    if (!conf) spdlog::warn("session {}: backends.conf: {}", cfg.session_id, conf.error().message);
+    auto drop = backend::secret_variables(conf ? *conf : backend::BackendsConf{});
+    drop.insert("OLLIE_SESSION_ID");
     if (cfg.secret_vars)
       for (auto& v : cfg.secret_vars()) drop.insert(std::move(v));
     std::vector<std::string> out;

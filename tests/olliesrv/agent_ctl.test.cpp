@@ -57,6 +57,21 @@ void own_profiles(World& w, const std::map<std::string, std::string>& extra) {
   for (const auto& [n, text] : extra) write_file(w.config + "/agents/" + n + ".json", text);
 }
 
+// §7.4: a backend secret appears in no served file and reaches nothing olliesrv starts: a prompt
+// entry's `$VAR` finds it unset, and its `!` command (which may read the model-written project)
+// runs without it.
+TEST(AgentCtl, PromptEntriesNeverSeeABackendSecret) {
+  World w;
+  write_file(w.project + "/k-.md", "the file of an unset variable");
+  own_profiles(w, {{"leaky", json{{"prompt", {"!env | grep -c '^OLLIE_OPENAI_KEY='; echo marker-$((1+1))",
+                                              w.project + "/k-${OLLIE_OPENAI_KEY}.md"}}}.dump()}});
+  auto s = w.session("work");
+  auto a = w.agent(s, "leaky", "agent=leaky");
+  auto sp = ctl(w, a, "systemprompt");
+  EXPECT_EQ(sp.find("sk-test"), std::string::npos) << sp;
+  EXPECT_NE(sp.find("0\nmarker-2\n\nthe file of an unset variable"), std::string::npos) << sp;
+}
+
 // §7.5: `systemPrompt` replaces the default: an empty file leaves no System section (§7.6:
 // empty sections omitted), and the value is a path even when it starts with `!`.
 TEST(AgentCtl, SystemPromptFileReplacesTheDefaultEvenEmpty) {
@@ -320,6 +335,21 @@ TEST(AgentCtl, StopDuringAProfileSwitchFindsNoTurn) {
   EXPECT_EQ(ctl(w, a, "stop"), "idle\n");
   EXPECT_EQ(switched.get(), "slow\n");
   EXPECT_NE(ctl(w, a, "systemprompt").find("\nslow"), std::string::npos);
+}
+
+// §8.9, §1.5: a `kill` during a profile switch ends the switch's `!` entry at once, and the switch
+// answers `agent killed`, not the new profile of an agent that is gone.
+TEST(AgentCtl, KillDuringAProfileSwitchEndsItsEntry) {
+  World w;
+  const std::string marker = w.root + "/entry-ran";
+  own_profiles(w, {{"slow", json{{"prompt", {"!echo started > " + marker + "; sleep 40; echo slow"}}}.dump()}});
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto switched = std::async(std::launch::async, [&] { return w.rdwr(a + "/ctl", "agent slow"); });
+  ASSERT_TRUE(eventually([&] { return read_file(marker) == "started\n"; })) << read_file(marker);
+  EXPECT_EQ(ctl(w, a, "kill"), "killed\n");
+  ASSERT_EQ(switched.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the entry ran on";
+  EXPECT_EQ(switched.get().ename(), "agent killed");
 }
 
 // §3.4, §8.9: `stop` ends the agent's `!` commands too, the only handle a user has on them (a
