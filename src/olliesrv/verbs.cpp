@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "agent_cfg.hpp"
 #include "backend/config.hpp"
@@ -214,16 +215,19 @@ Reply verb_tools(AgentCall& c, const virtfs::Command&) {
 Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
   // All or nothing (§3.3): refused, or no toolsrv to take them, nothing changes.
   // A name given twice is loaded, and answered, once.
+  // Sets, not scans: a request may name a million tools.
   std::vector<std::string> names;
+  std::set<std::string_view> seen;
   for (const auto& t : cmd.args)
-    if (std::find(names.begin(), names.end(), t) == names.end()) names.push_back(t);
+    if (seen.insert(t).second) names.push_back(t);
   const auto st = co_await c.s->host->load(c.a->id, names);
   if (!st) co_return st.error();
   std::string out;
   {
     std::lock_guard lock(c.a->mu);
+    const std::set<std::string> had(c.a->tools.begin(), c.a->tools.end());
     for (const auto& t : names) {
-      if (std::find(c.a->tools.begin(), c.a->tools.end(), t) == c.a->tools.end()) c.a->tools.push_back(t);
+      if (!had.contains(t)) c.a->tools.push_back(t);
       out += t + "\n";
     }
   }
