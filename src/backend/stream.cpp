@@ -103,7 +103,9 @@ std::string Decoder::generated_id() const { return id_prefix_ + std::to_string(c
 
 void Decoder::call(ToolCall tc) {
   if (past_output(tc.name.size() + tc.arguments.size())) return;
-  if (tc.id.empty()) tc.id = generated_id();
+  // An id given twice in one response would pair one result with two calls, which providers
+  // refuse at the next request: the repeat gets an id of its own, as a call without one does.
+  if (tc.id.empty() || !ids_.insert(tc.id).second) tc.id = generated_id();
   ++calls;
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::tool_call;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "backend/backend.hpp"
@@ -79,6 +80,7 @@ class Decoder {
   std::string backend_;
 
  private:
+  std::set<std::string> ids_;  ///< the providers' call ids of this response
   std::string id_prefix_;  ///< `call_<this response's number>_`
 };
 

@@ -1479,3 +1479,38 @@ TEST(Conversation, AReadOfAPathWrittenInTheSameResponseRunsAfterTheWrite) {
     if (m["role"] == "tool") ids.push_back(m["tool_call_id"]);
   EXPECT_EQ(ids, (std::vector<std::string>{"w1", "r1", "r2"}));
 }
+
+// §8.1.3: each call has its result. A provider that gives one id to two calls of a response would
+// get one result for two calls back, in this request and after a restart (§7.7 drops what looks
+// unanswered): the repeat gets an id of its own.
+TEST(Conversation, AnIdRepeatedInOneResponseIsMadeDistinct) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "dup"}, {"name", "shell"}, {"arguments", {{"cmd", "echo one"}}}},
+                                           {{"id", "dup"}, {"name", "shell"}, {"arguments", {{"cmd", "echo two"}}}}})}});
+  w.fake.push({{"text", "ok"}});
+  w.fake.push({{"text", "again"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 2; }));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto pairs = [&](std::size_t n) {
+    std::vector<std::string> calls, results;
+    const auto body = request_body(w, n);
+    for (auto& m : body["messages"]) {
+      for (auto& c : m.value("tool_calls", json::array())) calls.push_back(c["id"]);
+      if (m["role"] == "tool") results.push_back(m["tool_call_id"]);
+    }
+    return std::make_pair(calls, results);
+  };
+  auto [calls, results] = pairs(1);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0], "dup");
+  EXPECT_NE(calls[1], "dup");
+  EXPECT_EQ(results, calls);
+  w.stop_server(SIGTERM);
+  w.start();
+  ASSERT_TRUE(w.write(a + "/prompt", "next"));
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
+  EXPECT_EQ(pairs(2), std::make_pair(calls, results));
+}
