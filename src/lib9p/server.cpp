@@ -30,6 +30,7 @@ namespace p9 {
 Status FileServer::auth(Fid&, const std::string&, const std::string&) { return error(err::auth_not_required); }
 std::optional<Fcall> FileServer::answer_now(Fid&, const Fcall&) { return std::nullopt; }
 asio::awaitable<Status> FileServer::clunk(Fid&) { co_return Status{}; }
+bool FileServer::ends_at_shutdown(const Fid&) { return true; }
 Status FileServer::clone(const Fid&) { return {}; }
 
 Status FileServer::dir_alive(Fid&) { return {}; }
@@ -87,7 +88,9 @@ Fcall reply_to(const Fcall& t) {
 
 // What a pending request gets when the server stops: a read ends as at end of file (the producer
 // of a stream is gone, so `9p read` ends cleanly), anything else fails.
-Fcall shutdown_reply(const Fcall& t) { return t.type == Tread ? reply_to(t) : rerror(t.tag, err::shutting_down); }
+Fcall shutdown_reply(const Fcall& t, bool eof) {
+  return t.type == Tread && eof ? reply_to(t) : rerror(t.tag, err::shutting_down);
+}
 
 // The version the server speaks for a client's version string (version(5), spec §1.5).
 std::string negotiate_version(const std::string& v) {
@@ -274,7 +277,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       if (req->t.type != Tflush) pending.push_back(req);
     for (auto& req : pending) {
       if (closed_) return;  // a failed write closed the connection
-      respond(req, shutdown_reply(req->t));
+      respond(req, shutdown_reply(req->t, req->fid && fs_->ends_at_shutdown(*req->fid)));
       req->cancel.emit(asio::cancellation_type::terminal);
     }
     if (closed_ || pending.empty()) return close();

@@ -90,6 +90,9 @@ class FileServer {
   virtual asio::awaitable<Result<std::uint32_t>> write(Fid& fid, std::uint64_t offset, std::string data) = 0;
   /// An explicit Tclunk of an open fid (not called when a fid dies with its connection).
   virtual asio::awaitable<Status> clunk(Fid& fid);
+  /// A read still waiting on `fid` when the server stops: true answers it end of file (a stream
+  /// that ends), false `server shutting down` (a reply that will not come, not an empty one).
+  virtual bool ends_at_shutdown(const Fid& fid);
   virtual Result<Dir> stat(Fid& fid) = 0;
   /// Default: accepts a wstat that changes nothing, else `wstat not supported`.
   virtual asio::awaitable<Status> wstat(Fid& fid, const Dir& changes);

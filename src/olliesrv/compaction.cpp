@@ -92,9 +92,13 @@ asio::awaitable<p9::Result<std::string>> Compaction::stoppable(std::shared_ptr<A
   using namespace asio::experimental::awaitable_operators;
   auto stop = a->stopped_->wait(held_at);  // named: GCC 12 and temporaries in co_await
   auto either = std::move(ask) || std::move(stop);
-  auto r = co_await std::move(either);
-  if (r.index() == 1) co_return p9::error("interrupted");
-  co_return std::move(std::get<0>(r));
+  try {
+    auto r = co_await std::move(either);
+    if (r.index() == 1) co_return p9::error("interrupted");
+    co_return std::move(std::get<0>(r));
+  } catch (const asio::multiple_exceptions&) {  // both cancelled: olliesrv stops
+    co_return p9::error("interrupted");
+  }
 }
 
 asio::awaitable<p9::Result<Compacted>> Compaction::run(std::shared_ptr<Agent> ap, std::shared_ptr<Session> s,

@@ -200,6 +200,13 @@ class Adapter : public p9::FileServer {
     co_return write_now(fid, data);
   }
 
+  // A stream ends at the stop (readers of chat see their end of file); a reply still to come
+  // (Rdwr, statewait, a waiting Read) is an error, never an empty answer.
+  bool ends_at_shutdown(const p9::Fid& fid) override {
+    const auto h = handle(fid);
+    return !h || !h->node || h->node->stream;
+  }
+
   asio::awaitable<p9::Status> clunk(p9::Fid& fid) override {
     if (auto now = clunk_now(fid)) co_return *now;
     auto h = handle(fid);

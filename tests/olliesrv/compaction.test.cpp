@@ -342,6 +342,25 @@ TEST(Compaction, StopInterruptsACtlCompact) {
   EXPECT_EQ(messages_of(chat_bodies(w)[8]).size(), 1u + 12u + 2u + 1u);
 }
 
+// olliesrv stopping (SIGTERM) during `ctl compact` answers it with an error: a script must not
+// take the compaction for done (an empty reply would read as one).
+TEST(Compaction, AStopOfOlliesrvInterruptsACtlCompact) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
+  w.fake.push({{"text", "a summary that takes its time"}, {"delay_ms", 5000}});
+  testing_support::Child compact({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", a + "/ctl"}, w.env());
+  compact.write_stdin("compact");
+  compact.close_stdin();
+  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 7; }));
+  ASSERT_EQ(w.read_state(a), "compacting");
+  w.stop_server(SIGTERM);
+  ASSERT_TRUE(compact.wait(4000)) << "ctl compact still runs after olliesrv stopped";
+  EXPECT_NE(compact.result().status, 0);
+  EXPECT_EQ(compact.err_text(), "ollie-9p: " + a + "/ctl: server shutting down\n");
+}
+
 // §8.5.3 step 4: a failed automatic compaction is an `error` block; the request goes ahead with
 // the history unchanged.
 TEST(Compaction, AFailedAutomaticCompactionIsAnErrorBlockAndTheRequestGoesOn) {
