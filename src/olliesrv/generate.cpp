@@ -263,6 +263,7 @@ Reply complete(Ctx& c, std::string request) {
   auto choice = choose(hub, backend, model);
   if (!choice) co_return choice.error();
   std::string system = complete_prompt();
+  while (!system.empty() && system.back() == '\n') system.pop_back();  // the file's last newline
   if (const auto lang = r->header.get("lang"); !lang.empty()) system += "\n\nThe code is " + lang + ".";
   Asking slot(hub, c.who.uname);
   if (!slot.ok()) co_return p9::error(too_many);

@@ -397,7 +397,7 @@ TEST(Complete, RepliesWithTheInsertionOnlyFencesStripped) {
   auto body = last_chat(w);
   EXPECT_EQ(user_text(body), code);
   EXPECT_NE(system_text(body).find("only"), std::string::npos) << system_text(body);
-  EXPECT_NE(system_text(body).find("python"), std::string::npos) << system_text(body);
+  EXPECT_TRUE(system_text(body).ends_with("nothing.\n\nThe code is python.")) << system_text(body);  // one blank line
   EXPECT_EQ(body["model"], "fake-model");
   w.fake.push({{"text", " x + 1\n"}});
   EXPECT_EQ(*w.rdwr("complete", code), " x + 1\n");  // an unfenced reply exactly as given
