@@ -48,15 +48,6 @@ json wait_for_go(const std::string& id) {
   return {{"id", id}, {"name", "shell"}, {"arguments", {{"cmd", "while [ ! -e go ]; do sleep 0.02; done; echo ran"}}}};
 }
 
-/// Replaces the shipped profiles by a private copy plus `extra` (name → JSON text).
-void own_profiles(World& w, const std::map<std::string, std::string>& extra) {
-  std::filesystem::remove(w.config + "/agents");
-  std::filesystem::create_directories(w.config + "/agents");
-  for (const auto& e : std::filesystem::directory_iterator(source("data/agents")))
-    std::filesystem::copy_file(e.path(), w.config + "/agents/" + e.path().filename().string());
-  for (const auto& [n, text] : extra) write_file(w.config + "/agents/" + n + ".json", text);
-}
-
 // §7.4: a backend secret appears in no served file and reaches nothing olliesrv starts: a prompt
 // entry's `$VAR` finds it unset, and its `!` command (which may read the model-written project)
 // runs without it.

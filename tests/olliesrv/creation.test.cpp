@@ -174,7 +174,7 @@ TEST(AgentNew, EveryErrorAndNothingCreated) {
   EXPECT_EQ(missing.ename().rfind("anthropic: missing key: set ", 0), 0u) << missing.ename();
   // A model from a profile or backends.conf is held to the same rule as one in the request: it
   // becomes an idx field, a cfg value and session.json's, which a restart would refuse.
-  write_file(w.config + "/agents/tabbed.json", R"({"model":"evil\nmodel\tx"})");
+  own_profiles(w, {{"tabbed", R"({"model":"evil\nmodel\tx"})"}});
   EXPECT_EQ(w.rdwr(s + "/agent/new", "name=x agent=tabbed").ename(), "agent profile tabbed: invalid model: evil\\nmodel\\tx");
   write_file(w.config + "/backends.conf", "[openai]\nmodel = tab\there\n");
   ASSERT_EQ(*w.rdwr("ctl", "invalidate"), "ok\n");

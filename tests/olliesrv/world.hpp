@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -392,6 +393,16 @@ inline std::vector<nlohmann::json> chat_bodies(World& w, const std::string& path
 }
 
 /// The n-th chat request's body (from 0), parsed; null before it came.
+/// Replaces the shipped profiles (a link to data/agents) by a private copy plus `extra` (name →
+/// JSON text), so a test's profiles never land in the source tree.
+inline void own_profiles(World& w, const std::map<std::string, std::string>& extra) {
+  std::filesystem::remove(w.config + "/agents");
+  std::filesystem::create_directories(w.config + "/agents");
+  for (const auto& e : std::filesystem::directory_iterator(source("data/agents")))
+    std::filesystem::copy_file(e.path(), w.config + "/agents/" + e.path().filename().string());
+  for (const auto& [n, text] : extra) write_file(w.config + "/agents/" + n + ".json", text);
+}
+
 inline nlohmann::json request_body(World& w, std::size_t n) {
   const auto texts = chat_texts(w);
   return n < texts.size() ? nlohmann::json::parse(texts[n]) : nlohmann::json();
