@@ -3,6 +3,7 @@
 #include <map>
 
 #include "compaction.hpp"
+#include "result.hpp"
 
 namespace ollie {
 
@@ -219,7 +220,9 @@ std::string flatten(const std::vector<HistoryMessage>& old, int context_length) 
   for (std::size_t i = 0; i < keep; i++) add(sections[i]);
   if (from > keep) add(OMITTED);
   for (std::size_t i = from; i < sections.size(); i++) add(sections[i]);
-  return out;
+  // What stays can still be too long (a section of its own, a summary kept): its middle goes, or
+  // the summary request would overflow the window it is meant to relieve.
+  return cut_result(std::move(out), limit);
 }
 
 std::string first_sentence(std::string_view text) {

@@ -127,6 +127,9 @@ TEST(CompactionUnit, FlattenHeadsSectionsAndOmitsTheOldestBeyond80Percent) {
   const auto g = flatten(big, 100);
   EXPECT_EQ(g, "## user\n" + std::string(COMPACTED_HEADER) + " S\n\n[earlier history omitted]\n\n## user\n" +
                    std::string(100, 'b'));
+  // One section longer than that on its own (a re-injected plan of 1 MiB): its middle goes.
+  const auto h = flatten({user(std::string(1000, 'c') + std::string(1000, 'd'))}, 100);
+  EXPECT_EQ(h, "## user\n" + std::string(152, 'c') + "\n[\xE2\x80\xA6 1688 bytes omitted \xE2\x80\xA6]\n" + std::string(160, 'd'));
 }
 
 TEST(CompactionUnit, FirstSentenceAndWarmIndex) {
