@@ -277,12 +277,16 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     }
     if (!gone) return false;
     i->try_reap();
+    bool was_dead;
     {
       std::lock_guard lk(i->mu);
-      why = i->dead ? i->dead_why : ename;
+      was_dead = i->dead;
+      why = was_dead ? i->dead_why : ename;
     }
     why = i->reason(why);
-    i->lose(why);
+    // Whoever lost it first chose how it ends: a stop's SIGTERM lets toolsrv kill its process
+    // groups (§6.1), and the calls its closed connection fails must not make that a SIGKILL.
+    if (!was_dead) i->lose(why);
     return true;
   }
 

@@ -311,6 +311,19 @@ TEST(Compaction, PruningOldWarmResultsCanMakeTheSummaryUnnecessary) {
   EXPECT_EQ(shortened, 3);
 }
 
+// Six exchanges, then `ctl compact` from an ollie-9p of its own, whose summary request the fake
+// provider holds for 5 s; returns once that request is out.
+static std::unique_ptr<testing_support::Child> start_slow_compact(World& w, const std::string& a) {
+  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
+  w.fake.push({{"text", "a summary that takes its time"}, {"delay_ms", 5000}});
+  auto compact = std::make_unique<testing_support::Child>(
+      std::vector<std::string>{testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", a + "/ctl"}, w.env());
+  compact->write_stdin("compact");
+  compact->close_stdin();
+  EXPECT_TRUE(eventually([&] { return chat_requests(w) == 7; }));
+  return compact;
+}
+
 // §8.9 for `ctl compact`, which runs outside any turn: `stop` aborts its summary request at once;
 // the compact answers `compact: interrupted`, nothing is compacted, and a prompt queued behind it
 // then runs whole (the stop was the compaction's, not that turn's).
@@ -318,21 +331,16 @@ TEST(Compaction, StopInterruptsACtlCompact) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
-  w.fake.push({{"text", "a summary that takes its time"}, {"delay_ms", 5000}});
-  testing_support::Child compact({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", a + "/ctl"}, w.env());
-  compact.write_stdin("compact");
-  compact.close_stdin();
-  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 7; }));  // the summary request is out
+  auto compact = start_slow_compact(w, a);
   ASSERT_EQ(w.read_state(a), "compacting");
   w.fake.push({{"text", "the queued one"}});
   ASSERT_TRUE(w.write(a + "/prompt", "queued behind it"));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(*w.rdwr(a + "/ctl", "stop"), "stopped\n");
-  ASSERT_TRUE(compact.wait(4000)) << "ctl compact still runs after stop";
+  ASSERT_TRUE(compact->wait(4000)) << "ctl compact still runs after stop";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
-  EXPECT_NE(compact.result().status, 0);
-  EXPECT_NE(compact.err_text().find("compact: interrupted"), std::string::npos) << compact.err_text();
+  EXPECT_NE(compact->result().status, 0);
+  EXPECT_NE(compact->err_text().find("compact: interrupted"), std::string::npos) << compact->err_text();
   ASSERT_TRUE(eventually([&] { auto as = contents(w, a, "assistant"); return !as.empty() && as.back() == "the queued one"; })) << w.log_text();
   ASSERT_TRUE(w.wait_state(a, "idle"));
   EXPECT_TRUE(contents(w, a, "context", "compaction").empty());
@@ -348,17 +356,12 @@ TEST(Compaction, AStopOfOlliesrvInterruptsACtlCompact) {
   World w;
   auto s = w.session("work");
   auto a = w.agent(s, "main");
-  for (int i = 1; i <= 6; i++) exchange(w, a, "p" + std::to_string(i), "Answer " + std::to_string(i) + ". More.");
-  w.fake.push({{"text", "a summary that takes its time"}, {"delay_ms", 5000}});
-  testing_support::Child compact({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", a + "/ctl"}, w.env());
-  compact.write_stdin("compact");
-  compact.close_stdin();
-  ASSERT_TRUE(eventually([&] { return chat_requests(w) == 7; }));
+  auto compact = start_slow_compact(w, a);
   ASSERT_EQ(w.read_state(a), "compacting");
   w.stop_server(SIGTERM);
-  ASSERT_TRUE(compact.wait(4000)) << "ctl compact still runs after olliesrv stopped";
-  EXPECT_NE(compact.result().status, 0);
-  EXPECT_EQ(compact.err_text(), "ollie-9p: " + a + "/ctl: server shutting down\n");
+  ASSERT_TRUE(compact->wait(4000)) << "ctl compact still runs after olliesrv stopped";
+  EXPECT_NE(compact->result().status, 0);
+  EXPECT_EQ(compact->err_text(), "ollie-9p: " + a + "/ctl: server shutting down\n");
 }
 
 // §8.5.3 step 4: a failed automatic compaction is an `error` block; the request goes ahead with

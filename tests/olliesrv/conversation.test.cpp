@@ -1514,3 +1514,28 @@ TEST(Conversation, AnIdRepeatedInOneResponseIsMadeDistinct) {
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; }));
   EXPECT_EQ(pairs(2), std::make_pair(calls, results));
 }
+
+// §3.2, §6.1: a session `kill` stops its toolsrv with SIGTERM, so toolsrv kills every process
+// group it started, a background call's children too. The call a second agent was running fails
+// as the connection closes; that must not turn the stop into a SIGKILL, which toolsrv cannot
+// clean up after.
+TEST(Conversation, ASessionKillEndsEveryProcessGroupItsToolsStarted) {
+  World w;
+  auto s = w.session("work");
+  auto bg = w.agent(s, "bg");
+  auto fg = w.agent(s, "fg");
+  w.fake.push({{"tool_calls", json::array({{{"id", "b1"}, {"name", "shell"},
+                                            {"arguments", {{"cmd", "sleep 100 & echo $! > child.pid; sleep 101"}, {"background", true}}}}})}});
+  w.fake.push({{"text", "started"}});
+  ASSERT_TRUE(w.write(bg + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return read_file(w.project + "/child.pid").ends_with("\n"); })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(bg, "idle"));
+  const pid_t child = std::stoi(read_file(w.project + "/child.pid"));
+  w.fake.push({{"tool_calls", json::array({{{"id", "f1"}, {"name", "shell"}, {"arguments", {{"cmd", "touch fg.ran; sleep 102"}}}}})}});
+  ASSERT_TRUE(w.write(fg + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(w.project + "/fg.ran"); })) << w.log_text();
+  ASSERT_EQ(::kill(child, 0), 0);
+  EXPECT_EQ(*w.rdwr(s + "/ctl", "kill"), "killed\n");
+  EXPECT_TRUE(eventually([&] { return ::kill(child, 0) != 0; }, 5s)) << "a background call's child outlived its session";
+  EXPECT_EQ(w.log_text().find("toolsrv killed by signal 9"), std::string::npos) << w.log_text();
+}
