@@ -68,6 +68,21 @@ bool trusted_link(const std::string& exe, const Policy& policy, const TemplateVa
   return !inside_writable(exe.substr(0, exe.rfind('/')), writable_paths(policy, vars));
 }
 
+// A rule path the model can redirect: a link on the way to it sits in a directory the sandbox
+// can write (`{CWD}` = $HOME holds `.gitconfig` and the data root), so the model chose where it
+// leads; granting it would grant any file (`ln -s / .local/share/ollie/optmem`). Only paths
+// under a writable one (as written or resolved) are walked: the others cost no system call.
+bool planted(const std::string& path, const std::vector<std::string>& writable, const std::vector<std::string>& under) {
+  if (std::none_of(under.begin(), under.end(), [&](const std::string& w) { return is_within(path, w); })) return false;
+  for (auto slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    const auto prefix = path.substr(0, slash);
+    struct stat st {};
+    if (::lstat(prefix.c_str(), &st) != 0) return false;  // nothing further exists to lead anywhere
+    if (S_ISLNK(st.st_mode) && inside_writable(prefix.substr(0, prefix.rfind('/')), writable)) return true;
+    if (slash == std::string::npos) return false;
+  }
+}
+
 }  // namespace
 
 SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
@@ -76,6 +91,11 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   plan.network = policy.network;
   plan.best_effort = policy.best_effort;
   const auto held_cwd = vars.expand("{CWD}");  // granted through the held descriptor
+  const auto writable = writable_paths(policy, vars);
+  auto under = writable;  // as resolved, and as written
+  for (const auto* list : {&policy.rw, &policy.rwx})
+    for (const auto& templ : *list)
+      if (const auto e = vars.expand(templ); !e.empty() && e.front() == '/') under.push_back(clean_path(e));
   auto add = [&](const std::string& templ, Access access) {
     const auto expanded = vars.expand(templ);
     if (expanded.empty() || expanded.front() != '/') {
@@ -90,6 +110,10 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
         return;
       }
       plan.rules.push_back({path, access, st.st_dev, st.st_ino, vars.cwd_fd});
+      return;
+    }
+    if (planted(path, writable, under)) {
+      plan.skipped.push_back(path + ": a link the sandbox can write is on the way");
       return;
     }
     if (::stat(path.c_str(), &st) != 0) {

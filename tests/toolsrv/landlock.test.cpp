@@ -306,6 +306,30 @@ TEST_F(LandlockTest, EveryCallGetsItsOwnDomain) {
   f.session->processes().dismiss(*pid);
 }
 
+// §7.3.2: a rule path behind a link the sandbox can write grants nothing. With the session cwd
+// = $HOME, `.config/git` (ro) and the data root's `optmem` (rw) lie in the writable cwd: a link
+// planted there would grant whatever it names, and toolsrv would make the rw directory wherever
+// a planted parent points.
+TEST(SandboxPlan, ARulePathBehindALinkTheSandboxCanWriteIsSkipped) {
+  const auto dir = temp_dir("planted");
+  const auto home = dir + "/home", secret = dir + "/secret", away = dir + "/away";
+  for (const auto& d : {home + "/.config", home + "/plain", secret, away}) std::filesystem::create_directories(d);
+  std::filesystem::create_directory_symlink(secret, home + "/.config/git");
+  std::filesystem::create_directory_symlink(away, home + "/.local");
+  Policy policy;
+  policy.ro = {home + "/.config/git", home + "/plain", secret};
+  policy.rw = {"{OLLIE_DATA_PATH}/optmem"};
+  policy.rwx = {"{CWD}"};
+  const auto data = home + "/.local/share/ollie";
+  const auto plan = plan_sandbox(policy, TemplateVars::for_call(home, dir, dir, data, dir), {}, data, "");
+  std::vector<std::string> granted;
+  for (const auto& r : plan.rules) granted.push_back(r.path);
+  EXPECT_EQ(granted, (std::vector<std::string>{home + "/plain", secret, home})) << ::testing::PrintToString(plan.skipped);
+  EXPECT_FALSE(std::filesystem::exists(away + "/share")) << "made through a planted link";
+  EXPECT_EQ(plan.skipped, (std::vector<std::string>{home + "/.config/git: a link the sandbox can write is on the way",
+                                                    data + "/optmem: a link the sandbox can write is on the way"}));
+}
+
 TEST(LandlockAbi, RulesetCacheReusesOnlyAnEqualPlan) {
   const int abi = landlock_abi();
   if (abi == 0) GTEST_SKIP() << "no Landlock";
