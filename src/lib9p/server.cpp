@@ -86,8 +86,9 @@ Fcall reply_to(const Fcall& t) {
   return r;
 }
 
-// What a pending request gets when the server stops: a read ends as at end of file (the producer
-// of a stream is gone, so `9p read` ends cleanly), anything else fails.
+// What a pending request gets when the server stops: a read of a stream ends as at end of file
+// (its producer is gone, so `9p read` ends cleanly; the file server says which reads those are),
+// anything else fails.
 Fcall shutdown_reply(const Fcall& t, bool eof) {
   return t.type == Tread && eof ? reply_to(t) : rerror(t.tag, err::shutting_down);
 }
