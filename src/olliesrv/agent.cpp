@@ -82,7 +82,7 @@ std::string Agent::stats_text() const {
   out += "requests=" + std::to_string(t.requests) + "\n";
   out += std::string("estimated=") + (t.estimated ? "true" : "false") + "\n";
   // §8.5.1, as of now; before a restored agent's prompt is rendered again, the size it had
-  const std::int64_t tokens = estimate_tokens(system_prompt.empty() ? restored_prompt_bytes : system_prompt.size(), history);
+  const std::int64_t tokens = estimate_tokens(prompt_bytes(), history);
   out += "contextTokens=" + std::to_string(tokens) + "\n";
   out += "contextLength=" + std::to_string(len) + "\n";
   out += "contextPercent=" + std::to_string(tokens * 100 / len) + "\n";
@@ -114,7 +114,7 @@ AgentRecord Agent::record() const {
   r.peers = peers;
   r.feed = feed;
   r.block_counter = transcript.counter();
-  r.system_prompt_bytes = system_prompt.empty() ? restored_prompt_bytes : system_prompt.size();
+  r.system_prompt_bytes = prompt_bytes();
   r.usage = stats.totals;
   r.messages = history;
   return r;

@@ -115,6 +115,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   Stats stats;
   std::string system_prompt;             ///< as last rendered
   std::uint64_t restored_prompt_bytes = 0;  ///< its size before a restart, until it is rendered again
+  /// The system prompt's size: as rendered, else as it was before the restart (under mu).
+  std::uint64_t prompt_bytes() const { return system_prompt.empty() ? restored_prompt_bytes : system_prompt.size(); }
   std::string system_text;               ///< the System section: default or the profile's systemPrompt
   std::string agent_text, user_prompts;  ///< resolved prompt entries
   std::vector<ToolInfo> last_tools;      ///< the tool list the system prompt was rendered with

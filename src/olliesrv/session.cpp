@@ -28,10 +28,8 @@ Session::Session(Hub& h, std::string sid, std::string dir, std::string where)
     : hub(h), id(std::move(sid)), cwd(std::move(dir)), ex(h.next_executor()), remote(std::move(where)) {
   ToolHost::Config c{id, cwd, hub.toolsrv, hub.config_root, remote, {}, {}};
   c.secret_vars = [&hub = hub] {
-    std::vector<std::string> out;
-    for (const auto& [name, sec] : hub.conf().sections)
-      if (!sec.key_env.empty()) out.push_back(sec.key_env);
-    return out;
+    const auto vars = backend::secret_variables(hub.conf());
+    return std::vector<std::string>(vars.begin(), vars.end());
   };
   if (!remote.empty())
     c.listen_forward = [&hub = hub, sid = id](const std::string& path) {

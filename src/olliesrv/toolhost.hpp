@@ -69,8 +69,8 @@ class ToolHost : public std::enable_shared_from_this<ToolHost> {
     std::string remote;       ///< ssh destination: toolsrv runs there (§6.11, remote.hpp); "" = here
     /// A remote session's forwarded olliesrv socket: listens on the path for this session alone.
     std::function<p9::Status(const std::string& path)> listen_forward;
-    /// The `key_env` variables of backends.conf as olliesrv loaded it: kept from toolsrv's
-    /// environment even when the file cannot be read again at a start (§6.1).
+    /// The secret variables of backends.conf as olliesrv loaded it (backend::secret_variables):
+    /// kept from toolsrv's environment even when the file cannot be read again at a start (§6.1).
     std::function<std::vector<std::string>()> secret_vars;
     /// A tool of an agent's that a start's sync could not load again (`unknown tool: t`...): it is
     /// no longer wanted; the agent is told (§7.5: an `info` warning, not a failure).

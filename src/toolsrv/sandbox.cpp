@@ -62,10 +62,10 @@ namespace {
 // A tool that is a link in a tool directory (`ln -s ~/src/x/x tools/`) runs the file it names.
 // The hostowner's link grants that one file; one in a directory the model can write (a tool
 // directory inside the session cwd) grants nothing, or a planted link would open any file.
-bool trusted_link(const std::string& exe, const Policy& policy, const TemplateVars& vars) {
+bool trusted_link(const std::string& exe, const std::vector<std::string>& writable) {
   struct stat st {};
   if (::lstat(exe.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return false;
-  return !inside_writable(exe.substr(0, exe.rfind('/')), writable_paths(policy, vars));
+  return !inside_writable(exe.substr(0, exe.rfind('/')), writable);
 }
 
 // A rule path the model can redirect: a link on the way to it sits in a directory the sandbox
@@ -91,7 +91,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   plan.network = policy.network;
   plan.best_effort = policy.best_effort;
   const auto held_cwd = vars.expand("{CWD}");  // granted through the held descriptor
-  const auto writable = writable_paths(policy, vars);
+  const auto writable = writable_paths(policy, vars);  // resolved once per call, for every check below
   auto under = writable;  // as resolved, and as written
   for (const auto* list : {&policy.rw, &policy.rwx})
     for (const auto& templ : *list)
@@ -133,7 +133,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   for (const auto& p : policy.rw) add(p, Access::rw);
   for (const auto& p : policy.rwx) add(p, Access::rwx);
   for (const auto& d : tool_dirs) add(d, Access::rox);
-  if (!exe.empty() && (policy.add_exec || trusted_link(exe, policy, vars))) add(exe, Access::rox);
+  if (!exe.empty() && (policy.add_exec || trusted_link(exe, writable))) add(exe, Access::rox);
   // Sockets (and directories of them) may appear after the call started: a missing one is kept
   // for the check at connect time and is not logged as skipped.
   auto add_socket = [&](const std::string& templ) {
@@ -151,7 +151,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   for (const auto& p : policy.unix_sockets) add_socket(p);
   plan.unix_listed = !policy.unix_sockets.empty();
   if (policy.ldd && !exe.empty()) {
-    for (const auto& lib : linked_libraries(exe, writable_paths(policy, vars))) {
+    for (const auto& lib : linked_libraries(exe, writable)) {
       struct stat st {};
       if (::stat(lib.c_str(), &st) == 0 && S_ISREG(st.st_mode)) plan.rules.push_back({lib, Access::rox, st.st_dev, st.st_ino});
     }
