@@ -373,8 +373,19 @@ void ProcessTable::do_start(Command& cmd) {
   add(slot->child.pidfd.get(), kind_pidfd, EPOLLIN);
   add(slot->child.stdout_r.get(), kind_stdout, EPOLLIN);
   add(slot->child.stderr_r.get(), kind_stderr, EPOLLIN);
-  if (slot->stdin_data.empty()) slot->child.stdin_w.reset();
-  else add(slot->child.stdin_w.get(), kind_stdin, EPOLLOUT);
+  // The arguments mostly fit the pipe: written now, the descriptor waited on only for the rest.
+  if (!slot->stdin_data.empty()) {
+    const auto w = ::write(slot->child.stdin_w.get(), slot->stdin_data.data(), slot->stdin_data.size());
+    if (w > 0) slot->stdin_off = static_cast<std::size_t>(w);
+    if (w < 0 && errno == EPIPE) swallow_sigpipe();
+    if (w < 0 && errno != EAGAIN && errno != EINTR) slot->stdin_off = slot->stdin_data.size();
+  }
+  if (slot->stdin_off == slot->stdin_data.size()) {
+    slot->child.stdin_w.reset();
+    slot->stdin_data.clear();
+  } else {
+    add(slot->child.stdin_w.get(), kind_stdin, EPOLLOUT);
+  }
   slots_.emplace(pid, std::move(slot));
   cmd.started(proc);
 }

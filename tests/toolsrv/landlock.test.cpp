@@ -77,13 +77,17 @@ TEST_F(LandlockTest, ReadOutsideAllowedPathsDenied) {
 // /proc is readable (sandbox.yaml), but not another process' environment: Landlock's ptrace
 // scope refuses it, unless the tool holds CAP_SYS_PTRACE (toolsrv run by root, as in a container).
 // A sandboxed tool holds no capability, so toolsrv's environment (olliesrv's keys, other agents'
-// secrets in their tools') stays out of reach either way.
+// secrets in their tools') stays out of reach either way. `grep` is an exec of the tool's own:
+// when the tests run as root, it shows that an exec under no_new_privs gives root nothing back.
 TEST_F(LandlockTest, AToolHoldsNoCapabilityAndCannotReadOtherEnvironments) {
   Fixture f;
   f.load("shell");
-  const auto r = f.sh("grep CapEff /proc/self/status; cat /proc/" + std::to_string(::getpid()) + "/environ >/dev/null; echo rc=$?");
+  const auto r = f.sh("grep -E 'Cap(Inh|Prm|Eff|Amb)' /proc/self/status; cat /proc/" + std::to_string(::getpid()) + "/environ >/dev/null; echo rc=$?");
   EXPECT_EQ(header(r, "status"), "exited") << r;
-  EXPECT_EQ(body_stdout(r), "CapEff:\t0000000000000000\nrc=1\n") << r;
+  EXPECT_EQ(body_stdout(r),
+            "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+            "CapAmb:\t0000000000000000\nrc=1\n")
+      << r;
 }
 
 TEST_F(LandlockTest, ReadInsideAllowedPathsWorks) {
