@@ -150,12 +150,18 @@ Session::Session(SessionConfig config)
 
 Session::~Session() { procs_.reset(); }
 
-void Session::warn_once(const std::string& text, bool warning) {
+void Session::warn_once(const std::string& text) {
   {
     std::lock_guard lock(mu_);
-    if (!warned_.insert(text).second) return;
+    // Bounded: a project override in the cwd is the model's to write, a new path every call.
+    if (warned_.size() > warned_max || warned_.contains(text)) return;
+    warned_.insert(text);
+    if (warned_.size() > warned_max) {
+      spdlog::warn("toolsrv: {} distinct warnings logged; no more are", warned_max);
+      return;
+    }
   }
-  spdlog::log(warning ? spdlog::level::warn : spdlog::level::info, "toolsrv: {}", text);
+  spdlog::warn("toolsrv: {}", text);
 }
 
 std::string Session::agent_cwd(const std::string& agent) const {
@@ -556,7 +562,7 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
       // The shipped policy names optional paths (~/.config/git, skills/): one that is missing is
       // normal, a template that is not absolute is a mistake in sandbox.yaml.
       for (const auto& skipped : plan.skipped)
-        s->warn_once("sandbox path skipped: " + skipped, !skipped.ends_with(": does not exist"));
+        s->warn_once("sandbox path skipped: " + skipped);
       const int abi = landlock_abi();
       if (auto why = sandbox_unavailable(plan, abi)) {
         if (!p.policy.best_effort) return end_early(ProcStatus::failed, *why);

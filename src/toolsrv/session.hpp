@@ -131,7 +131,7 @@ class Session {
   std::shared_ptr<const std::vector<CatalogEntry>> catalog_for(const std::string& agent);
   std::map<std::string, std::string> sandbox_env(const Policy& policy) const;
   p9::Result<HeldCwd> held_cwd(const std::string& agent) const;
-  void warn_once(const std::string& text, bool warning = true);  ///< false: an info line
+  void warn_once(const std::string& text);
 
   SessionConfig config_;
   std::string tmpdir_error_;
@@ -154,7 +154,8 @@ class Session {
   std::shared_ptr<const HostFacts> host_;                     // the facts that scan used
   std::vector<std::string> dirs_;                             // the directories that scan read
   RulesetCache rulesets_;
-  std::set<std::string> warned_;
+  static constexpr std::size_t warned_max = 1024;
+  std::set<std::string> warned_;  // what warn_once logged, at most warned_max + 1
   BypassBroker bypass_;
   std::shared_ptr<LockTable> locks_;
   std::unique_ptr<UnixGuard> unix_guard_;  // the seccomp unix filters' server (null: no user notification)
