@@ -77,6 +77,7 @@ struct AgentCall {
   Hub& hub;
   std::shared_ptr<Session> s;
   std::shared_ptr<Agent> a;
+  bool shown = false;  // the reply is already a block: a `/verb` does not add it again (§3.4)
 };
 
 p9::Error running(const virtfs::Command& cmd) { return p9::error("cannot " + cmd.verb + " while agent is running"); }
@@ -110,6 +111,7 @@ Reply verb_compact(AgentCall& c, const virtfs::Command& cmd) {
   if (!compactable(*c.a)) co_return std::string("nothing to compact\n");
   auto n = co_await compact(c.a, c.s);
   if (!n) co_return n.error();
+  c.shown = true;  // step 7's info block says it
   if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();  // the compacted history, before the reply (§7.7)
   co_return "compacted " + std::to_string(*n) + " messages\n";
 }
@@ -119,6 +121,7 @@ Reply verb_clear(AgentCall& c, const virtfs::Command& cmd) {
   if (!held.ok) co_return running(cmd);
   c.a->clear();
   c.a->note("info", "cleared");
+  c.shown = true;
   if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
   co_return std::string("cleared\n");
 }
@@ -139,9 +142,16 @@ Reply verb_agent(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
     Hold held(*c.a);
     if (!held.ok) co_return running(cmd);
-    auto p = co_await read_profile(c.hub, cmd.args[0]);
-    if (!p) co_return p.error();
-    if (auto st = co_await apply_change(c.hub, c.s, c.a, profile_switch(*c.a, std::move(*p))); !st) co_return st.error();
+    bool current = false;  // naming the current profile changes nothing (§2.8.3, as `cfg agent=`)
+    {
+      std::lock_guard lock(c.a->mu);
+      current = cmd.args[0] == c.a->profile.name;
+    }
+    if (!current) {
+      auto p = co_await read_profile(c.hub, cmd.args[0]);
+      if (!p) co_return p.error();
+      if (auto st = co_await apply_change(c.hub, c.s, c.a, profile_switch(*c.a, std::move(*p))); !st) co_return st.error();
+    }
   }
   std::lock_guard lock(c.a->mu);
   co_return c.a->profile.name + "\n";
@@ -364,11 +374,13 @@ asio::awaitable<void> run_exec(std::shared_ptr<Session> s, std::shared_ptr<Agent
 }
 
 asio::awaitable<void> run_slash(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string request) {
-  auto r = co_await agent_ctl(hub, s, a, request, false);
+  bool shown = false;
+  auto r = co_await agent_ctl(hub, s, a, request, false, &shown);
   if (!r) {
     a->note("error", r.ename());
     co_return;
   }
+  if (shown) co_return;
   std::string text = *r;
   while (!text.empty() && text.back() == '\n') text.pop_back();
   a->note("info", text);
@@ -384,11 +396,13 @@ asio::awaitable<p9::Result<std::string>> session_ctl(Hub& hub, std::shared_ptr<S
 }
 
 asio::awaitable<p9::Result<std::string>> agent_ctl(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a,
-                                                   std::string request, bool self) {
+                                                   std::string request, bool self, bool* shown) {
   auto m = virtfs::match(agent_verbs, request, virtfs::Caller{self, a->running()});
   if (!m) co_return m.error();
   AgentCall c{hub, std::move(s), std::move(a)};
-  co_return co_await m->verb->run(c, m->command);
+  auto r = co_await m->verb->run(c, m->command);
+  if (shown) *shown = c.shown;
+  co_return r;
 }
 
 p9::Status write_prompt(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string text) {

@@ -16,9 +16,10 @@ class Agent;
 
 /// Session `ctl`: one verb per request.
 asio::awaitable<p9::Result<std::string>> session_ctl(Hub& hub, std::shared_ptr<Session> s, std::string request);
-/// Agent `ctl`: one verb per request; `self` when the agent's own principal sends it.
+/// Agent `ctl`: one verb per request; `self` when the agent's own principal sends it. `shown`,
+/// when given, is set when the verb put its reply in a block of its own (`clear`, `compact`).
 asio::awaitable<p9::Result<std::string>> agent_ctl(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a,
-                                                   std::string request, bool self);
+                                                   std::string request, bool self, bool* shown = nullptr);
 /// A write to `prompt` (§2.8.4): `/verb` and `!cmd` run at once (their replies become blocks),
 /// anything else is submitted. Returns at once.
 p9::Status write_prompt(Hub& hub, std::shared_ptr<Session> s, std::shared_ptr<Agent> a, std::string text);

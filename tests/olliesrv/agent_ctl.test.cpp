@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <future>
 #include <optional>
 
@@ -385,6 +386,10 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   ASSERT_EQ(body["messages"].size(), 2u) << body["messages"].dump();  // system + the prompt: history cleared
   EXPECT_EQ(body["messages"][1]["content"], "and now?");
   EXPECT_NE(body["messages"][0]["content"].get<std::string>().find("## file_grep"), std::string::npos);
+  // Naming the current profile changes nothing, as `cfg agent=` (§2.8.3): the history stays.
+  EXPECT_EQ(ctl(w, a, "agent observer"), "observer\n");
+  converse(w, a, "still there?", "yes");
+  EXPECT_EQ(chat_bodies(w).back()["messages"].size(), 4u) << chat_bodies(w).back()["messages"].dump();
   // A profile that names its backend and model; the errors change nothing.
   EXPECT_EQ(ctl(w, a, "agent pinned"), "pinned\n");
   EXPECT_EQ(ctl(w, a, "model"), "pinned-model\n");
@@ -642,6 +647,14 @@ TEST(AgentCtl, PrefixesRunVerbsAndCommandsAtOnce) {
   EXPECT_TRUE(wait_block(w, a, "error", "unknown command: frob"));
   ASSERT_TRUE(w.write(a + "/fifo", "/agent"));
   EXPECT_TRUE(wait_block(w, a, "info", "default"));
+  // A verb whose reply is a block of its own (`clear` adds `cleared`) shows it once.
+  ASSERT_TRUE(w.write(a + "/prompt", "/clear"));
+  EXPECT_TRUE(wait_block(w, a, "info", "cleared"));
+  const auto cleared = [&] {
+    const auto info = contents(w, a, "info");
+    return std::count(info.begin(), info.end(), "cleared");
+  };
+  EXPECT_FALSE(eventually([&] { return cleared() > 1; }, 1s)) << cleared();
   ASSERT_TRUE(w.write(a + "/prompt", "!echo hi; echo there"));
   EXPECT_TRUE(wait_block(w, a, "exec", "hi\nthere\n"));
   ASSERT_TRUE(w.write(a + "/prompt", "!echo out; exit 3"));
