@@ -227,6 +227,19 @@ TEST(WebFetch, DeeplyNestedHtmlIsRefusedQuicklyButRawWorks) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
   EXPECT_EQ(r.exit(), 1) << r.status() << r.out << r.err.substr(0, 2000);
   EXPECT_EQ(r.out, "cannot convert this HTML: its elements nest about 200000 deep (the limit is 3000); fetch it with format raw\n");
+  // `<div/>` opens a div in HTML (the slash counts only in SVG and MathML): refused the same.
+  std::string slashed;
+  for (int i = 0; i < 30000; i++) slashed += "<div/>";
+  f.http.route("/slashed", 200, "text/html", slashed);
+  const Reply s = f.get(f.http.url("/slashed"));
+  EXPECT_EQ(s.out, "cannot convert this HTML: its elements nest about 30000 deep (the limit is 3000); fetch it with format raw\n");
+  // A drawing of many self-closed shapes is flat.
+  std::string svg = "<p>drawn</p><svg>";
+  for (int i = 0; i < 5000; i++) svg += "<path d='M0 0'/>";
+  f.http.route("/svg", 200, "text/html", svg + "</svg><p>after</p>");
+  const Reply drawn = f.get(f.http.url("/svg"));
+  ASSERT_TRUE(drawn.ok()) << drawn.out;
+  EXPECT_NE(drawn.out.find("after"), std::string::npos) << drawn.out;
   const Reply raw = f.get(f.http.url("/deep"), R"(,"format":"raw")");
   ASSERT_TRUE(raw.ok()) << raw.out;
   EXPECT_EQ(raw.out.rfind("<title>deep</title><p>top</p><div><span>", 0), 0u);

@@ -460,7 +460,7 @@ std::size_t nesting(std::string_view html) {
       "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr", "param",
       "keygen", "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "colgroup",
       "caption", "rt", "rp", "html", "head", "body", "image", "frame", "basefont", "bgsound", "isindex"};
-  std::size_t depth = 0, max = 0;
+  std::size_t depth = 0, max = 0, foreign = 0;  // foreign: inside <svg> or <math>
   for (std::size_t i = low.find('<'); i != std::string::npos && i + 1 < low.size(); i = low.find('<', i + 1)) {
     if (low.compare(i, 4, "<!--") == 0) {
       i = low.find("-->", i + 4);
@@ -480,9 +480,16 @@ std::size_t nesting(std::string_view html) {
     }
     const std::size_t gt = low.find('>', e);
     if (gt == std::string::npos) break;
-    if (low[gt - 1] == '/' || std::find(flat.begin(), flat.end(), name) != flat.end()) continue;
-    if (close) depth -= depth > 0 ? 1 : 0;
-    else max = std::max(max, ++depth);
+    // `/>` closes an element only in SVG and MathML: HTML ignores it (`<div/>` opens a div).
+    if ((foreign > 0 && low[gt - 1] == '/') || std::find(flat.begin(), flat.end(), name) != flat.end()) continue;
+    const bool outer = name == "svg" || name == "math";
+    if (close) {
+      depth -= depth > 0 ? 1 : 0;
+      foreign -= outer && foreign > 0 ? 1 : 0;
+    } else {
+      max = std::max(max, ++depth);
+      foreign += outer ? 1 : 0;
+    }
   }
   return max;
 }
