@@ -82,6 +82,19 @@ TEST_F(FileGrep, ContentWithLineNumbersSkippingIgnoredAndBinary) {
   EXPECT_EQ(grep(R"({"pattern":"nothing here"})").out, "no matches for nothing here in .\n");
 }
 
+// Two context groups in one file. rg --crlf ends its `--` separator with a CR too; the separator
+// was taken for part of the next line, and every group after a file's first was lost.
+TEST_F(FileGrep, EveryContextGroupOfAFileIsShown) {
+  write_file(at("groups.txt"), "match one\nx\nx\nx\nx\nmatch two\n");
+  const std::string q = R"({"pattern":"match","context":1,"path":"groups.txt"})";
+  const std::string want = "groups.txt:1:match one\ngroups.txt-2-x\n--\ngroups.txt-5-x\ngroups.txt:6:match two\n";
+  EXPECT_EQ(grep(q).out, want);
+  EXPECT_EQ(direct(q), want);
+  if (have_rg()) {
+    EXPECT_EQ(direct(q, true), want);
+  }
+}
+
 TEST_F(FileGrep, FilesCountGlobAndCase) {
   EXPECT_EQ(grep(R"({"pattern":"foo","output":"files","ignore_case":true})").out, "src/a.c\nsrc/b.h\nsrc/deep/c.c\n");
   EXPECT_EQ(grep(R"({"pattern":"foo","output":"count","ignore_case":true})").out,
@@ -156,6 +169,12 @@ TEST_F(FileGrep, BadRegexAndBadArgumentsAreClearErrors) {
   EXPECT_EQ(r.exit(), 1);
   EXPECT_EQ(r.out.rfind("invalid regex: ", 0), 0u) << r.out;
   EXPECT_EQ(direct(R"({"pattern":"(unclosed"})").rfind("invalid regex: ", 0), 0u);
+  // rg's reason, not the hint that follows it.
+  if (have_rg()) {
+    EXPECT_EQ(direct(R"j({"pattern":"a(?=b)"})j", true),
+              "invalid regex: look-around, including look-ahead and look-behind, is not supported (Rust regex syntax)\n");
+    EXPECT_EQ(direct(R"({"pattern":"a\nb"})", true), "rg failed: the literal '\"\\n\"' is not allowed in a regex\n");
+  }
   const std::pair<const char*, const char*> cases[] = {
       {R"({})", "missing argument: pattern\n"},
       {R"({"pattern":""})", "invalid pattern: empty\n"},

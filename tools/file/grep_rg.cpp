@@ -79,7 +79,8 @@ std::size_t record_end(const std::string& s, std::size_t from, char sep) {
   if (sep == '\0') return s.find('\0', from);
   const auto lf = s.find('\n', from);
   if (lf == std::string::npos) return lf;
-  if (s.compare(from, lf - from, "--") == 0) return lf;
+  // With --crlf rg ends its separator `--\r\n` too.
+  if (const auto sep_line = std::string_view(s).substr(from, lf - from); sep_line == "--" || sep_line == "--\r") return lf;
   const auto nul = s.find('\0', from);
   return nul == std::string::npos ? nul : s.find('\n', nul);
 }
@@ -158,11 +159,17 @@ void grep_rg(const Query& q, Collector& out) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   if (code <= 1) return;
-  // rg's messages are several lines; the last says what is wrong ("error: unclosed group").
-  std::string_view msg = err;
-  while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
-  const auto nl = msg.rfind('\n');
-  std::string last(msg.substr(nl == std::string_view::npos ? 0 : nl + 1));
+  // rg's messages are several lines: the one that starts `error: ` says what is wrong ("error:
+  // unclosed group"), and a hint may follow it ("Consider enabling PCRE2 …"). Else the first line.
+  std::string_view line;
+  for (std::size_t from = 0; from < err.size();) {
+    const auto nl = err.find('\n', from);
+    const auto l = std::string_view(err).substr(from, nl == std::string::npos ? std::string::npos : nl - from);
+    if (!l.empty() && (l.starts_with("error: ") || line.empty())) line = l;
+    if (nl == std::string::npos) break;
+    from = nl + 1;
+  }
+  std::string last(line);
   if (last.rfind("error: ", 0) == 0) last.erase(0, 7);
   if (err.find("regex parse error") != std::string::npos)
     throw tool::Error("invalid regex: " + last + " (Rust regex syntax)");
