@@ -162,6 +162,10 @@ TEST_F(Shell, RowPrivilegeEscalation) {
   refused("echo `sudo id`", "privilege escalation");
   refused("bash -c 'sudo id'", "privilege escalation");
   refused("eval 'sudo id'", "privilege escalation");
+  refused("eval eval eval eval sudo true", "privilege escalation");
+  // Deeper than the check looks is refused, not run unseen.
+  refused("eval eval eval eval eval sudo true", "shells nested more than 4 deep");
+  runs("eval eval eval eval echo deep", "deep\n");
   write_file(host.cwd + "/notes.txt", "run sudo make install\n");
   runs("grep sudo notes.txt", "run sudo make install\n");
   runs("echo 'please run sudo' \"or su\"", "please run sudo or su\n");

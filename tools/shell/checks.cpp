@@ -325,6 +325,8 @@ std::optional<std::string> script_of(const Call& c) {
   return std::nullopt;
 }
 
+constexpr int max_script_depth = 4;  // shells in shells looked into
+
 std::optional<std::string> check(std::string_view text, const std::string& home, int depth) {
   for (const auto& p : patterns)
     if (p.text)
@@ -337,10 +339,13 @@ std::optional<std::string> check(std::string_view text, const std::string& home,
   for (const auto& c : calls)
     for (const auto& p : patterns)
       if (p.call && p.call(c, home)) return std::string(p.what) + " (" + shown(c) + ")";
-  if (depth < 4)
-    for (const auto& c : calls)
-      if (auto s = script_of(c))
-        if (auto r = check(*s, home, depth + 1)) return r;
+  for (const auto& c : calls) {
+    if (auto s = script_of(c)) {
+      // Past four shells in shells the check cannot see what runs: refused, not waved through.
+      if (depth == max_script_depth) return "shells nested more than " + std::to_string(max_script_depth) + " deep (" + shown(c) + ")";
+      if (auto r = check(*s, home, depth + 1)) return r;
+    }
+  }
   return std::nullopt;
 }
 
