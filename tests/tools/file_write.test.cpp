@@ -66,6 +66,16 @@ TEST_F(FileWrite, OverwriteKeepsTheModeAndLeavesNoTemporaryFile) {
   EXPECT_EQ(entries, 1u);
 }
 
+// A file made read-only is not replaced, as a shell's `>` is refused (the tool holds no
+// capability, also when the tests run as root). It was: the rename asks only the directory.
+TEST_F(FileWrite, RefusesAReadOnlyFile) {
+  write_file(at("ro.txt"), "keep\n", 0444);
+  auto r = write(R"({"path":"ro.txt","content":"overwritten\n"})");
+  EXPECT_EQ(r.exit(), 1);
+  EXPECT_EQ(r.out, "permission denied: ro.txt (the file is read-only)\n");
+  EXPECT_EQ(read_file(at("ro.txt")), "keep\n");
+}
+
 TEST_F(FileWrite, RefusesADirectory) {
   std::filesystem::create_directories(at("dir"));
   auto r = write(R"({"path":"dir","content":"x"})");

@@ -165,8 +165,8 @@ std::string call(const tool::Args& args) {
   }
   result.append(text, copied, std::string::npos);
 
-  replace_file(t.abs, result, t.st->st_mode & 07777);
-
+  // The reply is made before the write: a call cut short by its timeout has changed nothing,
+  // so a model told it failed does not repeat an edit that was made.
   const auto old_all = split_lines(text);
   std::vector<Change> changes;
   std::size_t removed = 0, added = 0;
@@ -178,8 +178,10 @@ std::string call(const tool::Args& args) {
     changes.push_back(std::move(c));
   }
   std::string out = "edited " + name + ": " + std::to_string(at.size()) + (at.size() == 1 ? " replacement" : " replacements") +
-                    ", -" + std::to_string(removed) + " +" + std::to_string(added) + " lines\n";
-  return out + unified_diff("a/" + name, "b/" + name, old_all, changes, max_diff);
+                    ", -" + std::to_string(removed) + " +" + std::to_string(added) + " lines\n" +
+                    unified_diff("a/" + name, "b/" + name, old_all, changes, max_diff);
+  replace_file(t.abs, result, t.st->st_mode & 07777);
+  return out;
 }
 
 }  // namespace

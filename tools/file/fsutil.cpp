@@ -141,6 +141,10 @@ int write_whole(int fd, std::string_view content) {
 }  // namespace
 
 void replace_file(const std::string& abs, std::string_view content, mode_t mode) {
+  // A file made read-only stays so, as under a shell's `>`: a rename would replace it, since
+  // only the directory's permission is asked.
+  if (::faccessat(AT_FDCWD, abs.c_str(), W_OK, AT_EACCESS) != 0 && (errno == EACCES || errno == EPERM))
+    throw tool::Error("permission denied: " + shown(abs) + " (the file is read-only)");
   const auto slash = abs.rfind('/');
   const std::string dir = slash == 0 ? "/" : abs.substr(0, slash);
   // The name is kept in the temporary's while it fits NAME_MAX with the dot and the suffix, so
