@@ -239,7 +239,7 @@ virtfs::Node<Ctx> declare() {
               Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log().size(); })),
       D::Leaf("log.raw", Mode{0440}, Doc{"JSONL of every finalized block"},
               Read([](Ctx& c) { return Text(c.agent->transcript.log_raw()); }), Vers(log_vers), Mtime(log_mtime),
-              Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log_raw().size(); })),
+              Length([](const Ctx& c) -> std::uint64_t { return c.agent->transcript.log_raw_size(); })),
       D::Leaf("block", Mode{0660}, Doc{"write a block id, read that block as JSON"}, Rdwr(block)),
       plan_file(), peer_dir(), proc_dir());
 

@@ -126,6 +126,10 @@ struct Transcript::State {
   std::vector<Block> blocks;                            // finalized, oldest first
   std::unordered_map<std::string, std::size_t> by_id;   // every id given out; npos = not stored
   std::uint64_t raw_size = 0;                           // bytes of log_raw()
+  // log_raw()'s text of blocks[0, raw_blocks): made at the first read of log.raw and extended
+  // after, so a loop of opens and reads copies it instead of serialising every block again.
+  std::string raw;
+  std::size_t raw_blocks = 0;
   std::optional<Block> open;                            // the in-flight assistant/reasoning block
   std::uint64_t open_seq = 0;                           // bumped on every change of `open`
   std::string text;                                     // the rendered window
@@ -351,6 +355,8 @@ void Transcript::restore(std::vector<Block> blocks, std::uint64_t stored_counter
     s_->text_base = 0;
     s_->by_id.clear();
     s_->raw_size = 0;
+    s_->raw.clear();
+    s_->raw_blocks = 0;
     for (std::size_t i = 0; i < blocks.size(); i++) {
       s_->by_id.emplace(blocks[i].id, i);
       s_->raw_size += blocks[i].json().size() + 1;
@@ -467,13 +473,13 @@ std::string Transcript::log() const {
 
 std::string Transcript::log_raw() const {
   std::lock_guard lk(s_->mu);
-  std::string out;
-  out.reserve(s_->raw_size);
-  for (const auto& b : s_->blocks) {
-    out += b.json();
-    out += '\n';
+  auto& st = *s_;
+  if (st.raw_blocks < st.blocks.size()) st.raw.reserve(st.raw_size);
+  for (; st.raw_blocks < st.blocks.size(); st.raw_blocks++) {
+    st.raw += st.blocks[st.raw_blocks].json();
+    st.raw += '\n';
   }
-  return out;
+  return st.raw;
 }
 
 std::uint64_t Transcript::log_raw_size() const {

@@ -178,6 +178,20 @@ TEST(AgentFiles, StatTimesAreTheLastChangeWhereKnownElseTheServerStart) {
     EXPECT_GE(st->mtime, t0) << f;
     EXPECT_EQ(st->atime, st->mtime) << f;
   }
+  // log.raw's length is its content's, read before and after a block more (its text is kept
+  // from the first read and extended).
+  std::size_t blocks = 0;
+  for (int round = 0; round < 2; round++) {
+    const auto raw = w.read(a + "/log.raw");
+    ASSERT_TRUE(raw);
+    EXPECT_EQ(w.open(a + "/log.raw").stat()->length, raw->size());
+    if (round > 0) {
+      EXPECT_EQ(blocks_of(*raw).size(), blocks + 1);
+    }
+    blocks = blocks_of(*raw).size();
+    ASSERT_TRUE(w.write(a + "/prompt", "/model"));
+    ASSERT_TRUE(eventually([&] { return contents(w, a, "info").size() == static_cast<std::size_t>(round + 1); }));
+  }
   auto stats = w.open(a + "/stats").stat();  // no change time kept: the server's start
   ASSERT_TRUE(stats);
   EXPECT_EQ(stats->mtime, started->mtime);
