@@ -716,10 +716,17 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     std::weak_ptr<State> ws = weak_from_this();
     d->async_wait(asio::posix::descriptor_base::wait_read, [i, d, ws](std::error_code ec) {
       if (ec) return;
-      i->try_reap();
+      const bool reaped = i->try_reap();
       std::string why = i->reason("toolsrv exited");
       i->lose(why);
-      if (auto s = ws.lock()) spdlog::info("session {}: toolsrv {} {}", s->cfg.session_id, i->pid, why);
+      auto s = ws.lock();
+      if (!s) return;
+      spdlog::info("session {}: toolsrv {} {}", s->cfg.session_id, i->pid, why);
+      // Gone and reaped, it is not kept for the next start to bury: its pidfd closes now, not
+      // one held per session that ever ran a toolsrv.
+      std::shared_ptr<Instance> gone;
+      std::lock_guard lk(s->mu);
+      if (reaped && s->inst == i) gone = std::exchange(s->inst, nullptr);
     });
   }
 

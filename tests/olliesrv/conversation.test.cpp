@@ -791,6 +791,8 @@ TEST(Conversation, AnIdleSessionsToolsrvStopsAndTheNextNeedStartsItAgain) {
   ASSERT_TRUE(eventually([&] { return std::filesystem::exists(marker); }, 10s)) << w.log_text();
   ASSERT_TRUE(eventually([&] { return w.toolsrvs().empty(); }, 10s)) << w.log_text();
   EXPECT_NE(w.log_text().find("toolsrv stopped: not needed for 300 ms"), std::string::npos);
+  // Nor does olliesrv keep its pidfd: one per session that ever ran a toolsrv was held.
+  EXPECT_TRUE(eventually([&] { return w.pidfds() == 0; }, 5s)) << w.pidfds();
   write_file(w.project + "/notes.txt", "alpha\n");
   w.fake.push({{"tool_calls", json::array({{{"id", "r1"}, {"name", "file_read"}, {"arguments", {{"path", "notes.txt"}}}}})}});
   w.fake.push({{"text", "read it"}});

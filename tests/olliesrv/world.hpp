@@ -328,6 +328,16 @@ class World {
   void kill_toolsrvs() const {
     for (auto p : toolsrvs()) ::kill(p, SIGKILL);
   }
+  /// The pidfds olliesrv holds open.
+  std::size_t pidfds() const {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/fd", ec)) {
+      std::error_code link_ec;
+      if (std::filesystem::read_symlink(e.path(), link_ec).string() == "anon_inode:[pidfd]") n++;
+    }
+    return n;
+  }
 
  private:
   pid_t pid_ = -1;
