@@ -63,6 +63,10 @@ TEST_F(Codeintel, QueryFindsDefinitionsInATreeExactMatchesFirst) {
   r = host.call("codeintel", R"({"path":"src/shapes.hpp","kind":"enumerator"})");
   ASSERT_TRUE(r.ok()) << r.out;
   EXPECT_EQ(r.out, "2 definitions of kind enumerator:\nsrc/shapes.hpp:8: enumerator geo::Color::Red\nsrc/shapes.hpp:8: enumerator geo::Color::Green\n");
+  // A `.ctags.d/` in the cwd is the model's to write: ctags does not read it.
+  write_file(host.cwd + "/.ctags.d/off.ctags", "--languages=-all\n");
+  r = host.call("codeintel", R"({"path":".","query":"ADD","kind":"function"})");
+  EXPECT_EQ(r.out, "1 definitions matching `ADD` of kind function:\nsrc/shapes.cpp:3: function geo::add(int a,int b)\n");
   r = host.call("codeintel", R"({"path":".","query":"nothing_like_this"})");
   ASSERT_TRUE(r.ok()) << r.out;
   EXPECT_EQ(r.out, "no definitions matching `nothing_like_this` in .\n");

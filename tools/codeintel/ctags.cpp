@@ -55,7 +55,9 @@ Scan scan_with(const std::string& path, bool recursive, bool (*keep)(const Tag&,
   const std::string ctags = find_ctags();
   if (ctags.empty())
     throw tool::Error("codeintel needs Universal Ctags, and ctags is not on PATH (Debian: apt install universal-ctags)");
-  std::vector<std::string> args{ctags, "--output-format=json", "--fields=+nKSe", "--fields=-P", "--sort=no",
+  // --options=NONE first: a `.ctags.d/` in the cwd is the model's to write, and ctags would read
+  // it (`--languages=-all`, another output).
+  std::vector<std::string> args{ctags, "--options=NONE", "--output-format=json", "--fields=+nKSe", "--fields=-P", "--sort=no",
                                 "--kinds-C=+p", "--kinds-C++=+p", "-o", "-"};
   if (recursive) {
     // Symbolic links are not followed (as file_grep and file_glob): a link to /usr would have
