@@ -35,6 +35,18 @@ TEST_F(FileEdit, UniqueMatchIsReplacedAndShownAsADiff) {
   EXPECT_EQ(read_file(at("a.c")), "int a;\nint b;\nint c;\nint d;\nlong e;\nint f;\nint g;\nint h;\n");
 }
 
+// The diff stops at 7 KiB with a count, so the engine's 8192-byte cut (§8.3.4) never takes its middle.
+TEST_F(FileEdit, ALongDiffIsCutWithACount) {
+  std::string text;
+  for (int i = 0; i < 2000; i++) text += "x\n";
+  write_file(at("many.txt"), text);
+  const Reply r = edit("many.txt", "x", "y", true);
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out.rfind("edited many.txt: 2000 replacements, -2000 +2000 lines\n--- a/many.txt\n", 0), 0u) << r.out.substr(0, 200);
+  EXPECT_LE(r.out.size(), 7u * 1024 + 100);
+  EXPECT_TRUE(r.out.ends_with(" more diff lines not shown]\n")) << r.out.substr(r.out.size() - 100);
+}
+
 TEST_F(FileEdit, AmbiguousMatchNamesItsLines) {
   write_file(at("a.c"), "x = 1;\ny = 2;\nx = 1;\nz = 3;\nx = 1;\n");
   auto r = edit("a.c", "x = 1;", "x = 9;");

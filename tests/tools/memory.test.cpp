@@ -43,6 +43,11 @@ TEST(Memory, RecallFindsWhatRememberStored) {
   // Tags are searched too, and the porter stemmer matches other forms of a word.
   EXPECT_NE(m.recall(R"({"query":"cmake"})").out.find("#1 "), std::string::npos);
   EXPECT_NE(m.recall(R"({"query":"testing"})").out.find("Tests run with gtest_filter."), std::string::npos);
+  // At most 7 KiB, so the engine's 8192-byte cut (§8.3.4) never takes the middle of a hit.
+  for (int i = 0; i < 12; i++) ASSERT_TRUE(m.remember(R"({"text":"wide )" + std::string(1000, 'w') + R"("})").ok());
+  const Reply wide = m.recall(R"({"query":"wide","limit":12})");
+  EXPECT_LE(wide.out.size(), 7u * 1024 + 200) << wide.out.size();
+  EXPECT_NE(wide.out.find("more hits not shown: output limit 7 KiB"), std::string::npos) << wide.out.substr(wide.out.size() - 300);
   // The store is one file in optmem/, named by the project's hash.
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(m.optmem()))

@@ -15,6 +15,7 @@ using namespace filetool;
 namespace {
 
 constexpr std::size_t max_paths = 1000;
+constexpr std::size_t max_bytes = 7 * 1024;  // under the 8192 bytes the engine keeps of a result (§8.3.4)
 
 bool wild(std::string_view s) { return s.find_first_of("*?[{") != std::string_view::npos; }
 
@@ -63,9 +64,13 @@ std::string call(const tool::Args& args) {
     return a.path < b.path;
   });
   std::string out;
-  for (std::size_t i = 0; i < hits.size() && i < max_paths; i++) out += hits[i].path + '\n';
-  if (hits.size() > max_paths)
-    out += "[… " + std::to_string(hits.size() - max_paths) + " more files not shown (" + std::to_string(hits.size()) +
+  std::size_t shown_paths = 0;
+  for (; shown_paths < hits.size() && shown_paths < max_paths; shown_paths++) {
+    if (out.size() + hits[shown_paths].path.size() + 1 > max_bytes) break;
+    out += hits[shown_paths].path + '\n';
+  }
+  if (shown_paths < hits.size())
+    out += "[… " + std::to_string(hits.size() - shown_paths) + " more files not shown (" + std::to_string(hits.size()) +
            " in all); narrow the pattern or the path]\n";
   return out;
 }
