@@ -84,6 +84,8 @@ TEST_F(FileGlob, ErrorsAreClear) {
             "not a directory: file.txt; path must be a directory to search\n");
   EXPECT_EQ(glob(R"({})").out, "missing argument: pattern\n");
   EXPECT_EQ(glob(R"({"pattern":3})").out, "invalid pattern: must be a string\n");
+  EXPECT_EQ(glob(R"({"pattern":"sub/.."})").out, "invalid pattern: sub/.. names a directory, not files; e.g. sub/../*\n");
+  EXPECT_EQ(glob(R"({"pattern":"*/../x"})").out, "invalid pattern: .. after a wildcard; put the directory in path\n");
   auto r = glob(R"({"pattern":"*","path":")" + host.home + R"("})");
   EXPECT_EQ(r.exit(), 1);
   EXPECT_EQ(r.out, "permission denied: " + host.home + " (outside the sandbox's paths)\n");

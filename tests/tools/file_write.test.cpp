@@ -120,6 +120,8 @@ TEST_F(FileWrite, BadArgumentsAreClearErrors) {
       {R"({"path":"nul\u0000byte","content":"x"})", "invalid path: contains a NUL byte\n"},
       // The file before the slash is not the one meant.
       {R"({"path":"sub/","content":"x"})", "invalid path: sub/ names a directory (it ends with /); give the file's path\n"},
+      {R"({"path":"new/.","content":"x"})", "invalid path: new/. names a directory (it ends with .); give the file's path\n"},
+      {R"({"path":"..","content":"x"})", "invalid path: .. names a directory (it ends with ..); give the file's path\n"},
   };
   for (const auto& [args, want] : cases) {
     auto r = write(args);
@@ -129,6 +131,7 @@ TEST_F(FileWrite, BadArgumentsAreClearErrors) {
   EXPECT_FALSE(std::filesystem::exists(at("a.txt")));
   EXPECT_FALSE(std::filesystem::exists(at("nul")));
   EXPECT_FALSE(std::filesystem::exists(at("sub")));
+  EXPECT_FALSE(std::filesystem::exists(at("new")));
 }
 
 // A name near NAME_MAX: its temporary beside it must fit too.

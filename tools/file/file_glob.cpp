@@ -32,6 +32,8 @@ std::string call(const tool::Args& args) {
   root = tool::absolute(root);
   std::string rest;
   for (std::size_t i = literal; i < parts.size(); i++) {
+    if (parts[i] == ".." && i == literal)  // the last part, no wildcard before it
+      throw tool::Error("invalid pattern: " + pattern + " names a directory, not files; e.g. " + pattern + "/*");
     if (parts[i] == "..") throw tool::Error("invalid pattern: .. after a wildcard; put the directory in path");
     rest += (i > literal ? "/" : "") + std::string(parts[i]);
   }

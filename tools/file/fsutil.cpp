@@ -40,6 +40,9 @@ std::string listed(const std::string& path) {
 std::string file_to_write(const std::string& given) {
   if (given.size() > 1 && given.back() == '/')
     throw tool::Error("invalid path: " + given + " names a directory (it ends with /); give the file's path");
+  const auto last = given.substr(given.rfind('/') + 1);  // `.` and `..` name directories too
+  if (last == "." || last == "..")
+    throw tool::Error("invalid path: " + given + " names a directory (it ends with " + last + "); give the file's path");
   return tool::absolute(given);
 }
 
