@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -59,18 +61,26 @@ struct Regex {
   ~Regex() { ::regfree(&re); }
 };
 
+constexpr std::size_t max_walk_bytes = std::size_t{256} << 20;  // a file searched whole, at most
+
 bool read_text(const std::string& abs, std::string& buf) {
   const int fd = ::open(abs.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  // A file over max_walk_bytes is skipped, as a binary one (the whole file is held to search
+  // it; rg streams it): a sparse 2 GB file took 4.7 GB. One that grows meanwhile is read no
+  // further than the cap.
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > max_walk_bytes) {
     ::close(fd);
     return false;
   }
   buf.resize(static_cast<std::size_t>(st.st_size) + 1);
   std::size_t got = 0;
   for (;;) {
-    if (got + 1 >= buf.size()) buf.resize(buf.size() * 2);
+    if (got + 1 >= buf.size()) {
+      if (buf.size() > max_walk_bytes) break;
+      buf.resize(std::min(buf.size() * 2, max_walk_bytes + 1));
+    }
     const ssize_t r = ::read(fd, buf.data() + got, buf.size() - 1 - got);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
