@@ -474,7 +474,7 @@ std::string Transcript::log() const {
 std::string Transcript::log_raw() const {
   std::lock_guard lk(s_->mu);
   auto& st = *s_;
-  if (st.raw_blocks < st.blocks.size()) st.raw.reserve(st.raw_size);
+  if (st.raw.empty()) st.raw.reserve(st.raw_size);  // then the string's own growth
   for (; st.raw_blocks < st.blocks.size(); st.raw_blocks++) {
     st.raw += st.blocks[st.raw_blocks].json();
     st.raw += '\n';
