@@ -1188,6 +1188,18 @@ std::size_t count_lines(const std::string& path, const std::string& with) {
   return n;
 }
 
+// A Unix socket at `path` listens: its line in /proc/net/unix has __SO_ACCEPTCON (0x10000).
+bool listening(const std::string& path) {
+  std::ifstream in("/proc/net/unix");
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string num, refs, proto, flags, type, st, inode, p;
+    if ((f >> num >> refs >> proto >> flags >> type >> st >> inode >> p) && p == path)
+      return (std::stoul(flags, nullptr, 16) & 0x10000) != 0;
+  }
+  return false;
+}
+
 // olliesrv with `ulimit -n nofile`, its log (stderr) in a file, listening on sock.
 struct LimitedOlliesrv {
   testing_support::TempDir dir;
@@ -1200,9 +1212,10 @@ struct LimitedOlliesrv {
                                      "-a", "unix!" + sock, "-l", "info"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     child = std::make_unique<testing_support::Child>(argv, std::vector<std::string>{"XDG_DATA_HOME=" + dir.path + "/data"});
+    // Up once its socket listens: the file is there from the bind, before the listen (a connect
+    // then is refused), and a probe connection would count against -maxconn.
     for (int i = 0; i < 500; i++) {
-      struct stat s;
-      if (::stat(sock.c_str(), &s) == 0) return;
+      if (listening(sock)) return;
       std::this_thread::sleep_for(20ms);
     }
     throw std::runtime_error("olliesrv did not start: " + log);
