@@ -233,6 +233,11 @@ TEST(WebFetch, DeeplyNestedHtmlIsRefusedQuicklyButRawWorks) {
   f.http.route("/slashed", 200, "text/html", slashed);
   const Reply s = f.get(f.http.url("/slashed"));
   EXPECT_EQ(s.out, "cannot convert this HTML: its elements nest about 30000 deep (the limit is 3000); fetch it with format raw\n");
+  // Nor does SVG make them self-closing: `<svg/>` closes itself, and a div inside an svg ends it.
+  for (const std::string lead : {"<svg/>", "<svg>"}) {
+    f.http.route("/after-svg", 200, "text/html", lead + slashed);
+    EXPECT_EQ(f.get(f.http.url("/after-svg")).out.rfind("cannot convert this HTML: its elements nest about 3000", 0), 0u) << lead;
+  }
   // A drawing of many self-closed shapes is flat.
   std::string svg = "<p>drawn</p><svg>";
   for (int i = 0; i < 5000; i++) svg += "<path d='M0 0'/>";

@@ -460,6 +460,10 @@ std::size_t nesting(std::string_view html) {
       "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr", "param",
       "keygen", "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "colgroup",
       "caption", "rt", "rp", "html", "head", "body", "image", "frame", "basefont", "bgsound", "isindex"};
+  static const std::vector<std::string_view> breakout{
+      "b",  "big", "blockquote", "body", "br", "center", "code", "dd", "div", "dl", "dt", "em", "embed", "h1",
+      "h2", "h3",  "h4", "h5", "h6", "head", "hr", "i", "img", "li", "listing", "menu", "meta", "nobr", "ol",
+      "p",  "pre", "ruby", "s", "small", "span", "strong", "strike", "sub", "sup", "table", "tt", "u", "ul", "var"};
   std::size_t depth = 0, max = 0, foreign = 0;  // foreign: inside <svg> or <math>
   for (std::size_t i = low.find('<'); i != std::string::npos && i + 1 < low.size(); i = low.find('<', i + 1)) {
     if (low.compare(i, 4, "<!--") == 0) {
@@ -480,9 +484,12 @@ std::size_t nesting(std::string_view html) {
     }
     const std::size_t gt = low.find('>', e);
     if (gt == std::string::npos) break;
-    // `/>` closes an element only in SVG and MathML: HTML ignores it (`<div/>` opens a div).
-    if ((foreign > 0 && low[gt - 1] == '/') || std::find(flat.begin(), flat.end(), name) != flat.end()) continue;
+    // `/>` closes an element only in SVG and MathML (`<svg/>` too): HTML ignores it, so `<div/>`
+    // opens a div. An HTML element such as `<div>` inside SVG ends the SVG (HTML's breakout).
     const bool outer = name == "svg" || name == "math";
+    if (!close && foreign > 0 && std::find(breakout.begin(), breakout.end(), name) != breakout.end()) foreign = 0;
+    if (std::find(flat.begin(), flat.end(), name) != flat.end()) continue;
+    if (low[gt - 1] == '/' && (foreign > 0 || outer)) continue;
     if (close) {
       depth -= depth > 0 ? 1 : 0;
       foreign -= outer && foreign > 0 ? 1 : 0;
