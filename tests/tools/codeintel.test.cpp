@@ -114,6 +114,12 @@ TEST_F(Codeintel, ASymbolicLinkInTheTreeIsNotFollowed) {
   const auto r = host.call("codeintel", R"({"path":"src","query":"add","kind":"function"})");
   ASSERT_TRUE(r.ok()) << r.out;
   EXPECT_EQ(r.out, "1 definitions matching `add` of kind function:\nsrc/shapes.cpp:3: function geo::add(int a,int b)\n");
+  // The directory named is searched when it is itself a link (as file_grep and file_glob do).
+  std::filesystem::create_directory_symlink("src", host.cwd + "/srclink");
+  for (const char* path : {"srclink", "srclink/"}) {
+    const auto linked = host.call("codeintel", std::string(R"({"path":")") + path + R"(","query":"add","kind":"function"})");
+    EXPECT_EQ(linked.out, "1 definitions matching `add` of kind function:\nsrclink/shapes.cpp:3: function geo::add(int a,int b)\n") << path;
+  }
 }
 
 TEST_F(Codeintel, MissingCtagsIsSaidPlainly) {

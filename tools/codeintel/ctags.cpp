@@ -64,7 +64,10 @@ Scan scan_with(const std::string& path, bool recursive, bool (*keep)(const Tag&,
     // the scan index the system for its whole time budget.
     for (const char* x : {"-R", "--links=no", "--exclude=.git", "--exclude=node_modules", "--exclude=.cache"}) args.emplace_back(x);
   }
-  args.push_back(path);  // absolute: never read as an option (ctags has no `--`)
+  // Absolute: never read as an option (ctags has no `--`). A directory is given as `<dir>/.`:
+  // the one the model named may itself be a link, which --links=no would skip whole.
+  const std::string root = recursive ? path + "/." : path;
+  args.push_back(root);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -105,6 +108,7 @@ Scan scan_with(const std::string& path, bool recursive, bool (*keep)(const Tag&,
       if (nl - start > max_line) continue;
       if (auto t = parse(buf.substr(start, nl - start))) {
         json_seen = true;
+        if (recursive && t->path.starts_with(root + "/")) t->path = path + t->path.substr(root.size());
         if (keep(*t, ctx)) s.tags.push_back(std::move(*t));
       }
     }
