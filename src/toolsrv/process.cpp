@@ -374,13 +374,7 @@ void ProcessTable::do_start(Command& cmd) {
   add(slot->child.stdout_r.get(), kind_stdout, EPOLLIN);
   add(slot->child.stderr_r.get(), kind_stderr, EPOLLIN);
   // The arguments mostly fit the pipe: written now, the descriptor waited on only for the rest.
-  if (!slot->stdin_data.empty()) {
-    const auto w = ::write(slot->child.stdin_w.get(), slot->stdin_data.data(), slot->stdin_data.size());
-    if (w > 0) slot->stdin_off = static_cast<std::size_t>(w);
-    if (w < 0 && errno == EPIPE) swallow_sigpipe();
-    if (w < 0 && errno != EAGAIN && errno != EINTR) slot->stdin_off = slot->stdin_data.size();
-  }
-  if (slot->stdin_off == slot->stdin_data.size()) {
+  if (slot->stdin_data.empty() || write_stdin(*slot)) {
     slot->child.stdin_w.reset();
     slot->stdin_data.clear();
   } else {
@@ -388,6 +382,15 @@ void ProcessTable::do_start(Command& cmd) {
   }
   slots_.emplace(pid, std::move(slot));
   cmd.started(proc);
+}
+
+bool ProcessTable::write_stdin(Slot& slot) {
+  const auto w = ::write(slot.child.stdin_w.get(), slot.stdin_data.data() + slot.stdin_off,
+                         slot.stdin_data.size() - slot.stdin_off);
+  const int err = w < 0 ? errno : 0;
+  if (w > 0) slot.stdin_off += static_cast<std::size_t>(w);
+  if (err == EPIPE) swallow_sigpipe();
+  return (err != 0 && err != EAGAIN && err != EINTR) || slot.stdin_off == slot.stdin_data.size();
 }
 
 void ProcessTable::close_fd(Slot&, UniqueFd& fd) {
@@ -503,15 +506,9 @@ void ProcessTable::loop() {
         on_exit(slot);
       } else if (kind == kind_stdout || kind == kind_stderr) {
         on_readable(slot, kind);
-      } else if (kind == kind_stdin && slot.child.stdin_w) {
-        const auto left = slot.stdin_data.size() - slot.stdin_off;
-        const auto w = ::write(slot.child.stdin_w.get(), slot.stdin_data.data() + slot.stdin_off, left);
-        if (w > 0) slot.stdin_off += static_cast<std::size_t>(w);
-        if ((w < 0 && errno != EAGAIN && errno != EINTR) || slot.stdin_off == slot.stdin_data.size()) {
-          if (w < 0 && errno == EPIPE) swallow_sigpipe();
-          close_fd(slot, slot.child.stdin_w);
-          slot.stdin_data.clear();
-        }
+      } else if (kind == kind_stdin && slot.child.stdin_w && write_stdin(slot)) {
+        close_fd(slot, slot.child.stdin_w);
+        slot.stdin_data.clear();
       }
     }
     now = steady::now();

@@ -178,6 +178,9 @@ class ProcessTable {
   void wake();
   void do_start(Command& cmd);
   void on_readable(Slot& slot, int fd);
+  // Writes what is left of the arguments to the child's stdin; true when it is done with
+  // (all written, or the pipe failed).
+  bool write_stdin(Slot& slot);
   void on_exit(Slot& slot);
   void finish(Slot& slot);
   void close_fd(Slot& slot, UniqueFd& fd);

@@ -63,6 +63,23 @@ TEST(ProcessTable, ExitStatusAndSeparateStreams) {
   EXPECT_TRUE(p->read_out(11, 100).eof);
 }
 
+// Arguments larger than the pipe are written as the tool reads them, and a tool that reads none
+// of them still ends its call (the rest meets a closed pipe).
+TEST(ProcessTable, ArgumentsLargerThanThePipeReachTheToolOrAreDropped) {
+  ProcessTable t;
+  auto l = sh_launch("wc -c");
+  l.stdin_data = std::string(1 << 20, 'x');
+  auto p = start_sync(t, std::move(l));
+  wait_finished(*p);
+  EXPECT_EQ(p->read_out(0, 100).data, "1048576\n");
+  auto ignoring = sh_launch("echo done");
+  ignoring.stdin_data = std::string(1 << 20, 'x');
+  auto q = start_sync(t, std::move(ignoring));
+  wait_finished(*q);
+  EXPECT_EQ(q->status(), ProcStatus::exited);
+  EXPECT_EQ(q->read_out(0, 100).data, "done\n");
+}
+
 // toolsrv ignores SIGPIPE and catches SIGTERM; a tool starts with every disposition at default.
 TEST(ProcessTable, ToolsStartWithDefaultSignalDispositions) {
   struct sigaction ign {}, caught {}, old_pipe {}, old_usr1 {};
