@@ -101,8 +101,12 @@ bool Subscription::wanted(const std::string& topic) const {
 void Subscription::offer(const std::shared_ptr<const Event>& e) {
   {
     std::lock_guard lk(mu_);
-    if (!wanted(e->topic)) return;
+    if (started_ && !wanted(e->topic)) return;
     queue_.push_back(e);
+    // Before the first read the filter may still be growing: what a later pattern would select
+    // is kept, and only a full buffer gives up the events no pattern written so far selects.
+    if (queue_.size() > Bus::BUFFER && !started_ && !filter_.empty())
+      std::erase_if(queue_, [&](const auto& q) { return !wanted(q->topic); });
     if (queue_.size() > Bus::BUFFER) {
       queue_.pop_front();
       dropped_++;
@@ -128,12 +132,15 @@ p9::Status Subscription::request(std::string_view text) {
   }
   std::lock_guard lk(mu_);
   filter_ = std::move(pats);
-  std::erase_if(queue_, [&](const auto& e) { return !wanted(e->topic); });
   return {};
 }
 
 virtfs::Chunk Subscription::read(std::size_t max) {
   std::lock_guard lk(mu_);
+  if (!started_) {  // the filter is whole: what it does not select goes
+    started_ = true;
+    std::erase_if(queue_, [&](const auto& e) { return !wanted(e->topic); });
+  }
   std::string out;
   if (!partial_.empty()) {  // the rest of a split line first: no line starts inside another
     out = partial_.substr(0, max);

@@ -64,8 +64,9 @@ class Subscription : public virtfs::Cursor {
   }
   virtfs::Chunk read(std::size_t max) override;
   std::shared_ptr<virtfs::Signal> signal() override { return signal_; }
-  /// Sets the filter: patterns separated by blanks or newlines; events already buffered that do
-  /// not match are dropped.
+  /// Sets the filter: patterns separated by blanks or newlines. Given after every write with all
+  /// written so far, so events are kept until the first read, which drops those it does not select
+  /// (a filter written in pieces selects what its whole selects).
   p9::Status request(std::string_view filter) override;
 
  private:
@@ -84,6 +85,7 @@ class Subscription : public virtfs::Cursor {
   std::deque<std::shared_ptr<const Event>> queue_;
   std::string partial_;      // the rest of a line split by a short read
   std::size_t dropped_ = 0;  // reported as `event.overflow <n>` before the next line
+  bool started_ = false;     // read once: the filter is final
   std::shared_ptr<virtfs::Signal> signal_ = std::make_shared<virtfs::Signal>();
 };
 

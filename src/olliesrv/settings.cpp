@@ -246,13 +246,29 @@ backend::GenerationParams to_generation_params(const std::string& params) {
   return g;
 }
 
+namespace {
+
+// A value as one token of §1.3, quoted only when it has to be (a blank or a quote in it): a `cfg`
+// read and written back is the same settings (OP-70), a directory named `my dir` included.
+std::string token(const std::string& v) {
+  if (v.find_first_of(" \t\r\n'") == std::string::npos) return v;
+  std::string out = "'";
+  for (const char c : v) {
+    if (c == '\'') out += '\'';
+    out += c;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
 std::string render_cfg(const CfgView& v) {
-  std::string out = "backend=" + v.backend + "\nmodel=" + v.model + "\nagent=" + v.profile + "\ncwd=" +
-                    v.cwd_override + "\n";
+  std::string out = "backend=" + token(v.backend) + "\nmodel=" + token(v.model) + "\nagent=" + token(v.profile) +
+                    "\ncwd=" + token(v.cwd_override) + "\n";
   const json j = parse_object(v.params);
   for (const auto& k : param_keys()) {
     out += k + "=";
-    if (auto it = j.find(k); it != j.end() && !it->is_null()) out += it->is_string() ? it->get<std::string>() : it->dump();
+    if (auto it = j.find(k); it != j.end() && !it->is_null()) out += token(it->is_string() ? it->get<std::string>() : it->dump());
     out += "\n";
   }
   return out;

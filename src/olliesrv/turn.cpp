@@ -182,8 +182,10 @@ class Turn {
   /// §8.14 for an attempt that failed or was interrupted: the request counts; when the provider
   /// produced output before it ended, its tokens are estimated (no usage came with it).
   void account_unfinished(Pending& p);
-  /// Runs the calls of one response (§8.3); true when every result is an error.
-  asio::awaitable<bool> dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools);
+  /// Runs the calls of one response (§8.3); true when every result is an error. `round`: the
+  /// calls make a tool round, whose last result carries the pending inject (§8.8); those of a
+  /// response the provider stopped run nothing, and the inject waits to be the next prompt.
+  asio::awaitable<bool> dispatch(std::vector<Call> calls, bool round);
   /// `last`: the round's last batch, whose last result carries the pending inject (§8.8).
   asio::awaitable<void> run_batch(std::vector<Call>& batch, bool last);
   /// The path stamps of the batch's cacheable calls that would run (§8.3.3), one per call.
@@ -333,7 +335,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
         calls.push_back(std::move(c));
       }
       prefetch_due_ = changes_nothing(calls);
-      const bool all_failed = co_await dispatch(std::move(calls), tools);
+      const bool all_failed = co_await dispatch(std::move(calls), r.stop != backend::StopReason::filtered);
       if (r.stop == backend::StopReason::filtered) {
         s_->save_soon();
         failure = "stopped: " + r.stop_raw;
@@ -798,8 +800,7 @@ void Turn::account(const Response& r) {
 }
 
 // §8.3.1: batches in order; the calls of a batch concurrently; results in call order.
-asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<ToolInfo>& tools) {
-  (void)tools;
+asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, bool round) {
   bool all_failed = true;
   auto batches = split_batches(std::move(calls));
   for (auto& batch : batches) {
@@ -815,7 +816,7 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, const std::vector<
       for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
       a_->set_state(state);
     }
-    co_await run_batch(batch, &batch == &batches.back());
+    co_await run_batch(batch, round && &batch == &batches.back());
     for (const auto& c : batch) a_->note_sandbox(*c.result);  // after the batch's tool blocks
     for (const auto& c : batch) {
       all_failed = all_failed && c.result->error;

@@ -432,8 +432,8 @@ class Adapter : public p9::FileServer {
       return st.error();
     }
     o.pending = true;
-    // A filter takes effect as it is written (event, §5.2): events published before the first
-    // read are kept or dropped by it, not by an unfiltered buffer that overflows meanwhile.
+    // The cursor sees the request as it grows (event, §5.2): a buffer that fills before the first
+    // read gives up what no pattern written so far selects, not what the filter asks for.
     if (o.cursor) (void)o.cursor->request(o.request.view());  // none on a fid opened to write only
     return static_cast<std::uint32_t>(data.size());
   }

@@ -262,6 +262,30 @@ TEST(AgentCtl, AnInjectNoRoundTookIsTheNextPromptWithoutASecondBlock) {
   EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"follow-up"}));
 }
 
+// A response the provider stopped (content filter) runs none of its calls: no tool round took the
+// inject, so it is the next prompt (§8.8), not a line under a result the model never reads.
+TEST(AgentCtl, AnInjectDuringAFilteredResponseIsTheNextPrompt) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"text", "filtered slow"},
+               {"chunk", 2},
+               {"delay_ms", 300},
+               {"tool_calls", json::array({{{"id", "f1"}, {"name", "shell"}, {"arguments", {{"cmd", "true"}}}}})},
+               {"stop", "filter"}});
+  w.fake.push({{"text", "about the inject"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "work on it"));
+  ASSERT_TRUE(eventually([&] { return chat_bodies(w).size() == 1; }));
+  EXPECT_EQ(ctl(w, a, "inject and this"), "injected\n");
+  ASSERT_TRUE(wait_block(w, a, "assistant", "about the inject"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  auto bodies = chat_bodies(w);
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_EQ(bodies[1]["messages"].back()["content"], "and this");
+  EXPECT_EQ(contents(w, a, "tool", "shell"), (std::vector<std::string>{"error: stopped: content_filter"}));
+  EXPECT_EQ(contents(w, a, "user", "inject"), (std::vector<std::string>{"and this"}));
+}
+
 // §2.8.8: one response is one assistant block, even when a `/verb` reply and an inject arrive
 // while it streams; chat shows the response's text whole, the other blocks after it, and so do
 // log.raw and the chat a restart renders from the blocks.
@@ -527,6 +551,24 @@ TEST(AgentCtl, CfgWrittenBackKeepsFollowingTheProfile) {
   w.start();
   EXPECT_EQ(cfg_value(w, a, "temperature"), "0.2");
   EXPECT_EQ(cfg_value(w, a, "topK"), "41");
+}
+
+// A value with a blank or a quote reads as the token that sets it (§1.3), so the whole cfg written
+// back is accepted and changes nothing.
+TEST(AgentCtl, CfgValuesWithBlanksOrQuotesReadAsTheirTokens) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  std::filesystem::create_directories(w.project + "/my dir");
+  ASSERT_TRUE(w.write(a + "/cfg", "cwd='" + w.project + "/my dir' stop='[\"a b\",\"it''s\"]'"));
+  auto c = w.read(a + "/cfg");
+  ASSERT_TRUE(c);
+  EXPECT_NE(c->find("\ncwd='" + w.project + "/my dir'\n"), std::string::npos) << *c;
+  EXPECT_NE(c->find("\nstop='[\"a b\",\"it''s\"]'\n"), std::string::npos) << *c;
+  EXPECT_NE(c->find("\nmodel=fake-model\n"), std::string::npos) << *c;  // the rest as they are
+  auto back = w.write(a + "/cfg", *c);
+  ASSERT_TRUE(back) << back.ename();
+  EXPECT_EQ(*w.read(a + "/cfg"), *c);
 }
 
 TEST(AgentCtl, CfgWritesArePartialAtomicOrderedAndPersisted) {

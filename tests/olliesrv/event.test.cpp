@@ -90,6 +90,25 @@ TEST(Bus, FilterAppliesToWhatIsBufferedAndWhatComes) {
   EXPECT_EQ(s->read(4096).data, "agent.2.state idle\nagent.3.state thinking\nsession.9.kill session/z\n");
 }
 
+// A filter written in pieces (a line per write, or a pattern cut by a write) selects what the whole
+// selects, from the open on: the events before the first write and between the writes included.
+TEST(Bus, AFilterWrittenInPiecesSelectsWhatTheWholeSelects) {
+  Bus bus;
+  auto s = *bus.subscribe("glenda", true);
+  bus.publish("agent.1.new", "session/s/agent/a");
+  ASSERT_TRUE(s->request("session.*\n"));
+  bus.publish("agent.2.new", "session/s/agent/b");
+  ASSERT_TRUE(s->request("session.*\nagent.*\n"));
+  bus.publish("other.3.x");
+  EXPECT_EQ(s->read(4096).data, "agent.1.new session/s/agent/a\nagent.2.new session/s/agent/b\n");
+  auto t = *bus.subscribe("glenda", true);
+  bus.publish("session.4.new", "session/x");
+  ASSERT_TRUE(t->request("sess"));
+  bus.publish("session.5.new", "session/y");
+  ASSERT_TRUE(t->request("session.*"));
+  EXPECT_EQ(t->read(4096).data, "session.4.new session/x\nsession.5.new session/y\n");
+}
+
 TEST(Bus, BadFilterIsRefused) {
   Bus bus;
   auto s = *bus.subscribe("glenda", true);
@@ -295,6 +314,21 @@ TEST(EventBus, AFilterWrittenBeforeTheFirstReadSelectsFromTheStart) {
   for (int i = 0; i < 1001; i++) ASSERT_TRUE(w.write(s + "/agent/" + (i % 2 ? "b" : "a") + "/name", i % 2 ? "a" : "b"));
   std::string pending;
   EXPECT_EQ(next_lines(*f, 1, pending), (std::vector<std::string>{"session." + id_of(w, fresh) + ".new session/fresh"}));
+}
+
+// Through the socket, as a shell on a v9fs mount writes a filter a line at a time: the agent
+// made before the second line still reaches the reader (the first line's filter dropped it).
+TEST(EventBus, AFilterWrittenALineAtATimeKeepsWhatItsLastLineSelects) {
+  World w;
+  auto s = w.session("work");
+  auto f = w.walk("event");
+  ASSERT_TRUE(f && f->open(p9::ORDWR));
+  const auto a = w.agent(s, "a");
+  ASSERT_FALSE(a.empty());
+  ASSERT_TRUE(f->write("session.*\n"));
+  ASSERT_TRUE(f->write("agent.*.new\n"));
+  std::string pending;
+  EXPECT_EQ(next_lines(*f, 1, pending), (std::vector<std::string>{"agent." + id_of(w, a) + ".new " + a}));
 }
 
 TEST(EventBus, BadPatternIsTheErrorOfTheFirstRead) {
