@@ -44,16 +44,10 @@ Caches::Caches() {
   for (const auto& b : backend::backend_names()) models.emplace(b, Memo<std::vector<std::string>>{});
 }
 
-std::optional<int> Caches::context_length(const std::string& backend, const std::string& model) const {
+Memo<int> Caches::context_length(const std::string& backend, const std::string& model) const {
   std::lock_guard lock(mu_);
-  const auto it = lengths_.find({backend, model});
-  return it == lengths_.end() ? std::nullopt : std::optional<int>(it->second);
-}
-
-void Caches::keep_context_length(const std::string& backend, const std::string& model, int length) const {
-  std::lock_guard lock(mu_);
-  if (lengths_.size() >= 4096) lengths_.clear();  // a bound: names come from cfg writes
-  lengths_[{backend, model}] = length;
+  if (lengths_.size() >= 4096 && !lengths_.count({backend, model})) lengths_.clear();  // a bound: names come from cfg writes
+  return lengths_[{backend, model}];  // shared with every copy
 }
 
 void Caches::drop() const {

@@ -24,15 +24,14 @@ struct Caches {
   std::map<std::string, Memo<std::vector<std::string>>, std::less<>> models;
   Memo<std::string> agents;  ///< the root `agents` text
   Memo<std::string> tools;   ///< the root `tools` text
-  /// A model's context length (§8.5.1) as the first agent of that backend and model asked its
-  /// provider: the agents after it, sub-agents above all, do not ask again.
-  std::optional<int> context_length(const std::string& backend, const std::string& model) const;
-  void keep_context_length(const std::string& backend, const std::string& model, int length) const;
+  /// A model's context length (§8.5.1), asked of its provider by the first agent of that backend
+  /// and model that needs it: the agents after it, sub-agents above all, share that ask.
+  Memo<int> context_length(const std::string& backend, const std::string& model) const;
   void drop() const;
 
  private:
   mutable std::mutex mu_;
-  mutable std::map<std::pair<std::string, std::string>, int> lengths_;
+  mutable std::map<std::pair<std::string, std::string>, Memo<int>> lengths_;
 };
 
 /// The models of backend `name`, sorted (root `models`, agent ctl `models`): the backend

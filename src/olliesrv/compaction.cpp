@@ -9,7 +9,6 @@
 
 #include "agent.hpp"
 #include "hub.hpp"
-#include "off_io.hpp"
 #include "session.hpp"
 #include "settings.hpp"
 
@@ -48,7 +47,7 @@ std::string trimmed(std::string s) {
 
 }  // namespace
 
-asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
+asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap, std::chrono::steady_clock::duration patience) {
   Agent& a = *ap;
   std::shared_ptr<backend::Backend> be;
   std::string backend_name, model;
@@ -60,23 +59,20 @@ asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap) {
     model = a.model;
   }
   if (!be) co_return 128000;
-  if (const auto known = a.hub.caches.context_length(backend_name, model)) {
-    std::lock_guard lock(a.mu);
-    if (a.model == model && a.backend_name == backend_name) a.stats.context_length = *known;
-    co_return *known;
-  }
-  // The provider's value (cached per model); asking may block: not on an I/O thread, and a
-  // stop or a flush does not wait for a provider that does not answer. A failed ask is
-  // "unknown" (128000, §8.5.1) until the model changes or `invalidate`: a models endpoint that
-  // stalls costs one wait, not one before every request.
-  auto ask = [be, model] {  // named: see off_io
+  // The provider's value, asked once per backend and model by whoever needs it first; asking
+  // may block: not on an I/O thread, and a stop or a flush does not wait for a provider that does
+  // not answer. A failed ask is "unknown" (128000, §8.5.1) until `invalidate`: a models endpoint
+  // that stalls costs one wait, not one before every request.
+  const Memo<int>::Load ask = [be, model]() -> p9::Result<int> {  // named: no temporary in a co_await (GCC 12)
     auto r = be->context_length(model);
     return r && *r > 0 ? *r : 128000;
   };
-  const int len = co_await off_io_cancellable<int>(a.hub.blocking, ask);
-  a.hub.caches.keep_context_length(backend_name, model, len);
+  const auto memo = a.hub.caches.context_length(backend_name, model);
+  const auto got = co_await memo.get(a.hub.blocking, ask, patience);
+  if (!got) co_return 128000;  // still asking: shown from the next time on
+  const int len = **got;
   std::lock_guard lock(a.mu);
-  a.stats.context_length = len;
+  if (a.model == model && a.backend_name == backend_name) a.stats.context_length = len;
   co_return len;
 }
 

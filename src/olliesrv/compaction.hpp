@@ -4,6 +4,7 @@
 /// procedure itself (Compaction::run), used by the turn (automatic) and by `ctl compact` (§3.3).
 
 #include <asio/awaitable.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -115,7 +116,12 @@ class Compaction {
   static asio::awaitable<p9::Result<Compacted>> run(std::shared_ptr<Agent> a, std::shared_ptr<Session> s,
                                                     Trigger why, Summarizer summarize);
   /// The context length of the agent's model, asked once from the provider (off the I/O threads).
-  static asio::awaitable<int> context_length(std::shared_ptr<Agent> a);
+  /// With a `patience`, an ask not answered by then gives the unknown 128000 (§8.5.1) and goes on:
+  /// its answer is kept, and shown from the next time on.
+  static asio::awaitable<int> context_length(std::shared_ptr<Agent> a,
+                                             std::chrono::steady_clock::duration patience = std::chrono::steady_clock::duration::max());
+  /// How long what only shows the window (`stats`, a new agent, a new model) waits for the ask.
+  static constexpr std::chrono::seconds show_patience{2};
 
  private:
   /// The summary request of a manual compaction, or `interrupted` once the agent is stopped.

@@ -35,15 +35,26 @@ class Memo {
 
   /// The kept outcome, else that of the running computation, else of a new one on `pool`.
   asio::awaitable<p9::Result<T>> get(asio::thread_pool& pool, Load load) const {
+    auto got = co_await get(pool, std::move(load), Clock::duration::max());
+    co_return std::move(*got);
+  }
+
+  /// As get, waiting at most `patience`: nullopt when the computation has not ended by then (it
+  /// goes on, and its outcome is kept for the next reader).
+  asio::awaitable<std::optional<p9::Result<T>>> get(asio::thread_pool& pool, Load load, Clock::duration patience) const {
     auto s = s_;
     auto f = begin(pool, std::move(load));
+    const auto end = patience == Clock::duration::max() ? Clock::time_point::max() : Clock::now() + patience;
     for (;;) {
       const auto seen = f->done.version();
       {
         std::lock_guard lock(s->mu);
         if (f->outcome) co_return *f->outcome;
       }
-      co_await f->done.wait(seen);
+      const auto now = Clock::now();
+      if (now >= end) co_return std::nullopt;
+      if (end == Clock::time_point::max()) co_await f->done.wait(seen);
+      else co_await f->done.wait(seen, end - now);
     }
   }
 

@@ -145,6 +145,23 @@ TEST(Conversation, StatsShowAKnownContextLengthBeforeTheFirstRequest) {
   EXPECT_EQ(chat_requests(w), 0u);
 }
 
+// A models endpoint that never finishes (up to the 60 s fetch deadline) holds neither agent/new nor
+// a read of stats: each waits 2 s for the one ask, then shows the unknown 128000 (§1.7: a Read
+// does not block on a provider).
+TEST(Conversation, AStalledWindowAskHoldsNeitherANewAgentNorStats) {
+  World w(json{{"route_faults", {{"models", "stall"}}}});
+  auto s = w.session("work");
+  const auto start = std::chrono::steady_clock::now();
+  auto a = w.agent(s, "main");
+  auto stats = w.read(a + "/stats");
+  ASSERT_TRUE(stats);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // not the 60 s deadline, twice
+  EXPECT_NE(stats->find("contextLength=128000\n"), std::string::npos) << *stats;
+  std::size_t asked = 0;
+  for (auto& r : w.fake.requests()) asked += r.path.ends_with("/models");
+  EXPECT_EQ(asked, 1u);  // the read waited for the ask agent/new started
+}
+
 // §8.5.1: a window the provider cannot tell is unknown (128000), cached like a known one: a models
 // endpoint that fails (here a 12 MiB list, refused) is asked once, not before every request (a
 // stalled one cost 60 s each time); `invalidate` asks again.
