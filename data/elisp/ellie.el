@@ -196,12 +196,15 @@ in another directory is said."
                  (when made (ignore-errors (ellie-rdwr (format "session/%s/ctl" sid) "kill")))
                  (signal (car err) (cdr err))))))))
 
+(defvar ellie--picked nil
+  "Non-nil while a chat opens from the session list: its session was picked where it works.")
+
 (defun ellie--say-where (session sid)
   "Say so when SESSION (id SID) works elsewhere than `default-directory'.
 What its agents do happens there, not in the directory ellie was called from."
   (pcase-let ((`(,_name ,_id ,cwd ,remote) (cl-find sid (ignore-errors (ellie--rows (ellie-read "session/idx")))
                                                     :key #'cadr :test #'equal)))
-    (when (and cwd (not (and (equal remote "-") (file-equal-p cwd default-directory))))
+    (when (and cwd (not ellie--picked) (not (and (equal remote "-") (file-equal-p cwd default-directory))))
       (message "ellie: session %s works in %s%s, not here" session cwd
                (if (member remote '(nil "-")) "" (concat " on " remote))))))
 
@@ -706,7 +709,9 @@ For the event filter and the timers; several at once show the last one only."
 On a session without agents, an agent `main' is created."
   (interactive)
   (pcase-let ((`(,session . ,agent) (tabulated-list-get-id)))
-    (when session (ellie session (or agent "main")))))
+    (when session
+      (let ((ellie--picked t))  ; chosen from the list, where it shows its directory: nothing to say
+        (ellie session (or agent "main"))))))
 
 (defun ellie-sessions-kill ()
   "Kill the session on this line, after confirmation."

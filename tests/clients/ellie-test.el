@@ -445,6 +445,15 @@ os.unlink(path)
         (ellie-rdwr "session/new" (format "name=there cwd=%s\n" (ellie--quote root)))
         (ellie "there" "main")
         (should (member (format "ellie: session there works in %s, not here" root) said))
-        (should (get-buffer "*ellie there/main*"))))))
+        (should (get-buffer "*ellie there/main*"))
+        ;; picked from the session list, which shows where it works: nothing to say
+        (setq said nil)
+        (ellie-sessions)
+        (with-current-buffer "*ellie sessions*"
+          (should (ellie-test-until (lambda () (ellie-test-contains (current-buffer) "there"))))
+          (goto-char (point-min))
+          (search-forward "there")
+          (ellie-sessions-open))
+        (should-not (cl-find-if (lambda (m) (string-match-p "works in" m)) said))))))
 
 ;;; ellie-test.el ends here

@@ -126,6 +126,11 @@ tmux set-buffer -b pasted $'line one\nline two\nline three'
 tmux paste-buffer -b pasted -t "$t:0.1" && tmux send-keys -t "$t:0.1" Enter
 within 20 pasted 'line one\nline two\nline three' || fail "a paste of 3 lines, not bracketed: $(user_blocks)"
 within 10 reading || fail "no new prompt line after a paste: $(prompt_pane)"
+# a /verb is one line: a line typed right after it is a prompt of its own, not more of the verb
+tmux send-keys -t "$t:0.1" '/model' Enter 'after the verb' Enter
+within 20 pasted 'after the verb' || fail "a line typed after a /verb: $(user_blocks)"
+ollie-9p read session/work/agent/main/log.raw | grep -qF 'one command per request' && fail "a /verb took the next line"
+within 10 reading || fail "no new prompt line after a /verb: $(prompt_pane)"
 
 # the status line follows the agent: the model and the context
 within 10 status_shows 'idle · fake-model · ctx [0-9]*% · \$0' ||
@@ -196,6 +201,9 @@ within 10 tmux has-session -t "$g" 2>/dev/null || fail "o work gone did not open
 echo kill | ollie-9p rdwr session/work/agent/gone/ctl >/dev/null
 gone_said() { tmux capture-pane -p -J -S - -t "$g:0.0" | grep -qF '!q leaves]'; }
 within 10 gone_said || fail "the chat pane of a killed agent: $(tmux capture-pane -p -J -S - -t "$g:0.0")"
+tmux send-keys -t "$g:0.1" 'anyone there?' Enter
+gone_told() { tmux capture-pane -p -J -t "$g:0.1" | grep -qF 'o: the agent is gone (o again makes it anew)'; }
+within 10 gone_told || fail "a prompt to a killed agent: $(tmux capture-pane -p -J -t "$g:0.1")"
 # o again makes the agent anew and shows its chat, not the old one's end; whoever looked at the
 # old one looks at the new one
 (cd "$root/project/my proj" && script -qfec "o work gone" /dev/null <"$root/keys" >"$root/term3.out" 2>&1 &)
