@@ -347,7 +347,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) help(name);
   const auto v = std::find_if(std::begin(verbs), std::end(verbs), [&](const Verb& x) { return name == x.name; });
-  if (v == std::end(verbs)) usage("unknown verb: " + name);
+  if (v == std::end(verbs)) usage((name.size() > 1 && name[0] == '-' ? "unknown option: " : "unknown verb: ") + name);
   // Options before the path: -l where the verb takes it; `--` ends them (a path may start with -).
   bool dash_l = false;
   std::vector<std::string> operands;

@@ -173,6 +173,7 @@ TEST(Ollie9p, UsageErrorsSayWhatWasWrong) {
            {{"rdwr", "session/new", "name=x cwd=/"}, "rdwr: unexpected argument: name=x cwd=/ (what is sent comes from stdin)"},
            {{"-a"}, "-a needs an address (a socket path, unix!<path> or tcp!<host>!<port>)"},
            {{"ls", "-x"}, "ls: unknown option: -x"},
+           {{"-x", "ls"}, "unknown option: -x"},
            {{"read", "-x", "session/idx"}, "read: unknown option: -x"},
            {{"read", "-l", "-l", "event"}, "read: -l given twice"},
            {{"stat", "-l", "event"}, "stat: unknown option: -l"},
