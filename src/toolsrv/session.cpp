@@ -517,7 +517,8 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     if (const auto it = env.find("GIT_CONFIG_COUNT"); it != env.end()) {
       char* end = nullptr;
       const long n = std::strtol(it->second.c_str(), &end, 10);
-      if (!it->second.empty() && *end == '\0' && n >= 0) k = n;
+      // More entries than any environment holds is not a count (and LONG_MAX + 1 overflows).
+      if (!it->second.empty() && *end == '\0' && n >= 0 && n <= 100'000) k = n;
     }
     env["OLLIE_AGENT_ID"] = p.request.agent;
     env["OLLIE_UNAME"] = p.request.agent;

@@ -42,6 +42,11 @@ constexpr std::uint32_t i386_socketcall = 102, i386_connect = 362, i386_sendto =
                         i386_sendmmsg = 345;
 // io_uring performs connect and sendmsg without a system call the filter would see.
 constexpr std::uint32_t nr_io_uring_setup = 425, nr_io_uring_enter = 426, nr_io_uring_register = 427;
+// Landlock does not govern a file's mode: a tool may chmod any file it owns, inside the sandbox or
+// not. The setuid and setgid bits are refused wherever (a tool of a root olliesrv could make any
+// root-owned program setuid root); i386's chmod calls are refused whole.
+constexpr std::uint32_t nr_fchmodat2 = 452, i386_chmod = 15, i386_fchmod = 94, i386_fchmodat = 306;
+constexpr std::uint32_t setid_bits = 06000;
 
 constexpr std::uint32_t off_nr = offsetof(seccomp_data, nr);
 constexpr std::uint32_t off_arch = offsetof(seccomp_data, arch);
@@ -58,6 +63,8 @@ class Bpf {
   // if (A != k) goto no
   void if_ne(std::uint32_t k, const std::string& no) { jump(BPF_JEQ, k, "", no); }
   void if_ge(std::uint32_t k, const std::string& yes) { jump(BPF_JGE, k, yes, ""); }
+  // if (A & k) goto yes
+  void if_set(std::uint32_t k, const std::string& yes) { jump(BPF_JSET, k, yes, ""); }
   void label(const std::string& name) { labels_[name] = code_.size(); }
   std::vector<sock_filter> done() {
     for (const auto& [at, yes, no] : fixups_) {
@@ -97,6 +104,18 @@ std::vector<sock_filter> filter_program() {
   b.if_eq(nr_io_uring_setup, "enosys");
   b.if_eq(nr_io_uring_enter, "enosys");
   b.if_eq(nr_io_uring_register, "enosys");
+  b.if_eq(__NR_chmod, "mode1");
+  b.if_eq(__NR_fchmod, "mode1");
+  b.if_eq(__NR_fchmodat, "mode2");
+  b.if_eq(nr_fchmodat2, "mode2");
+  b.ret(SECCOMP_RET_ALLOW);
+  b.label("mode1");
+  b.load(arg_lo(1));
+  b.if_set(setid_bits, "eperm");
+  b.ret(SECCOMP_RET_ALLOW);
+  b.label("mode2");
+  b.load(arg_lo(2));
+  b.if_set(setid_bits, "eperm");
   b.ret(SECCOMP_RET_ALLOW);
   // sendto without an address (pointer or length 0) reads nothing from memory: the peer was
   // checked when the socket was connected.
@@ -114,6 +133,7 @@ std::vector<sock_filter> filter_program() {
   b.load(off_nr);
   for (const auto nr : {i386_socketcall, i386_connect, i386_sendto, i386_sendmsg, i386_sendmmsg}) b.if_eq(nr, "eacces");
   for (const auto nr : {nr_io_uring_setup, nr_io_uring_enter, nr_io_uring_register}) b.if_eq(nr, "enosys");
+  for (const auto nr : {i386_chmod, i386_fchmod, i386_fchmodat, nr_fchmodat2}) b.if_eq(nr, "eperm");
   b.ret(SECCOMP_RET_ALLOW);
   b.label("notify");
   b.ret(SECCOMP_RET_USER_NOTIF);
@@ -121,6 +141,8 @@ std::vector<sock_filter> filter_program() {
   b.ret(ret_errno(ENOSYS));
   b.label("eacces");
   b.ret(ret_errno(EACCES));
+  b.label("eperm");
+  b.ret(ret_errno(EPERM));
   b.label("allow");
   b.ret(SECCOMP_RET_ALLOW);
   b.label("kill");

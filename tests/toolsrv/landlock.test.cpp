@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
@@ -88,6 +89,22 @@ TEST_F(LandlockTest, AToolHoldsNoCapabilityAndCannotReadOtherEnvironments) {
             "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
             "CapAmb:\t0000000000000000\nrc=1\n")
       << r;
+}
+
+// Landlock does not govern modes: the filter refuses the setuid and setgid bits to every chmod
+// call, inside the sandbox too (a tool of a root olliesrv could make a root-owned program setuid
+// root: it owns it), and lets ordinary modes through.
+TEST_F(LandlockTest, AToolCannotSetTheSetuidOrSetgidBit) {
+  Fixture f;
+  f.load("shell");
+  write_file(f.cwd + "/prog", "");
+  const auto r = f.sh("chmod 4755 prog; echo rc=$?; chmod g+s prog; echo rc=$?; chmod 0755 prog; echo rc=$?; "
+                      "chmod 6777 prog; echo rc=$?");
+  EXPECT_EQ(body_stdout(r), "rc=1\nrc=1\nrc=0\nrc=1\n") << r;
+  EXPECT_NE(body_stderr(r).find("Operation not permitted"), std::string::npos) << r;
+  struct stat st {};
+  ASSERT_EQ(::stat((f.cwd + "/prog").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 
 TEST_F(LandlockTest, ReadInsideAllowedPathsWorks) {

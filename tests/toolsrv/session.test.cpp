@@ -112,6 +112,13 @@ TEST(Session, EnvironmentOfASandboxedTool) {
   const auto env2 = body_stdout(f.run("tool=shell\nagent=a1\n\n{\"cmd\":\"env\"}"));
   EXPECT_EQ(env_of(env2, "GIT_CONFIG_COUNT"), "3");
   EXPECT_EQ(env_of(env2, "GIT_CONFIG_KEY_2"), "core.fsmonitor");
+  // A count no environment holds is not one: ours are the only entries (LONG_MAX + 1 overflowed).
+  ASSERT_TRUE(f.session->set_env("GIT_CONFIG_COUNT", "9223372036854775807"));
+  const auto r3 = f.run("tool=shell\nagent=a1\n\n{\"cmd\":\"env\"}");
+  EXPECT_EQ(header(r3, "status"), "exited") << r3;
+  const auto env3 = body_stdout(r3);
+  EXPECT_EQ(env_of(env3, "GIT_CONFIG_COUNT"), "1");
+  EXPECT_EQ(env_of(env3, "GIT_CONFIG_KEY_0"), "core.fsmonitor");
 }
 
 TEST(Session, CwdFromAgentOverrideNeverFromRequest) {
