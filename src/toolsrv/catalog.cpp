@@ -39,8 +39,11 @@ std::vector<std::string> meta_names(const std::string& dir) {
 std::vector<std::string> tool_dirs(const std::string& tools_path, const std::string& config_root,
                                    std::vector<std::string>* warnings) {
   std::vector<std::string> dirs;
+  // A relative directory would be taken against each call's cwd, which the model writes (§7.2.2).
   if (tools_path.empty()) {
-    dirs.push_back(config_root + "/tools");
+    const auto dir = config_root + "/tools";
+    if (dir.front() == '/') dirs.push_back(dir);
+    else if (warnings) warnings->push_back("tool directory not absolute, skipped: " + dir);
     return dirs;
   }
   std::string_view rest = tools_path;

@@ -43,6 +43,20 @@ TEST(Dirs, UnsetOrEmptyVariablesFallBackToHome) {
   EXPECT_EQ(p9::runtime_root(e), "/tmp/ollie-" + uid);  // where sockets go without XDG_RUNTIME_DIR
 }
 
+// A relative value is ignored (XDG Base Directory spec): it would be taken against the cwd of
+// whoever reads it, a session's among them, where the model writes (a tool directory there).
+TEST(Dirs, RelativeXdgVariablesAreIgnored) {
+  auto e = env_of({{"HOME", "/h"}, {"XDG_CONFIG_HOME", "cfg"}, {"XDG_DATA_HOME", "./d"}, {"XDG_CACHE_HOME", "k"},
+                   {"XDG_STATE_HOME", "s/"}, {"XDG_RUNTIME_DIR", "r"}});
+  EXPECT_EQ(p9::config_root(e), "/h/.config/ollie");
+  EXPECT_EQ(p9::data_root(e), "/h/.local/share/ollie");
+  EXPECT_EQ(p9::cache_home(e), "/h/.cache");
+  EXPECT_EQ(p9::state_home(e), "/h/.local/state");
+  EXPECT_EQ(p9::runtime_home(e), "/run/user/" + std::to_string(::getuid()));
+  EXPECT_EQ(p9::runtime_root(e), "/tmp/ollie-" + std::to_string(::getuid()));
+  EXPECT_NE(p9::config_root(env_of({{"HOME", "rel"}})).front(), 'r');  // a relative HOME is none
+}
+
 TEST(Dirs, WithoutHomeThePasswordDatabaseAnswers) {
   auto home = p9::home_dir(env_of({}));
   EXPECT_FALSE(home.empty());

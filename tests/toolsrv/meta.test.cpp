@@ -155,6 +155,10 @@ TEST(Catalog, FirstDirectoryWinsAndRelativeDirsAreSkipped) {
   EXPECT_EQ(dirs, (std::vector<std::string>{dir, fixture_tools}));
   EXPECT_EQ(warnings, (std::vector<std::string>{"tool directory not absolute, skipped: rel/tools"}));
   EXPECT_EQ(tool_dirs("", "/cfg", nullptr), (std::vector<std::string>{"/cfg/tools"}));
+  // A relative config root (toolsrv -config cfg/ollie) is skipped too: a call's cwd would place it.
+  std::vector<std::string> said;
+  EXPECT_TRUE(tool_dirs("", "cfg/ollie", &said).empty());
+  EXPECT_EQ(said, (std::vector<std::string>{"tool directory not absolute, skipped: cfg/ollie/tools"}));
   const auto entries = scan_tools(dirs, host());
   EXPECT_EQ(find_entry(entries, "echo")->tool->description, "Shadowing echo.");
 }

@@ -1,6 +1,7 @@
 // sandbox.yaml parsing, merging, template expansion, path handling and override approval.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "toolsrv/cwd.hpp"
 #include "toolsrv/override.hpp"
@@ -35,6 +36,13 @@ TEST(Policy, ErrorsNameKeyAndLine) {
 
 TEST(Policy, MissingFileIsAnError) {
   EXPECT_EQ(load_policy("/no/such/sandbox.yaml").ename(), "cannot open: No such file or directory");
+  // The model may replace it (a cwd holding ~/.config): a FIFO is not waited on, a huge file not read.
+  const auto dir = temp_dir("policy");
+  ASSERT_EQ(::mkfifo((dir + "/fifo.yaml").c_str(), 0600), 0);
+  EXPECT_EQ(load_policy(dir + "/fifo.yaml").ename(), "cannot open: not a regular file");
+  EXPECT_EQ(load_policy("/dev/zero").ename(), "cannot open: not a regular file");
+  write_file(dir + "/big.yaml", "# " + std::string(1u << 20, 'x') + "\n");
+  EXPECT_EQ(load_policy(dir + "/big.yaml").ename(), "cannot open: larger than 1 MiB");
 }
 
 TEST(Policy, OverrideUnionsListsAndReplacesScalars) {
