@@ -136,6 +136,7 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
     conf.warnings.push_back(std::string(file) + ":" + std::to_string(lineno) + ": " + what);
     spdlog::warn("{}", conf.warnings.back());
   };
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 BOM, as an editor may write one
   std::size_t pos = 0;
   while (pos <= text.size()) {
     auto nl = text.find('\n', pos);

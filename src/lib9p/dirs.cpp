@@ -18,7 +18,7 @@ namespace {
 // model writes, so a tool directory there could hold a planted `shell`).
 std::optional<std::string> xdg(const Env& env, std::string_view name) {
   auto v = env(name);
-  if (v && v->front() != '/') return std::nullopt;
+  if (v && (v->empty() || v->front() != '/')) return std::nullopt;
   return v;
 }
 

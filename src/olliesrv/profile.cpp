@@ -24,6 +24,7 @@
 #include "backend/json.hpp"
 #include "olliesrv/settings.hpp"
 #include "olliesrv/sysprompt.hpp"
+#include "toolsrv/meta.hpp"
 
 extern char** environ;
 
@@ -42,14 +43,9 @@ constexpr std::size_t kMaxResolvedBytes = 4 << 20;
 constexpr std::size_t kMaxWarnings = 16;
 
 
-/// nlohmann's messages start with "[json.exception.parse_error.101] ": drop that prefix.
-std::string json_message(const std::exception& e) {
-  std::string m = e.what();
-  if (!m.empty() && m[0] == '[') {
-    if (auto p = m.find("] "); p != std::string::npos) m.erase(0, p + 2);
-  }
-  return m;
-}
+/// nlohmann's message without its "[json.exception.parse_error.101] " and without the bytes it
+/// last read (agent/new agent=<p> reaches agents/<p>.json, which may be a link to any file).
+std::string json_message(const std::exception& e) { return toolsrv::parse_error_text(e.what()); }
 
 p9::Error bad_profile(const std::string& name, const std::string& what) {
   return p9::error("agent profile " + name + ": " + what);

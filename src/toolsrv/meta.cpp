@@ -160,8 +160,8 @@ Result<void> check_fields(const json& obj, std::string_view where) {
   return {};
 }
 
-/// nlohmann's parse error without its prefix and without the text it last read: the file may be
-/// a symlink the model planted to any file toolsrv can read, and the error reaches the model.
+}  // namespace
+
 std::string parse_error_text(std::string_view what) {
   if (const auto colon = what.find("] "); what.rfind("[json.exception.", 0) == 0 && colon != std::string_view::npos)
     what.remove_prefix(colon + 2);
@@ -170,8 +170,6 @@ std::string parse_error_text(std::string_view what) {
   const auto expected = what.rfind("; expected ");
   return std::string(what.substr(0, read)) + std::string(expected > read && expected != std::string_view::npos ? what.substr(expected) : "");
 }
-
-}  // namespace
 
 std::string_view scope_name(Scope s) {
   switch (s) {

@@ -65,6 +65,10 @@ inline constexpr int max_meta_depth = 64;
 /// The error text parse_meta gives when no variant matches.
 inline constexpr std::string_view not_available_error = "not available on this host";
 
+/// nlohmann's parse error without its prefix and without the text it last read: the file may be
+/// a symlink the model planted to any file the server can read, and the error reaches the model.
+std::string parse_error_text(std::string_view what);
+
 /// The tool as listed by `tools` (§6.4): name, description, prompt, parameters, scope, tier,
 /// outputFormat (when set), timeout.
 nlohmann::ordered_json tool_json(const Tool& tool);

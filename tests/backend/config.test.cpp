@@ -51,6 +51,13 @@ TEST(BackendConfig, ParsesTheSpecExample) {
   EXPECT_EQ(c.sections.at("openai").headers[0], "OpenAI-Organization: org-123");
 }
 
+// A byte order mark (an editor's) is not part of the first key: `backend` still chooses.
+TEST(BackendConfig, ALeadingByteOrderMarkIsSkipped) {
+  auto c = parse_backends_conf("\xEF\xBB\xBF" "backend = anthropic\n");
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(c.backend, "anthropic");
+}
+
 TEST(BackendConfig, UnknownSectionsKeysAndBadLinesWarnWithFileAndLine) {
   auto c = parse_backends_conf("model = x\n[mistral]\nurl = y\n[ollama]\ncolour = blue\nnonsense\nheader = A: b\n",
                                "/cfg/backends.conf");

@@ -389,7 +389,8 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   World w;
   own_profiles(w, {{"pinned", R"({"prompt": ["agent-observer.md"], "autoLoad": ["file_read"],
                                   "backend": "openai", "model": "pinned-model", "temperature": 0.7})"},
-                   {"bad", "{"}});
+                   {"bad_profile_whose_long_name_makes_its_error_long", "{"},
+                   {"planted", "PRIVATE KEY"}});
   auto s = w.session("work");
   auto a = w.agent(s, "main");
   converse(w, a, "remember this", "noted");
@@ -419,8 +420,8 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   EXPECT_EQ(ctl(w, a, "model"), "pinned-model\n");
   EXPECT_EQ(cfg_value(w, a, "temperature"), "0.7");
   EXPECT_EQ(ctl(w, a, "tools").substr(0, 10), "file_read\t");
-  const std::string bad = ctl(w, a, "agent bad");
-  EXPECT_EQ(bad.rfind("error: agent profile bad: ", 0), 0u);
+  const std::string bad = ctl(w, a, "agent bad_profile_whose_long_name_makes_its_error_long");
+  EXPECT_EQ(bad.rfind("error: agent profile bad_profile_whose_long_name", 0), 0u) << bad;
   // Cut to 127 bytes in the Rerror, its start and its end kept; the whole of it is in the log (§1.8).
   EXPECT_EQ(bad.size(), 7 + 127u) << bad;
   const std::string log = w.log_text();
@@ -430,6 +431,10 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   EXPECT_GT(logged.size(), 127u) << log;
   EXPECT_TRUE(logged.ends_with(bad.substr(7 + 62 + 3))) << bad;
   EXPECT_EQ(ctl(w, a, "agent ../x"), "error: unknown agent profile: ../x");
+  // A parse error names no byte of the file: a profile may be a link to any file olliesrv reads.
+  const std::string planted = ctl(w, a, "agent planted");
+  EXPECT_EQ(planted, "error: agent profile planted: parse error at line 1, column 1: syntax error while parsing value - "
+                     "invalid literal");
   EXPECT_EQ(ctl(w, a, "agent"), "pinned\n");
   // !cmd respects the profile's tool set.
   ASSERT_TRUE(w.write(a + "/prompt", "!ls"));
