@@ -13,17 +13,17 @@
 namespace p9 {
 namespace {
 
-// An XDG base directory: an absolute path, or none. A relative one is ignored, as the XDG Base
-// Directory spec says: it would be taken against whatever cwd reads it (a session's, where the
-// model writes, so a tool directory there could hold a planted `shell`).
-std::optional<std::string> xdg(const Env& env, std::string_view name) {
+// A directory variable (an XDG base directory, HOME): an absolute path, or none. A relative one is
+// ignored, as the XDG Base Directory spec says: it would be taken against whatever cwd reads it (a
+// session's, where the model writes, so a tool directory there could hold a planted `shell`).
+std::optional<std::string> absolute_var(const Env& env, std::string_view name) {
   auto v = env(name);
   if (v && (v->empty() || v->front() != '/')) return std::nullopt;
   return v;
 }
 
-std::string xdg_or(const Env& env, std::string_view name, const std::string& fallback) {
-  auto v = xdg(env, name);
+std::string absolute_var_or(const Env& env, std::string_view name, const std::string& fallback) {
+  auto v = absolute_var(env, name);
   return v ? *v : fallback;
 }
 
@@ -60,7 +60,7 @@ std::string login_name() {
 }
 
 std::string home_dir(const Env& env) {
-  if (auto h = xdg(env, "HOME")) return *h;  // a relative HOME is no home either
+  if (auto h = absolute_var(env, "HOME")) return *h;
   if (passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir) return pw->pw_dir;
   return "/";
 }
@@ -70,17 +70,19 @@ std::string expand_home(const std::string& path, const Env& env) {
   return path;
 }
 
-std::string config_home(const Env& env) { return xdg_or(env, "XDG_CONFIG_HOME", home_dir(env) + "/.config"); }
-std::string data_home(const Env& env) { return xdg_or(env, "XDG_DATA_HOME", home_dir(env) + "/.local/share"); }
-std::string cache_home(const Env& env) { return xdg_or(env, "XDG_CACHE_HOME", home_dir(env) + "/.cache"); }
-std::string state_home(const Env& env) { return xdg_or(env, "XDG_STATE_HOME", home_dir(env) + "/.local/state"); }
-std::string runtime_home(const Env& env) { return xdg_or(env, "XDG_RUNTIME_DIR", "/run/user/" + uid_text()); }
+std::string config_home(const Env& env) { return absolute_var_or(env, "XDG_CONFIG_HOME", home_dir(env) + "/.config"); }
+std::string data_home(const Env& env) { return absolute_var_or(env, "XDG_DATA_HOME", home_dir(env) + "/.local/share"); }
+std::string cache_home(const Env& env) { return absolute_var_or(env, "XDG_CACHE_HOME", home_dir(env) + "/.cache"); }
+std::string state_home(const Env& env) {
+  return absolute_var_or(env, "XDG_STATE_HOME", home_dir(env) + "/.local/state");
+}
+std::string runtime_home(const Env& env) { return absolute_var_or(env, "XDG_RUNTIME_DIR", "/run/user/" + uid_text()); }
 
 std::string config_root(const Env& env) { return config_home(env) + "/ollie"; }
 std::string data_root(const Env& env) { return data_home(env) + "/ollie"; }
 
 std::string runtime_root(const Env& env) {
-  if (auto r = xdg(env, "XDG_RUNTIME_DIR")) return *r + "/ollie";
+  if (auto r = absolute_var(env, "XDG_RUNTIME_DIR")) return *r + "/ollie";
   return "/tmp/ollie-" + uid_text();
 }
 
@@ -124,7 +126,7 @@ Status ensure_private_dir(const std::string& dir) {
 }
 
 Status ensure_runtime_dir(const std::string& dir, const Env& env) {
-  if (!xdg(env, "XDG_RUNTIME_DIR")) {
+  if (!absolute_var(env, "XDG_RUNTIME_DIR")) {
     const auto root = runtime_root(env);
     if (is_within(dir, root))
       if (auto st = ensure_private_dir(root); !st) return st;

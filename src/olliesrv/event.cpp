@@ -98,6 +98,10 @@ bool Subscription::wanted(const std::string& topic) const {
   return std::any_of(filter_.begin(), filter_.end(), [&](auto& p) { return p.matches(topic); });
 }
 
+void Subscription::drop_unwanted() {
+  std::erase_if(queue_, [&](const auto& e) { return !wanted(e->topic); });
+}
+
 void Subscription::offer(const std::shared_ptr<const Event>& e) {
   {
     std::lock_guard lk(mu_);
@@ -105,8 +109,7 @@ void Subscription::offer(const std::shared_ptr<const Event>& e) {
     queue_.push_back(e);
     // Before the first read the filter may still be growing: what a later pattern would select
     // is kept, and only a full buffer gives up the events no pattern written so far selects.
-    if (queue_.size() > Bus::BUFFER && !started_ && !filter_.empty())
-      std::erase_if(queue_, [&](const auto& q) { return !wanted(q->topic); });
+    if (queue_.size() > Bus::BUFFER && !started_ && !filter_.empty()) drop_unwanted();
     if (queue_.size() > Bus::BUFFER) {
       queue_.pop_front();
       dropped_++;
@@ -139,7 +142,7 @@ virtfs::Chunk Subscription::read(std::size_t max) {
   std::lock_guard lk(mu_);
   if (!started_) {  // the filter is whole: what it does not select goes
     started_ = true;
-    std::erase_if(queue_, [&](const auto& e) { return !wanted(e->topic); });
+    drop_unwanted();
   }
   std::string out;
   if (!partial_.empty()) {  // the rest of a split line first: no line starts inside another

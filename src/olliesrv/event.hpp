@@ -78,6 +78,7 @@ class Subscription : public virtfs::Cursor {
   };
   void offer(const std::shared_ptr<const Event>& e);
   bool wanted(const std::string& topic) const;
+  void drop_unwanted();  ///< the buffered events the filter does not select; under mu_
 
   std::shared_ptr<std::atomic<std::size_t>> held_;  // its principal's count, or none
   std::mutex mu_;
