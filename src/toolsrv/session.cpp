@@ -579,9 +579,12 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
         if (!ruleset) return end_early(ProcStatus::failed, "sandbox: " + ruleset.ename());
         l.ruleset = std::move(*ruleset);
       }
-      if (!landlock_resolves_unix(abi) && s->unix_guard_) {
+      // The guard's filter at every ABI: no Landlock governs a file's mode, owner, times or
+      // extended attributes (fileattr.hpp); below ABI 9 it also mediates Unix sockets.
+      if (s->unix_guard_) {
         auto access = std::make_shared<UnixAccess>();
         access->sockets = plan.unix_sockets;
+        access->writable = p.writable;
         if (abi >= 4 && plan.network.restricts()) {
           access->tcp_connect = plan.network.enabled ? plan.network.connect_tcp : std::vector<std::uint16_t>{};
         }

@@ -28,7 +28,9 @@
 #include <cstring>
 #include <functional>
 
+#include "toolsrv/fileattr.hpp"
 #include "toolsrv/paths.hpp"
+#include "toolsrv/tracee.hpp"
 
 namespace toolsrv {
 namespace {
@@ -42,10 +44,18 @@ constexpr std::uint32_t i386_socketcall = 102, i386_connect = 362, i386_sendto =
                         i386_sendmmsg = 345;
 // io_uring performs connect and sendmsg without a system call the filter would see.
 constexpr std::uint32_t nr_io_uring_setup = 425, nr_io_uring_enter = 426, nr_io_uring_register = 427;
-// Landlock does not govern a file's mode: a tool may chmod any file it owns, inside the sandbox or
-// not. The setuid and setgid bits are refused wherever (a tool of a root olliesrv could make any
-// root-owned program setuid root); i386's chmod calls are refused whole.
-constexpr std::uint32_t nr_fchmodat2 = 452, i386_chmod = 15, i386_fchmod = 94, i386_fchmodat = 306;
+// Landlock does not govern a file's mode, owner, times or extended attributes: those calls go to
+// fileattr.hpp. The setuid and setgid bits are refused in the filter itself, wherever the file is
+// (a tool of a root olliesrv could make any root-owned program setuid root). The *xattrat calls
+// (Linux 6.13) and file_setattr (6.17) are not handled: ENOSYS, so callers fall back to the older
+// calls. i386's calls of the kind are refused whole.
+constexpr std::uint32_t nr_setxattrat = 463, nr_removexattrat = 466, nr_file_setattr = 469;
+constexpr std::uint32_t i386_fileattr[] = {15 /* chmod */,  94 /* fchmod */,   306 /* fchmodat */, 16 /* lchown */,
+                                           95 /* fchown */, 182 /* chown */,   198 /* lchown32 */, 207 /* fchown32 */,
+                                           212 /* chown32 */, 298 /* fchownat */, 30 /* utime */, 271 /* utimes */,
+                                           299 /* futimesat */, 320 /* utimensat */, 412 /* utimensat_time64 */,
+                                           226 /* setxattr */, 227 /* lsetxattr */, 228 /* fsetxattr */,
+                                           235 /* removexattr */, 236 /* lremovexattr */, 237 /* fremovexattr */};
 constexpr std::uint32_t setid_bits = 06000;
 
 constexpr std::uint32_t off_nr = offsetof(seccomp_data, nr);
@@ -108,15 +118,20 @@ std::vector<sock_filter> filter_program() {
   b.if_eq(__NR_fchmod, "mode1");
   b.if_eq(__NR_fchmodat, "mode2");
   b.if_eq(nr_fchmodat2, "mode2");
+  for (const int nr : {__NR_chown, __NR_lchown, __NR_fchown, __NR_fchownat, __NR_utime, __NR_utimes, __NR_futimesat,
+                       __NR_utimensat, __NR_setxattr, __NR_lsetxattr, __NR_fsetxattr, __NR_removexattr,
+                       __NR_lremovexattr, __NR_fremovexattr})
+    b.if_eq(static_cast<std::uint32_t>(nr), "notify");
+  for (const auto nr : {nr_setxattrat, nr_removexattrat, nr_file_setattr}) b.if_eq(nr, "enosys");
   b.ret(SECCOMP_RET_ALLOW);
   b.label("mode1");
   b.load(arg_lo(1));
   b.if_set(setid_bits, "eperm");
-  b.ret(SECCOMP_RET_ALLOW);
+  b.ret(SECCOMP_RET_USER_NOTIF);
   b.label("mode2");
   b.load(arg_lo(2));
   b.if_set(setid_bits, "eperm");
-  b.ret(SECCOMP_RET_ALLOW);
+  b.ret(SECCOMP_RET_USER_NOTIF);
   // sendto without an address (pointer or length 0) reads nothing from memory: the peer was
   // checked when the socket was connected.
   b.label("sendto");
@@ -133,7 +148,9 @@ std::vector<sock_filter> filter_program() {
   b.load(off_nr);
   for (const auto nr : {i386_socketcall, i386_connect, i386_sendto, i386_sendmsg, i386_sendmmsg}) b.if_eq(nr, "eacces");
   for (const auto nr : {nr_io_uring_setup, nr_io_uring_enter, nr_io_uring_register}) b.if_eq(nr, "enosys");
-  for (const auto nr : {i386_chmod, i386_fchmod, i386_fchmodat, nr_fchmodat2}) b.if_eq(nr, "eperm");
+  for (const auto nr : i386_fileattr) b.if_eq(nr, "eperm");
+  for (const auto nr : {static_cast<std::uint32_t>(nr_fchmodat2), nr_setxattrat, nr_removexattrat, nr_file_setattr})
+    b.if_eq(nr, "eperm");
   b.ret(SECCOMP_RET_ALLOW);
   b.label("notify");
   b.ret(SECCOMP_RET_USER_NOTIF);
@@ -151,36 +168,6 @@ std::vector<sock_filter> filter_program() {
 }
 
 // ---- small helpers ----
-
-long sys_pidfd_open(pid_t pid, unsigned flags) { return ::syscall(SYS_pidfd_open, pid, flags); }
-long sys_pidfd_getfd(int pidfd, int fd) { return ::syscall(SYS_pidfd_getfd, pidfd, fd, 0); }
-constexpr unsigned pidfd_thread = O_EXCL;  // PIDFD_THREAD (Linux 6.9)
-
-bool read_tool(pid_t tid, std::uint64_t addr, void* out, std::size_t len) {
-  if (len == 0) return true;
-  iovec local{out, len};
-  iovec remote{reinterpret_cast<void*>(addr), len};
-  return ::process_vm_readv(tid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
-}
-
-// toolsrv's own root and mount namespace, stat'ed once (every guard thread shares them).
-struct Ours {
-  struct stat root {}, mnt {};
-};
-const Ours& ours() {
-  static const Ours o = [] {
-    Ours r;
-    if (::stat("/", &r.root) != 0 || ::stat("/proc/self/ns/mnt", &r.mnt) != 0) r = Ours{};
-    return r;
-  }();
-  return o;
-}
-
-// Whether `path` names the same file as `st`.
-bool is_file(const std::string& path, const struct stat& st) {
-  struct stat x {};
-  return st.st_ino != 0 && ::stat(path.c_str(), &x) == 0 && x.st_dev == st.st_dev && x.st_ino == st.st_ino;
-}
 
 int sock_int(int fd, int level, int name) {
   int v = -1;
@@ -531,7 +518,12 @@ class Server {
   };
 
   void handle(UnixGuard::Watch& w, const Notif& req) {
-    Call c{w.listener.get(), req, *w.access, static_cast<pid_t>(req.pid), {}};
+    const int listener = w.listener.get();
+    if (is_fileattr_call(static_cast<int>(req.data.nr))) {
+      const auto waiting = [listener, &req] { return valid(listener, req.id); };
+      return reply(listener, req.id, change_fileattr(static_cast<pid_t>(req.pid), req.data, w.access->writable, waiting));
+    }
+    Call c{listener, req, *w.access, static_cast<pid_t>(req.pid), {}};
     if (const long e = fetch(c); e != 0) return reply(c.listener, req.id, e);
     switch (req.data.nr) {
       case __NR_connect: return on_connect(c);
@@ -545,15 +537,8 @@ class Server {
   // The tool's socket; 0 or -errno to reply.
   static long fetch(Call& c) {
     if (c.req.data.arch != AUDIT_ARCH_X86_64) return -EACCES;
-    long pidfd = sys_pidfd_open(c.tid, pidfd_thread);
-    if (pidfd < 0) pidfd = sys_pidfd_open(c.tid, 0);
-    if (pidfd < 0) return -EACCES;
-    const UniqueFd pid_fd(static_cast<int>(pidfd));
-    // The pidfd is of the thread that is waiting, not of a process that reused its id.
-    if (!valid(c.listener, c.req.id)) return -EACCES;
-    const long fd = sys_pidfd_getfd(pid_fd.get(), static_cast<int>(c.req.data.args[0]));
-    if (fd < 0) return errno == EBADF ? -EBADF : -EACCES;
-    c.held.reset(static_cast<int>(fd));
+    const auto waiting = [&c] { return valid(c.listener, c.req.id); };
+    if (const long e = tracee::take_fd(c.tid, static_cast<int>(c.req.data.args[0]), waiting, c.held); e != 0) return e;
     c.domain = sock_int(c.held.get(), SOL_SOCKET, SO_DOMAIN);
     if (c.domain < 0) return -ENOTSOCK;
     c.type = sock_int(c.held.get(), SOL_SOCKET, SO_TYPE);
@@ -566,7 +551,7 @@ class Server {
     out = {};
     const auto n = static_cast<std::int32_t>(len);  // an int in the kernel
     if (n < 0 || n > static_cast<std::int32_t>(sizeof out)) return -EINVAL;
-    if (!read_tool(c.tid, at, &out, static_cast<std::size_t>(n))) return -EFAULT;
+    if (!tracee::read(c.tid, at, &out, static_cast<std::size_t>(n))) return -EFAULT;
     out_len = static_cast<socklen_t>(n);
     return valid(c.listener, c.req.id) ? 0 : -EACCES;
   }
@@ -583,14 +568,11 @@ class Server {
     const auto& sun = reinterpret_cast<const sockaddr_un&>(a);
     const std::size_t max = len - offsetof(sockaddr_un, sun_path);
     const std::string path(sun.sun_path, strnlen(sun.sun_path, max));
-    const std::string proc = "/proc/" + std::to_string(c.tid);
     // The tool's root and mount namespace must be toolsrv's, or its paths mean other files.
-    if (!is_file(proc + "/root", ours().root) || !is_file(proc + "/ns/mnt", ours().mnt)) return -EACCES;
+    if (!tracee::shares_view(c.tid)) return -EACCES;
     UniqueFd dir;
-    if (path.front() != '/') {
-      dir.reset(::open((proc + "/cwd").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-      if (!dir) return -EACCES;
-    }
+    const auto waiting = [&c] { return valid(c.listener, c.req.id); };
+    if (path.front() != '/' && tracee::open_cwd(c.tid, waiting, dir) != 0) return -EACCES;
     // toolsrv opens where Landlock hides things from the tool: only a path the list names, or
     // one beneath a listed directory, may say why it is no socket (a listed one yet to appear
     // is ENOENT); elsewhere every failure is EACCES, so whether a file exists stays hidden.
@@ -712,7 +694,7 @@ class Server {
       if (kind != Unix::path) return reply(c.listener, c.req.id, kind == Unix::abstract ? -EACCES : -EINVAL);
       if (want > send_max) return reply(c.listener, c.req.id, -EMSGSIZE);
       std::vector<char> data(want);
-      if (!read_tool(c.tid, c.req.data.args[1], data.data(), want)) return reply(c.listener, c.req.id, -EFAULT);
+      if (!tracee::read(c.tid, c.req.data.args[1], data.data(), want)) return reply(c.listener, c.req.id, -EFAULT);
       return send_path(c, a, len, data, flags);
     }
     if (tcp_like(c.domain, c.type, c.protocol) && (flags & MSG_FASTOPEN) && !tcp_port_allowed(c.access, a, len)) {
@@ -722,7 +704,7 @@ class Server {
     const std::size_t n = std::min(want, send_max);
     if (want > n && c.type != SOCK_STREAM) return reply(c.listener, c.req.id, -EMSGSIZE);
     auto data = std::make_shared<std::vector<char>>(n);
-    if (!read_tool(c.tid, c.req.data.args[1], data->data(), n)) return reply(c.listener, c.req.id, -EFAULT);
+    if (!tracee::read(c.tid, c.req.data.args[1], data->data(), n)) return reply(c.listener, c.req.id, -EFAULT);
     const int fd = c.held.get();
     const int fl = ::fcntl(fd, F_GETFL);
     const bool blocking = fl >= 0 && !(fl & O_NONBLOCK) && !(flags & MSG_DONTWAIT);
@@ -751,7 +733,7 @@ class Server {
     // carry no path the kernel would resolve.
     if (c.domain != AF_UNIX || c.type != SOCK_DGRAM) return go_on(c.listener, c.req.id);
     msghdr m{};
-    if (!read_tool(c.tid, c.req.data.args[1], &m, sizeof m)) return reply(c.listener, c.req.id, -EFAULT);
+    if (!tracee::read(c.tid, c.req.data.args[1], &m, sizeof m)) return reply(c.listener, c.req.id, -EFAULT);
     if (!m.msg_name || m.msg_namelen == 0) return go_on(c.listener, c.req.id);
     sockaddr_storage a;
     socklen_t len = 0;
@@ -765,7 +747,7 @@ class Server {
     if (m.msg_controllen != 0) return reply(c.listener, c.req.id, -EACCES);
     if (m.msg_iovlen > 1024) return reply(c.listener, c.req.id, -EMSGSIZE);
     std::vector<iovec> iov(m.msg_iovlen);
-    if (!read_tool(c.tid, reinterpret_cast<std::uint64_t>(m.msg_iov), iov.data(), iov.size() * sizeof(iovec))) {
+    if (!tracee::read(c.tid, reinterpret_cast<std::uint64_t>(m.msg_iov), iov.data(), iov.size() * sizeof(iovec))) {
       return reply(c.listener, c.req.id, -EFAULT);
     }
     std::vector<char> data;
@@ -773,7 +755,7 @@ class Server {
       if (v.iov_len > send_max - data.size()) return reply(c.listener, c.req.id, -EMSGSIZE);
       const auto at = data.size();
       data.resize(at + v.iov_len);
-      if (!read_tool(c.tid, reinterpret_cast<std::uint64_t>(v.iov_base), data.data() + at, v.iov_len)) {
+      if (!tracee::read(c.tid, reinterpret_cast<std::uint64_t>(v.iov_base), data.data() + at, v.iov_len)) {
         return reply(c.listener, c.req.id, -EFAULT);
       }
     }
@@ -785,7 +767,7 @@ class Server {
     // Named datagrams in a batch are refused rather than forwarded one by one.
     const auto count = std::min<std::uint64_t>(c.req.data.args[2], 1024);
     std::vector<mmsghdr> v(count);
-    if (!read_tool(c.tid, c.req.data.args[1], v.data(), v.size() * sizeof(mmsghdr))) return reply(c.listener, c.req.id, -EFAULT);
+    if (!tracee::read(c.tid, c.req.data.args[1], v.data(), v.size() * sizeof(mmsghdr))) return reply(c.listener, c.req.id, -EFAULT);
     for (const auto& m : v) {
       if (m.msg_hdr.msg_name && m.msg_hdr.msg_namelen != 0) return reply(c.listener, c.req.id, -EACCES);
     }

@@ -20,6 +20,8 @@
 /// - sendto with an address: likewise (a datagram to a pathname socket through the connector).
 /// - sendmsg with an address on a Unix datagram socket: as sendto; other sendmsg and sendmmsg
 ///   calls continue in the kernel (see doc/sandbox.md for what that leaves).
+/// - chmod, chown, utime and setxattr calls, which no Landlock ABI governs: fileattr.hpp. The
+///   filter is therefore installed at every ABI, not only below 9.
 ///
 /// Refused calls fail with EACCES. Notifications are served one at a time, at most
 /// per_round of one filter before the next filter's, and at most pending_max waits are open.
@@ -52,6 +54,9 @@ struct UnixAccess {
   std::vector<std::string> sockets;
   /// TCP connect ports Landlock would allow: nullopt = any, else only these (empty = none).
   std::optional<std::vector<std::uint16_t>> tcp_connect;
+  /// The rw and rwx paths, resolved (writable_paths): where a file's mode, owner, times and
+  /// extended attributes may change (fileattr.hpp).
+  std::vector<std::string> writable;
 };
 
 /// The filter: one BPF program, the same for every spawn (what a call may reach is the guard's

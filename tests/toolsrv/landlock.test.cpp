@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 
 #include <gtest/gtest.h>
 
@@ -105,6 +106,59 @@ TEST_F(LandlockTest, AToolCannotSetTheSetuidOrSetgidBit) {
   struct stat st {};
   ASSERT_EQ(::stat((f.cwd + "/prog").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
+}
+
+// Nor does it govern a file's mode, owner, times or extended attributes: toolsrv makes those
+// changes for the tool, and only under a writable directory of the policy. Outside (here a
+// readable directory), through a planted symlink, through a descriptor opened for reading, or on a
+// writable file (/dev/null), the change is refused and the file is as it was.
+TEST_F(LandlockTest, AToolChangesAFilesMetadataOnlyUnderWritablePaths) {
+  const auto ro = temp_dir("meta-ro");
+  write_file(ro + "/victim", "v");
+  ASSERT_EQ(::chmod((ro + "/victim").c_str(), 0644), 0);
+  ASSERT_EQ(::chmod(ro.c_str(), 0755), 0);
+  Fixture f(policy_with(", \"" + ro + "\""));
+  f.load("shell");
+  write_file(f.cwd + "/mine", "m");
+  struct stat before {};
+  ASSERT_EQ(::stat((ro + "/victim").c_str(), &before), 0);
+  const std::string victim = ro + "/victim";
+  // perl's chmod and utime take a handle (fchmod, futimens); syscall 188 is setxattr.
+  const std::string fchmod = "perl -e 'open(F, q{<}, $ARGV[0]) or die; chmod(0600, *F) or die $!' ";
+  const std::string setxattr = "perl -e 'my @a = ($ARGV[0], q{user.k}, q{v}); syscall(188, $a[0], $a[1], $a[2], 1, 0) == 0 or die $!' ";
+  const auto r = f.sh("chmod 600 " + victim + "; echo rc=$?; ln -s " + victim + " link; chmod 600 link; echo rc=$?; "
+                      "touch -d 2001-01-01 " + victim + "; echo rc=$?; " + fchmod + victim + "; echo rc=$?; " +
+                      setxattr + victim + "; echo rc=$?; chmod 000 /dev/null; echo rc=$?; "
+                      "chmod 600 mine; echo rc=$?; touch -d 2001-01-01 mine; echo rc=$?; " + setxattr + "mine; echo rc=$?; " +
+                      fchmod + "mine; echo rc=$?; chown 4321 mine; echo rc=$?; "
+                      "mkdir -p sub/deep && chmod -R 700 sub; echo rc=$?; chmod -R 700 " + ro + "; echo rc=$?; "
+                      "cp -p " + victim + " copied; echo rc=$?");
+  // The last: a tool holds no CAP_CHOWN, and toolsrv's change for it drops its own (run as root).
+  EXPECT_EQ(body_stdout(r), "rc=1\nrc=1\nrc=1\nrc=13\nrc=13\nrc=1\nrc=0\nrc=0\nrc=0\nrc=0\nrc=1\nrc=0\nrc=1\nrc=0\n") << r;
+  EXPECT_NE(body_stderr(r).find("chmod: changing permissions of '" + victim + "': Permission denied"), std::string::npos) << r;
+  struct stat after {};
+  ASSERT_EQ(::stat(victim.c_str(), &after), 0);
+  EXPECT_EQ(after.st_mode & 07777, 0644u);
+  EXPECT_EQ(after.st_mtime, before.st_mtime);
+  char value[8];
+  EXPECT_LT(::getxattr(victim.c_str(), "user.k", value, sizeof value), 0);
+  struct stat null {};
+  ASSERT_EQ(::stat("/dev/null", &null), 0);
+  EXPECT_EQ(null.st_mode & 0777, 0666u);
+  struct stat mine {};
+  ASSERT_EQ(::stat((f.cwd + "/mine").c_str(), &mine), 0);
+  EXPECT_EQ(mine.st_mode & 07777, 0600u);
+  EXPECT_EQ(mine.st_uid, ::getuid());
+  EXPECT_LT(mine.st_mtime, 1000000000);  // 2001-01-01 is 978307200
+  EXPECT_EQ(::getxattr((f.cwd + "/mine").c_str(), "user.k", value, sizeof value), 1);
+  // chmod -R walks with directory descriptors (fchmodat); cp -p sets the copy's mode and times.
+  ASSERT_EQ(::stat((f.cwd + "/sub/deep").c_str(), &mine), 0);
+  EXPECT_EQ(mine.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat(ro.c_str(), &after), 0);
+  EXPECT_EQ(after.st_mode & 07777, 0755u);
+  ASSERT_EQ(::stat((f.cwd + "/copied").c_str(), &mine), 0);
+  EXPECT_EQ(mine.st_mode & 07777, 0644u);
+  EXPECT_EQ(mine.st_mtime, before.st_mtime);
 }
 
 TEST_F(LandlockTest, ReadInsideAllowedPathsWorks) {

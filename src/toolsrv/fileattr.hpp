@@ -1,0 +1,38 @@
+#pragma once
+/// What Landlock does not govern about a file: its mode, its owner, its times and its extended
+/// attributes. The guard's filter (unixsock.hpp) sends every chmod, chown, utime and setxattr
+/// family call of a sandboxed tool here, and toolsrv makes the change for the tool when the file
+/// lies under a writable directory of the call's policy (an `rw` or `rwx` path: `{CWD}`,
+/// `{TMPDIR}`, ...), or is that directory; elsewhere the call fails with EACCES. A writable
+/// *file* (`/dev/null`) may be written, not changed: chmod 000 /dev/null stays refused.
+///
+/// The file is found as the kernel would find it for the tool (its cwd, its descriptors, its
+/// root and mount namespace, which must be toolsrv's), opened O_PATH, checked where it really is
+/// and changed through that descriptor, never by its path again: a symlink swapped after the
+/// check changes nothing. The change is made with toolsrv's effective capabilities dropped for
+/// the while, so a tool of a root toolsrv can no more than it could itself (no chown to another
+/// user, no chmod of a file root does not own); a descriptor the tool holds is used as is (an
+/// O_PATH one gives EBADF, as the kernel would).
+
+#include <linux/seccomp.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "toolsrv/tracee.hpp"
+
+namespace toolsrv {
+
+/// fchmodat2 (Linux 6.6), newer than the system headers.
+constexpr int nr_fchmodat2 = 452;
+
+/// Whether `nr` (x86-64) is one of the calls fileattr handles.
+bool is_fileattr_call(int nr);
+
+/// Answers one such call of thread `tid`: the call's result (0) or -errno. `writable` are the
+/// call's rw and rwx paths, resolved (writable_paths).
+long change_fileattr(pid_t tid, const seccomp_data& call, const std::vector<std::string>& writable,
+                     const tracee::Waiting& waiting);
+
+}  // namespace toolsrv
