@@ -85,24 +85,34 @@ class AsTheTool {
   bool dropped_ = false;
 };
 
-// The file a path names for the tool, opened O_PATH (the symlink itself with `nofollow`): 0 or -errno.
-long lookup(pid_t tid, const seccomp_data& d, const Shape& s, int flags, bool nofollow, const tracee::Waiting& waiting,
-            UniqueFd& out) {
+// What a call names, taken from the tool while toolsrv still has its own credentials (reading
+// another process's memory and descriptors may need them, e.g. under Yama for a tool that left
+// its parent): the path and the directory it is relative to, or the descriptor.
+struct Named {
   std::string path;
-  if (const long e = tracee::read_string(tid, d.args[s.path], PATH_MAX, -ENAMETOOLONG, path); e != 0) return e;
+  UniqueFd dir;  // the directory descriptor or the cwd; none for an absolute path
+  UniqueFd fd;   // a call on a descriptor: the tool's own
+};
+
+long take_named(pid_t tid, const seccomp_data& d, const Shape& s, bool direct, int flags, const tracee::Waiting& waiting,
+                Named& n) {
+  if (direct) return tracee::take_fd(tid, static_cast<int>(d.args[s.fd >= 0 ? s.fd : s.dirfd]), waiting, n.fd);
+  if (const long e = tracee::read_string(tid, d.args[s.path], PATH_MAX, -ENAMETOOLONG, n.path); e != 0) return e;
+  if (n.path.empty() && !(flags & AT_EMPTY_PATH)) return -ENOENT;
   if (!tracee::shares_view(tid)) return -EACCES;
-  UniqueFd dir;
-  if (path.empty() || path.front() != '/') {
-    const int dirfd = s.dirfd >= 0 ? static_cast<int>(d.args[s.dirfd]) : AT_FDCWD;
-    const long e = dirfd == AT_FDCWD ? tracee::open_cwd(tid, waiting, dir) : tracee::take_fd(tid, dirfd, waiting, dir);
-    if (e != 0) return e;
-  }
-  if (path.empty()) {
-    if (!(flags & AT_EMPTY_PATH)) return -ENOENT;
-    out = std::move(dir);
+  if (!n.path.empty() && n.path.front() == '/') return 0;
+  const int dirfd = s.dirfd >= 0 ? static_cast<int>(d.args[s.dirfd]) : AT_FDCWD;
+  return dirfd == AT_FDCWD ? tracee::open_cwd(tid, waiting, n.dir) : tracee::take_fd(tid, dirfd, waiting, n.dir);
+}
+
+// The file a path names for the tool, opened O_PATH (the symlink itself with `nofollow`), as the
+// tool: 0 or -errno.
+long resolve(Named& n, bool nofollow, UniqueFd& out) {
+  if (n.path.empty()) {  // AT_EMPTY_PATH: the directory descriptor's own file
+    out = std::move(n.dir);
     return 0;
   }
-  out.reset(::openat(dir ? dir.get() : AT_FDCWD, path.c_str(), O_PATH | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0)));
+  out.reset(::openat(n.dir ? n.dir.get() : AT_FDCWD, n.path.c_str(), O_PATH | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0)));
   return out ? 0 : -errno;
 }
 
@@ -115,31 +125,58 @@ bool may_change(const std::string& real, const struct stat& st, const std::vecto
                      [&](const std::string& w) { return is_within(real, w) && (real != w || S_ISDIR(st.st_mode)); });
 }
 
+// What to set, read from the tool's memory.
+struct Values {
+  timespec ts[2] = {};
+  const timespec* times = nullptr;  // null: now
+  std::string name;                 // of an extended attribute
+  std::vector<char> value;
+};
+
 // The new times of a utime, utimes, futimesat or utimensat call; `times` stays null for "now".
-long read_times(pid_t tid, Op op, std::uint64_t at, timespec (&ts)[2], const timespec*& times) {
-  times = nullptr;
+long read_times(pid_t tid, Op op, std::uint64_t at, Values& v) {
   if (at == 0) return 0;
   if (op == Op::timespecs) {
-    if (!tracee::read(tid, at, ts, sizeof ts)) return -EFAULT;
+    if (!tracee::read(tid, at, v.ts, sizeof v.ts)) return -EFAULT;
   } else if (op == Op::timevals) {
     timeval tv[2];
     if (!tracee::read(tid, at, tv, sizeof tv)) return -EFAULT;
     for (int i = 0; i < 2; ++i) {
       if (tv[i].tv_usec < 0 || tv[i].tv_usec >= 1000000) return -EINVAL;
-      ts[i] = {tv[i].tv_sec, tv[i].tv_usec * 1000};
+      v.ts[i] = {tv[i].tv_sec, tv[i].tv_usec * 1000};
     }
   } else {
     struct utimbuf u {};
     if (!tracee::read(tid, at, &u, sizeof u)) return -EFAULT;
-    ts[0] = {u.actime, 0};
-    ts[1] = {u.modtime, 0};
+    v.ts[0] = {u.actime, 0};
+    v.ts[1] = {u.modtime, 0};
   }
-  times = ts;
+  v.times = v.ts;
   return 0;
 }
 
+long read_values(pid_t tid, const seccomp_data& d, const Shape& s, Values& v) {
+  const auto arg = [&](int i) { return d.args[s.value + i]; };
+  switch (s.op) {
+    case Op::mode:
+    case Op::owner: return 0;
+    case Op::timespecs:
+    case Op::timevals:
+    case Op::utimbuf: return read_times(tid, s.op, arg(0), v);
+    case Op::xattr_set:
+    case Op::xattr_remove: break;
+  }
+  if (const long e = tracee::read_string(tid, arg(0), XATTR_NAME_MAX + 1, -ERANGE, v.name); e != 0) return e;
+  if (v.name.empty()) return -ERANGE;
+  if (s.op == Op::xattr_remove) return 0;
+  const auto size = static_cast<std::size_t>(arg(2));
+  if (size > XATTR_SIZE_MAX) return -E2BIG;
+  v.value.resize(size);
+  return size == 0 || tracee::read(tid, arg(1), v.value.data(), size) ? 0 : -EFAULT;
+}
+
 // The change itself, through `fd`: the tool's own descriptor when `direct`, else the O_PATH one.
-long apply(pid_t tid, const seccomp_data& d, const Shape& s, bool direct, int fd, const struct stat& st) {
+long apply(const seccomp_data& d, const Shape& s, const Values& v, bool direct, int fd, const struct stat& st) {
   const auto arg = [&](int i) { return d.args[s.value + i]; };
   const std::string via = "/proc/self/fd/" + std::to_string(fd);  // the file itself, for O_PATH
   int r = -1;
@@ -157,32 +194,14 @@ long apply(pid_t tid, const seccomp_data& d, const Shape& s, bool direct, int fd
       break;
     case Op::timespecs:
     case Op::timevals:
-    case Op::utimbuf: {
-      timespec ts[2];
-      const timespec* times = nullptr;
-      if (const long e = read_times(tid, s.op, arg(0), ts, times); e != 0) return e;
-      r = direct ? ::futimens(fd, times) : ::utimensat(fd, "", times, AT_EMPTY_PATH);
-      break;
-    }
+    case Op::utimbuf: r = direct ? ::futimens(fd, v.times) : ::utimensat(fd, "", v.times, AT_EMPTY_PATH); break;
     case Op::xattr_set:
-    case Op::xattr_remove: {
-      std::string name;
-      if (const long e = tracee::read_string(tid, arg(0), XATTR_NAME_MAX + 1, -ERANGE, name); e != 0) return e;
-      if (name.empty()) return -ERANGE;
+    case Op::xattr_remove:
       if (!direct && S_ISLNK(st.st_mode)) return -EPERM;  // as the kernel answers a tool for a symlink
-      if (s.op == Op::xattr_remove) {
-        r = direct ? ::fremovexattr(fd, name.c_str()) : ::removexattr(via.c_str(), name.c_str());
-        break;
-      }
-      const auto size = static_cast<std::size_t>(arg(2));
-      if (size > XATTR_SIZE_MAX) return -E2BIG;
-      std::vector<char> value(size);
-      if (size > 0 && !tracee::read(tid, arg(1), value.data(), size)) return -EFAULT;
-      const auto flags = static_cast<int>(arg(3));
-      r = direct ? ::fsetxattr(fd, name.c_str(), value.data(), size, flags)
-                 : ::setxattr(via.c_str(), name.c_str(), value.data(), size, flags);
+      if (s.op == Op::xattr_remove) r = direct ? ::fremovexattr(fd, v.name.c_str()) : ::removexattr(via.c_str(), v.name.c_str());
+      else if (direct) r = ::fsetxattr(fd, v.name.c_str(), v.value.data(), v.value.size(), static_cast<int>(arg(3)));
+      else r = ::setxattr(via.c_str(), v.name.c_str(), v.value.data(), v.value.size(), static_cast<int>(arg(3)));
       break;
-    }
   }
   return r == 0 ? 0 : -errno;
 }
@@ -204,16 +223,21 @@ long change_fileattr(pid_t tid, const seccomp_data& d, const std::vector<std::st
     if (flags != 0) return -EINVAL;
     direct = true;
   }
+  Named n;
+  Values v;
+  if (const long e = take_named(tid, d, *s, direct, flags, waiting, n); e != 0) return e;
+  if (const long e = read_values(tid, d, *s, v); e != 0) return e;
+  if (!waiting()) return -EACCES;  // what was read is of the thread that waits
   const AsTheTool as_tool;
   if (!as_tool.ok()) return -EACCES;
-  UniqueFd target;
-  const long e = direct ? tracee::take_fd(tid, static_cast<int>(d.args[s->fd >= 0 ? s->fd : s->dirfd]), waiting, target)
-                        : lookup(tid, d, *s, flags, nofollow, waiting, target);
-  if (e != 0) return e;
+  UniqueFd target = std::move(n.fd);
+  if (!direct) {
+    if (const long e = resolve(n, nofollow, target); e != 0) return e;
+  }
   struct stat st {};
   if (::fstat(target.get(), &st) != 0) return -EACCES;
   if (!may_change(fd_path(target.get()), st, writable)) return -EACCES;
-  return apply(tid, d, *s, direct, target.get(), st);
+  return apply(d, *s, v, direct, target.get(), st);
 }
 
 }  // namespace toolsrv

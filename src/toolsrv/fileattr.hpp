@@ -9,9 +9,11 @@
 /// The file is found as the kernel would find it for the tool (its cwd, its descriptors, its
 /// root and mount namespace, which must be toolsrv's), opened O_PATH, checked where it really is
 /// and changed through that descriptor, never by its path again: a symlink swapped after the
-/// check changes nothing. The change is made with toolsrv's effective capabilities dropped for
-/// the while, so a tool of a root toolsrv can no more than it could itself (no chown to another
-/// user, no chmod of a file root does not own); a descriptor the tool holds is used as is (an
+/// check changes nothing. The path, the values and the tool's descriptors are taken with
+/// toolsrv's own credentials (Yama may refuse a tool that left its parent otherwise); the lookup,
+/// the check and the change are made with toolsrv's effective capabilities dropped for the while,
+/// so a tool of a root toolsrv can do no more than it could itself (no chown to another user, no
+/// traversal of another user's 0700 directory); a descriptor the tool holds is used as is (an
 /// O_PATH one gives EBADF, as the kernel would).
 
 #include <linux/seccomp.h>
