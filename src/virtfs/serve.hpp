@@ -235,7 +235,9 @@ class Adapter : public p9::FileServer {
     const p9::Dir now = dir_of(*h), none = p9::Dir::null();
     p9::Dir d = asked;
     if (d.mode == now.mode) d.mode = none.mode;
-    if (d.length == now.length && d.length != 0) d.length = none.length;  // length 0 stays a truncate
+    // Length 0 stays a truncate (v9fs's O_TRUNC) where the principal may write; where it may not,
+    // the current 0 of a synthetic file written back with the rest of its stat changes nothing.
+    if (d.length == now.length && (d.length != 0 || !(perm(*h) & 2))) d.length = none.length;
     if (d.atime == now.atime) d.atime = none.atime;
     if (d.mtime == now.mtime) d.mtime = none.mtime;
     if (d.uid == now.uid) d.uid = none.uid;
@@ -244,11 +246,11 @@ class Adapter : public p9::FileServer {
     if (d.qid == now.qid) d.qid = none.qid;
     if (d.type == now.type) d.type = none.type;
     if (d.dev == now.dev) d.dev = none.dev;
+    if (d.name == now.name) d.name = none.name;
     if (p9::is_null_wstat(d)) co_return p9::Status{};
     p9::Dir only_name = p9::Dir::null();
     only_name.name = d.name;
     if (!d.name.empty() && d == only_name) {
-      if (d.name == now.name) co_return p9::Status{};  // changes nothing
       if (!h->node->rename) co_return p9::error(p9::err::wstat_not_supported);
       if (!h->who->hostowner) co_return p9::error(p9::err::permission_denied);
       if (auto st = co_await h->node->rename(h->ctx, d.name); !st) co_return st;

@@ -420,4 +420,18 @@ TEST_F(Kinds, TruncateAndTouchWstatsAreAcceptedOnWritableFiles) {  // Linux v9fs
   d.mode = now->mode | 0222;
   t.stat = *encode_dir(d);
   EXPECT_EQ(c->rpc(t).ename, "wstat not supported");
+  // The current name is one of those fields: a client that writes back a whole Rstat entry with
+  // new times (Go's plan9/client, dirwstat of a dirstat) touches the file.
+  d = Dir::null();
+  d.name = "note";
+  d.mtime = 123;
+  t.fid = 1;
+  t.stat = *encode_dir(d);
+  EXPECT_EQ(c->rpc(t).type, Rwstat);
+  s.fid = 2;
+  now = decode_dir(c->rpc(s).stat);
+  ASSERT_TRUE(now);
+  t.fid = 2;
+  t.stat = *encode_dir(*now);
+  EXPECT_EQ(c->rpc(t).type, Rwstat);
 }
