@@ -99,6 +99,7 @@ long take_named(pid_t tid, const seccomp_data& d, const Shape& s, bool direct, i
   if (direct) return tracee::take_fd(tid, static_cast<int>(d.args[s.fd >= 0 ? s.fd : s.dirfd]), waiting, n.fd);
   if (const long e = tracee::read_string(tid, d.args[s.path], PATH_MAX, -ENAMETOOLONG, n.path); e != 0) return e;
   if (n.path.empty() && !(flags & AT_EMPTY_PATH)) return -ENOENT;
+  n.path = tracee::own_proc(tid, n.path);
   if (!tracee::shares_view(tid)) return -EACCES;
   if (!n.path.empty() && n.path.front() == '/') return 0;
   const int dirfd = s.dirfd >= 0 ? static_cast<int>(d.args[s.dirfd]) : AT_FDCWD;
@@ -116,13 +117,55 @@ long resolve(Named& n, bool nofollow, UniqueFd& out) {
   return out ? 0 : -errno;
 }
 
-// The file is under a writable directory, or is one; a descriptor of no file in a directory
-// (a pipe, a socket) may change too.
-bool may_change(const std::string& real, const struct stat& st, const std::vector<std::string>& writable) {
+bool is_writable(const struct stat& st, const std::vector<FileId>& writable) {
+  return std::find(writable.begin(), writable.end(), FileId{st.st_dev, st.st_ino}) != writable.end();
+}
+
+// Whether the file may change: it is a writable directory or lies beneath one, found as Landlock
+// finds it, by walking its directories up to the root and comparing each with the rules' files
+// (so a name does not count: a link planted on the way to a rule path, which Landlock skipped,
+// is not one, nor a file of a detached mount tree whose name reads like a path under the cwd).
+// A file no path reaches (unlinked, a memfd) and a descriptor of no file in a directory (a pipe,
+// a socket) may change too.
+bool may_change(int target, const struct stat& st, const std::vector<FileId>& writable) {
+  if (st.st_nlink == 0) return true;
+  const std::string real = fd_path(target);
   if (real.empty()) return false;
   if (real.front() != '/') return true;
-  return std::any_of(writable.begin(), writable.end(),
-                     [&](const std::string& w) { return is_within(real, w) && (real != w || S_ISDIR(st.st_mode)); });
+  // The name must be the file's in toolsrv's view before its directory is taken from it.
+  struct stat named {};
+  if (::lstat(real.c_str(), &named) != 0 || named.st_dev != st.st_dev || named.st_ino != st.st_ino) return false;
+  const auto slash = real.rfind('/');
+  const std::string start = S_ISDIR(st.st_mode) ? real : slash == 0 ? "/" : real.substr(0, slash);
+  UniqueFd dir(::open(start.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  struct stat at {};
+  if (!dir || ::fstat(dir.get(), &at) != 0) return false;
+  if (!S_ISDIR(st.st_mode)) {  // the entry must still be this file
+    struct stat entry {};
+    if (::fstatat(dir.get(), real.c_str() + slash + 1, &entry, AT_SYMLINK_NOFOLLOW) != 0 || entry.st_dev != st.st_dev ||
+        entry.st_ino != st.st_ino) {
+      return false;
+    }
+  }
+  for (int depth = 0; depth < PATH_MAX / 2; ++depth) {
+    if (is_writable(at, writable)) return true;
+    UniqueFd up(::openat(dir.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    struct stat above {};
+    if (!up || ::fstat(up.get(), &above) != 0) return false;
+    if (above.st_dev == at.st_dev && above.st_ino == at.st_ino) return false;  // the root
+    dir = std::move(up);
+    at = above;
+  }
+  return false;
+}
+
+// chmod's setuid and setgid bits: a bit the file already has may be passed back (chmod keeps a
+// directory's setgid bit, cp -a copies it), and setgid may be set on a directory (its group is
+// inherited, no privilege is); anything else would let a tool of a root toolsrv make a root-owned
+// program setuid root.
+bool setid_allowed(mode_t mode, const struct stat& st) {
+  const mode_t added = mode & ~st.st_mode & (S_ISUID | S_ISGID);
+  return added == 0 || (S_ISDIR(st.st_mode) && added == S_ISGID);
 }
 
 // What to set, read from the tool's memory.
@@ -183,6 +226,7 @@ long apply(const seccomp_data& d, const Shape& s, const Values& v, bool direct, 
   switch (s.op) {
     case Op::mode: {
       const auto mode = static_cast<mode_t>(arg(0) & 07777);
+      if (!setid_allowed(mode, st)) return -EPERM;
       if (direct) r = ::fchmod(fd, mode);
       else if (S_ISLNK(st.st_mode)) return -EOPNOTSUPP;  // a symlink has no mode of its own
       else r = ::chmod(via.c_str(), mode);
@@ -210,7 +254,7 @@ long apply(const seccomp_data& d, const Shape& s, const Values& v, bool direct, 
 
 bool is_fileattr_call(int nr) { return shape_of(nr) != nullptr; }
 
-long change_fileattr(pid_t tid, const seccomp_data& d, const std::vector<std::string>& writable,
+long change_fileattr(pid_t tid, const seccomp_data& d, const std::vector<FileId>& writable,
                      const tracee::Waiting& waiting) {
   const Shape* s = shape_of(static_cast<int>(d.nr));
   if (!s || d.arch != AUDIT_ARCH_X86_64) return -EPERM;
@@ -218,7 +262,8 @@ long change_fileattr(pid_t tid, const seccomp_data& d, const std::vector<std::st
   if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
   const bool nofollow = s->nofollow || (flags & AT_SYMLINK_NOFOLLOW);
   bool direct = s->path < 0;
-  if (s->op == Op::timespecs && d.args[s->path] == 0) {  // utimensat(fd, NULL, ...): futimens
+  const bool times = s->op == Op::timespecs || s->op == Op::timevals;
+  if (times && s->dirfd >= 0 && d.args[s->path] == 0) {  // utimensat and futimesat of (fd, NULL): the fd's file
     if (static_cast<int>(d.args[s->dirfd]) == AT_FDCWD) return -EFAULT;
     if (flags != 0) return -EINVAL;
     direct = true;
@@ -236,7 +281,7 @@ long change_fileattr(pid_t tid, const seccomp_data& d, const std::vector<std::st
   }
   struct stat st {};
   if (::fstat(target.get(), &st) != 0) return -EACCES;
-  if (!may_change(fd_path(target.get()), st, writable)) return -EACCES;
+  if (!may_change(target.get(), st, writable)) return -EACCES;
   return apply(d, *s, v, direct, target.get(), st);
 }
 

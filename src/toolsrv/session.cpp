@@ -584,7 +584,8 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
       if (s->unix_guard_) {
         auto access = std::make_shared<UnixAccess>();
         access->sockets = plan.unix_sockets;
-        access->writable = p.writable;
+        for (const auto& rule : plan.rules)
+          if (rule.access == Access::rw || rule.access == Access::rwx) access->writable.push_back({rule.dev, rule.ino});
         if (abi >= 4 && plan.network.restricts()) {
           access->tcp_connect = plan.network.enabled ? plan.network.connect_tcp : std::vector<std::uint16_t>{};
         }

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
+#include <utility>
 
 namespace toolsrv::tracee {
 namespace {
@@ -52,7 +54,7 @@ long read_string(pid_t tid, std::uint64_t addr, std::size_t max, long too_long, 
   char buf[page];
   while (out.size() < max) {
     const std::size_t n = std::min(page - addr % page, max - out.size());
-    if (!read(tid, addr, buf, n)) return -EFAULT;
+    if (!read(tid, addr, buf, n)) return errno == EPERM ? -EACCES : -EFAULT;
     if (const void* nul = std::memchr(buf, 0, n)) {
       out.append(buf, static_cast<const char*>(nul) - buf);
       return 0;
@@ -78,6 +80,18 @@ long take_fd(pid_t tid, int fd, const Waiting& waiting, UniqueFd& out) {
 
 bool shares_view(pid_t tid) {
   return is_file(proc(tid) + "/root", ours().root) && is_file(proc(tid) + "/ns/mnt", ours().mnt);
+}
+
+std::string own_proc(pid_t tid, const std::string& path) {
+  static constexpr std::pair<std::string_view, std::string_view> own[] = {
+      {"/proc/self", ""}, {"/proc/thread-self", ""}, {"/dev/fd", "/fd"},
+      {"/dev/stdin", "/fd/0"}, {"/dev/stdout", "/fd/1"}, {"/dev/stderr", "/fd/2"}};
+  for (const auto& [prefix, to] : own) {
+    if (path.compare(0, prefix.size(), prefix) != 0) continue;
+    if (path.size() > prefix.size() && path[prefix.size()] != '/') continue;
+    return proc(tid) + std::string(to) + path.substr(prefix.size());
+  }
+  return path;
 }
 
 long open_cwd(pid_t tid, const Waiting& waiting, UniqueFd& out) {

@@ -45,10 +45,9 @@ constexpr std::uint32_t i386_socketcall = 102, i386_connect = 362, i386_sendto =
 // io_uring performs connect and sendmsg without a system call the filter would see.
 constexpr std::uint32_t nr_io_uring_setup = 425, nr_io_uring_enter = 426, nr_io_uring_register = 427;
 // Landlock does not govern a file's mode, owner, times or extended attributes: those calls go to
-// fileattr.hpp. The setuid and setgid bits are refused in the filter itself, wherever the file is
-// (a tool of a root olliesrv could make any root-owned program setuid root). The *xattrat calls
-// (Linux 6.13) and file_setattr (6.17) are not handled: ENOSYS, so callers fall back to the older
-// calls. i386's calls of the kind are refused whole.
+// fileattr.hpp (the setuid and setgid bits too). The *xattrat calls (Linux 6.13) and file_setattr
+// (6.17) are not handled: ENOSYS, so callers fall back to the older calls. i386's calls of the
+// kind are refused whole.
 constexpr std::uint32_t nr_setxattrat = 463, nr_removexattrat = 466, nr_file_setattr = 469;
 constexpr std::uint32_t i386_fileattr[] = {15 /* chmod */,  94 /* fchmod */,   306 /* fchmodat */, 16 /* lchown */,
                                            95 /* fchown */, 182 /* chown */,   198 /* lchown32 */, 207 /* fchown32 */,
@@ -56,7 +55,6 @@ constexpr std::uint32_t i386_fileattr[] = {15 /* chmod */,  94 /* fchmod */,   3
                                            299 /* futimesat */, 320 /* utimensat */, 412 /* utimensat_time64 */,
                                            226 /* setxattr */, 227 /* lsetxattr */, 228 /* fsetxattr */,
                                            235 /* removexattr */, 236 /* lremovexattr */, 237 /* fremovexattr */};
-constexpr std::uint32_t setid_bits = 06000;
 
 constexpr std::uint32_t off_nr = offsetof(seccomp_data, nr);
 constexpr std::uint32_t off_arch = offsetof(seccomp_data, arch);
@@ -73,8 +71,6 @@ class Bpf {
   // if (A != k) goto no
   void if_ne(std::uint32_t k, const std::string& no) { jump(BPF_JEQ, k, "", no); }
   void if_ge(std::uint32_t k, const std::string& yes) { jump(BPF_JGE, k, yes, ""); }
-  // if (A & k) goto yes
-  void if_set(std::uint32_t k, const std::string& yes) { jump(BPF_JSET, k, yes, ""); }
   void label(const std::string& name) { labels_[name] = code_.size(); }
   std::vector<sock_filter> done() {
     for (const auto& [at, yes, no] : fixups_) {
@@ -114,24 +110,12 @@ std::vector<sock_filter> filter_program() {
   b.if_eq(nr_io_uring_setup, "enosys");
   b.if_eq(nr_io_uring_enter, "enosys");
   b.if_eq(nr_io_uring_register, "enosys");
-  b.if_eq(__NR_chmod, "mode1");
-  b.if_eq(__NR_fchmod, "mode1");
-  b.if_eq(__NR_fchmodat, "mode2");
-  b.if_eq(nr_fchmodat2, "mode2");
-  for (const int nr : {__NR_chown, __NR_lchown, __NR_fchown, __NR_fchownat, __NR_utime, __NR_utimes, __NR_futimesat,
-                       __NR_utimensat, __NR_setxattr, __NR_lsetxattr, __NR_fsetxattr, __NR_removexattr,
-                       __NR_lremovexattr, __NR_fremovexattr})
+  for (const int nr : {__NR_chmod, __NR_fchmod, __NR_fchmodat, nr_fchmodat2, __NR_chown, __NR_lchown, __NR_fchown,
+                       __NR_fchownat, __NR_utime, __NR_utimes, __NR_futimesat, __NR_utimensat, __NR_setxattr,
+                       __NR_lsetxattr, __NR_fsetxattr, __NR_removexattr, __NR_lremovexattr, __NR_fremovexattr})
     b.if_eq(static_cast<std::uint32_t>(nr), "notify");
   for (const auto nr : {nr_setxattrat, nr_removexattrat, nr_file_setattr}) b.if_eq(nr, "enosys");
   b.ret(SECCOMP_RET_ALLOW);
-  b.label("mode1");
-  b.load(arg_lo(1));
-  b.if_set(setid_bits, "eperm");
-  b.ret(SECCOMP_RET_USER_NOTIF);
-  b.label("mode2");
-  b.load(arg_lo(2));
-  b.if_set(setid_bits, "eperm");
-  b.ret(SECCOMP_RET_USER_NOTIF);
   // sendto without an address (pointer or length 0) reads nothing from memory: the peer was
   // checked when the socket was connected.
   b.label("sendto");

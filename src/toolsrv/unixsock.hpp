@@ -21,7 +21,8 @@
 /// - sendmsg with an address on a Unix datagram socket: as sendto; other sendmsg and sendmmsg
 ///   calls continue in the kernel (see doc/sandbox.md for what that leaves).
 /// - chmod, chown, utime and setxattr calls, which no Landlock ABI governs: fileattr.hpp. The
-///   filter is therefore installed at every ABI, not only below 9.
+///   filter is therefore installed at every ABI, not only below 9, and chmod's setuid and setgid
+///   bits are toolsrv's to decide too.
 ///
 /// Refused calls fail with EACCES. Notifications are served one at a time, at most
 /// per_round of one filter before the next filter's, and at most pending_max waits are open.
@@ -47,6 +48,13 @@ namespace toolsrv {
 /// Whether the kernel has seccomp user notification (SECCOMP_RET_USER_NOTIF); asked once.
 bool unix_notify_available();
 
+/// A file by its identity, as Landlock's rules hold it.
+struct FileId {
+  dev_t dev;
+  ino_t ino;
+  bool operator==(const FileId&) const = default;
+};
+
 /// What one call's processes may reach.
 struct UnixAccess {
   /// Absolute paths (SandboxPlan::unix_sockets): a socket, or a directory whose sockets
@@ -54,9 +62,10 @@ struct UnixAccess {
   std::vector<std::string> sockets;
   /// TCP connect ports Landlock would allow: nullopt = any, else only these (empty = none).
   std::optional<std::vector<std::uint16_t>> tcp_connect;
-  /// The rw and rwx paths, resolved (writable_paths): where a file's mode, owner, times and
-  /// extended attributes may change (fileattr.hpp).
-  std::vector<std::string> writable;
+  /// The files of the rw and rwx rules Landlock was given (SandboxPlan::rules: st_dev, st_ino):
+  /// beneath those that are directories, a file's mode, owner, times and extended attributes may
+  /// change (fileattr.hpp).
+  std::vector<FileId> writable;
 };
 
 /// The filter: one BPF program, the same for every spawn (what a call may reach is the guard's

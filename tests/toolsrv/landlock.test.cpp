@@ -161,6 +161,63 @@ TEST_F(LandlockTest, AToolChangesAFilesMetadataOnlyUnderWritablePaths) {
   EXPECT_EQ(mine.st_mtime, before.st_mtime);
 }
 
+// The check is Landlock's, by the files of the rules it was given, not by names: an rw path the
+// tool re-pointed with a link (Landlock skipped it) grants nothing, nor does a detached mount
+// tree (open_tree in a user namespace) whose path reads like one under the cwd. /dev/fd is the
+// tool's own; setgid may be kept or set on a directory; a memfd may change.
+TEST_F(LandlockTest, AToolsMetadataIsCheckedByTheRulesFilesNotByNames) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/python3";
+  const auto ro = temp_dir("meta-ro");
+  std::filesystem::create_directories(ro + "/tree/cwd");
+  write_file(ro + "/victim", "v");
+  ASSERT_EQ(::chmod((ro + "/victim").c_str(), 0644), 0);
+  auto policy = policy_with(", \"" + ro + "\"");
+  const std::string rw = "rw:  [\"/dev/null\"]";
+  policy.replace(policy.find(rw), rw.size(), "rw:  [\"/dev/null\", \"{CWD}/opt\"]");
+  Fixture f(policy);
+  f.load("shell");
+  std::filesystem::create_directories(f.cwd + "/opt");
+  // The copy of the cwd's path inside the tree: the file the detached tree names as <cwd>/victim.
+  const auto inner = ro + "/tree" + f.cwd;
+  std::filesystem::create_directories(inner);
+  write_file(inner + "/victim", "v");
+  ASSERT_EQ(::chmod((inner + "/victim").c_str(), 0644), 0);
+  write_file(f.cwd + "/detach.py",
+             "import ctypes, os, socket, sys\n"
+             "libc = ctypes.CDLL(None, use_errno=True)\n"
+             "a, b = socket.socketpair()\n"
+             "if os.fork() == 0:\n"
+             "    if libc.unshare(0x10000000 | 0x00020000) != 0: os._exit(1)\n"
+             "    libc.syscall.restype = ctypes.c_long\n"
+             "    fd = libc.syscall(428, -100, sys.argv[1].encode(), 1 | 0o2000000)\n"
+             "    if fd < 0: os._exit(1)\n"
+             "    socket.send_fds(a, [b'x'], [fd]); os._exit(0)\n"
+             "try:\n"
+             "    _, fds, _, _ = socket.recv_fds(b, 1, 1)\n"
+             "    os.chmod(sys.argv[2], 0o600, dir_fd=fds[0]); print('changed')\n"
+             "except (OSError, IndexError, ValueError) as e: print('refused', e)\n");
+  write_file(f.cwd + "/memfd.py", "import os\nfd = os.memfd_create('m')\nos.fchmod(fd, 0o600); print('memfd', oct(os.fstat(fd).st_mode & 0o777))\n");
+  const auto first = f.sh("rm -r opt && ln -s " + ro + " opt && echo planted");
+  ASSERT_EQ(body_stdout(first), "planted\n") << first;
+  const auto r = f.sh("chmod 600 opt/victim; echo rc=$?; /usr/bin/python3 detach.py " + ro + "/tree " +
+                      f.cwd.substr(1) + "/victim; exec 7>f7; chmod 600 /dev/fd/7; echo rc=$?; "
+                      "mkdir sg && chmod 2775 sg && mkdir sg/sub && chmod 755 sg/sub; echo rc=$?; "
+                      "/usr/bin/python3 memfd.py");
+  const auto out = body_stdout(r);
+  EXPECT_EQ(out.substr(0, 5), "rc=1\n") << r;
+  EXPECT_NE(out.find("refused [Errno 13] Permission denied"), std::string::npos) << r;  // by the guard
+  EXPECT_NE(out.find("rc=0\nrc=0\nmemfd 0o600\n"), std::string::npos) << r;
+  struct stat st {};
+  ASSERT_EQ(::stat((ro + "/victim").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  ASSERT_EQ(::stat((inner + "/victim").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  ASSERT_EQ(::stat((f.cwd + "/f7").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::stat((f.cwd + "/sg/sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02755u);
+}
+
 TEST_F(LandlockTest, ReadInsideAllowedPathsWorks) {
   Fixture f;
   f.load("shell");
