@@ -104,6 +104,7 @@ AgentRecord Agent::record() const {
   r.profile = profile.name;
   r.parent = parent;
   r.turn = turn_open_;
+  if (turn_open_) r.turn_cost = turn_cost_ + rolled_cost_;
   r.created = created;
   r.backend = backend_name;
   r.model = model;

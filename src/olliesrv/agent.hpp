@@ -232,6 +232,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::shared_ptr<EventFd> resolving_;  ///< raised by kill(): the prompt entries being resolved end
   std::shared_ptr<backend::Backend> backend_;
   double rolled_cost_ = 0;  ///< sub-agents' cost rolled up during the running turn (§8.10.3)
+  double turn_cost_ = 0;    ///< the running turn's own cost so far, saved with the turn's mark
 };
 
 }  // namespace ollie

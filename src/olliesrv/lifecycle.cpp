@@ -517,6 +517,10 @@ std::size_t restore(Hub& hub) {
       std::vector<Block> blocks;
       for (const auto& line : lines)
         if (auto b = Block::parse(line)) blocks.push_back(std::move(*b));
+      // A turn a kill -9 cut off ends here (§8.14): its cost becomes costLast and joins costSession.
+      // The save after this start writes the mark off, so a start that dies before it adds it again
+      // to the same saved totals, not twice.
+      const double cut_cost = ar.turn ? ar.turn_cost : 0;
       // The mark of a cut turn is taken off by the save after its note: a start that died
       // between the two finds the note already there.
       if (ar.turn && !blocks.empty() && blocks.back().role == "info" && blocks.back().content == interrupted_note)
@@ -546,6 +550,10 @@ std::size_t restore(Hub& hub) {
         a->restored_prompt_bytes = ar.system_prompt_bytes;
         a->history = std::move(ar.messages);
         a->stats.totals = ar.usage;
+        if (cut_cost > 0) {
+          a->stats.totals.cost_last = cut_cost;
+          a->stats.totals.cost_session += cut_cost;
+        }
       }
       if (auto st = a->make_backend(); !st) spdlog::warn("restore: agent {}: {}", ar.id, st.ename());
       s->host->want_tools(ar.id, want);

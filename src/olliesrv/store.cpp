@@ -137,6 +137,7 @@ ojson agent_json(const AgentRecord& a) {
   j["profile"] = a.profile;
   if (!a.parent.empty()) j["parent"] = a.parent;
   if (a.turn) j["turn"] = true;
+  if (a.turn && a.turn_cost > 0) j["turnCost"] = std::min(a.turn_cost, max_cost);
   j["created"] = a.created;
   j["backend"] = a.backend;
   j["model"] = a.model;
@@ -366,7 +367,7 @@ struct Parser {
         !str(j, "cwd", p, a.cwd) || !strings(j, "tools", p, a.tools) || !strings(j, "peers", p, a.peers) ||
         !str(j, "plan", p, a.plan) || !count(j, "blockCounter", p, a.block_counter) ||
         !count(j, "systemPromptBytes", p, a.system_prompt_bytes) || !str(j, "feed", p, a.feed) ||
-        !boolean(j, "turn", p, a.turn))
+        !boolean(j, "turn", p, a.turn) || !cost(j, "turnCost", p, a.turn_cost))
       return false;
     if (a.id.empty()) return fail(p + "id", "empty");
     auto* params = object(j, "params", p);

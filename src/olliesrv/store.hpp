@@ -46,6 +46,9 @@ struct AgentRecord {
   std::string id, name, profile;
   std::string parent;        ///< agent/idx's parent (an extension of §7.7: "parent", when set)
   bool turn = false;         ///< a turn ran at the save (an extension: "turn", when true)
+  /// That turn's cost so far, sub-agents' included (an extension: "turnCost", when not 0): a
+  /// restore ends the turn a kill -9 cut off, so it becomes costLast and joins costSession.
+  double turn_cost = 0;
   std::int64_t created = 0;  ///< Unix seconds
   std::string backend, model;
   std::string cwd;           ///< the override only ("" = inherit)

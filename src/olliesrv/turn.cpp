@@ -289,6 +289,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
       const backend::GenerationParams params = req.params;
       Response r = co_await stream(std::move(req));
       account(r);
+      s_->save_soon(true);  // its usage and the turn's cost so far, before its tool round runs
       // The assistant message: text, calls and the opaque reasoning items (§8.16).
       std::vector<Call> calls;
       {
@@ -387,6 +388,7 @@ asio::awaitable<void> Turn::run(Submission sub) {
     }
     t.cost_session += t.cost_last;
     a.turn_open_ = false;
+    a.turn_cost_ = 0;
   }
   // A turn that ended by itself is saved before it says `idle`: a kill -9 the moment after keeps
   // its answer in the history, and no restore calls it cut off. A stopped one says `idle` at once
@@ -797,6 +799,7 @@ void Turn::account(const Response& r) {
     provider_cost_ += *r.usage.cost;
   }
   table_cost_ += table_cost(a.model, r.usage);
+  if (a.turn_open_) a.turn_cost_ = cost();  // saved with the turn's mark: a restore ends the turn (§8.14)
 }
 
 // §8.3.1: batches in order; the calls of a batch concurrently; results in call order.

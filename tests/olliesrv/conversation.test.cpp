@@ -9,6 +9,7 @@
 #include <chrono>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -930,6 +931,46 @@ TEST(Conversation, AStoredToolThatNoLongerLoadsIsAnInfoWarningAndForgotten) {
   const auto saved = json::parse(read_file(file));
   EXPECT_EQ(saved["agents"][0]["tools"].dump().find("ghost_tool"), std::string::npos) << saved["agents"][0]["tools"];
   EXPECT_NE(saved["agents"][0]["tools"].dump().find("shell"), std::string::npos) << saved["agents"][0]["tools"];
+}
+
+// §2.8.2: the totals survive restarts, a kill -9 in the middle of a turn included: a response's
+// usage is kept before its tool round runs, and the restore ends the cut turn (§8.14): its cost
+// becomes costLast and joins costSession, once, however often the restore is cut off itself.
+TEST(Conversation, KillNineMidRoundKeepsTheResponsesUsageAndCost) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto round = shell_round("c1", "sleep 30");
+  round["usage"] = {{"input", 1000}, {"output", 20}, {"cost", 0.5}};
+  w.fake.push(round);
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(w.wait_state(a, "calling: shell"));
+  auto stats = w.read(a + "/stats");
+  ASSERT_TRUE(stats);
+  EXPECT_NE(stats->find("input=1000\noutput=20\n"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("costLast=0.0000\ncostSession=0.0000\n"), std::string::npos) << *stats;  // at the turn's end
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the spaced save's 20 ms
+  w.stop_server(SIGKILL);
+  w.kill_toolsrvs();
+  w.start();
+  stats = w.read(a + "/stats");
+  ASSERT_TRUE(stats) << w.log_text();
+  EXPECT_NE(stats->find("input=1000\noutput=20\n"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("costLast=0.5000\ncostSession=0.5000\n"), std::string::npos) << *stats;
+  // A start killed before its first save (the saved file put back as it was) adds it once more
+  // to the saved totals only: 0.5 again, not 1.0.
+  const std::string file = w.data + "/sessions/" + id_of(w, s) + "/session.json";
+  ASSERT_TRUE(eventually([&] { return read_file(file).find("turnCost") == std::string::npos; }));
+  w.stop_server(SIGKILL);
+  auto saved = json::parse(read_file(file));
+  saved["agents"][0]["turn"] = true;
+  saved["agents"][0]["turnCost"] = 0.5;
+  saved["agents"][0]["usage"]["costSession"] = 0;
+  write_file(file, saved.dump());
+  w.start();
+  stats = w.read(a + "/stats");
+  ASSERT_TRUE(stats) << w.log_text();
+  EXPECT_NE(stats->find("costLast=0.5000\ncostSession=0.5000\n"), std::string::npos) << *stats;
 }
 
 TEST(Conversation, KillNineLosesNoFinalizedBlockAndRestoreStartsNoToolsrv) {
