@@ -855,6 +855,25 @@ p9::Status Store::remove_agent(const std::string& session_id, const std::string&
   return {};
 }
 
+namespace {
+
+// Whether a session directory holds nothing but the temp files of a first save (or nothing at
+// all): what a kill -9 between session/new's mkdir and its rename leaves.
+bool only_first_save(int dirfd) {
+  DIR* d = ::fdopendir(::dup(dirfd));
+  if (!d) return false;
+  bool only = true;
+  while (auto* e = ::readdir(d)) {
+    const std::string_view n = e->d_name;
+    if (n == "." || n == "..") continue;
+    if (!n.starts_with(".session.json.tmp.")) only = false;
+  }
+  ::closedir(d);
+  return only;
+}
+
+}  // namespace
+
 std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) const {
   std::vector<LoadedSession> out;
   Fd root(::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -904,7 +923,17 @@ std::vector<LoadedSession> Store::load_all(std::vector<std::string>* skipped) co
     }
     {
       Fd f(open_regular(dir.fd, "session.json"));
+      const int open_errno = errno;
+      if (!f && open_errno == ENOENT && looks_like_uuid(name) && only_first_save(dir.fd)) {
+        // A session/new a crash cut short: nobody was told the session exists, and no later
+        // start should keep saying it cannot be restored.
+        spdlog::warn("session {}: removing what a session/new cut short left (no session.json was ever saved)", name);
+        std::error_code ec;
+        std::filesystem::remove_all(root_ + "/" + name, ec);
+        continue;
+      }
       if (!f) {
+        errno = open_errno;
         skip(name, open_error("session.json"));
         continue;
       }

@@ -622,6 +622,33 @@ TEST(Store, AFifoInASessionDirectoryIsSkippedNotWaitedOn) {
   EXPECT_EQ(skipped[1], "piped: session.json: not a regular file");
 }
 
+// A kill -9 during session/new, between the session directory's mkdir and its first save's
+// rename, leaves a directory with only the save's temp file (or nothing): nobody was told the
+// session exists, so it goes, rather than being reported unrestorable at every start. A
+// directory with anything else in it is a session that failed to load, and stays untouched.
+TEST(Store, ASessionNewCutShortIsRemovedNotReportedAtEveryStart) {
+  Tmp t;
+  Store st(t.path + "/sessions");
+  auto good = full_session();
+  ASSERT_TRUE(st.save(good));
+  const std::string cut = "c0000000-0000-4000-8000-000000000000", empty = "e0000000-0000-4000-8000-000000000000",
+                    kept = "d0000000-0000-4000-8000-000000000000";
+  std::filesystem::create_directories(dir_of(t, cut));
+  spit(dir_of(t, cut) + "/.session.json.tmp.123.0", "{\"id\":");
+  std::filesystem::create_directories(dir_of(t, empty));
+  std::filesystem::create_directories(dir_of(t, kept));
+  spit(dir_of(t, kept) + "/.session.json.tmp.123.0", "{}");
+  spit(dir_of(t, kept) + "/a.blocks.jsonl", "{}\n");
+  std::vector<std::string> skipped;
+  auto all = st.load_all(&skipped);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(dir_of(t, cut)));
+  EXPECT_FALSE(std::filesystem::exists(dir_of(t, empty)));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0], kept + ": session.json: No such file or directory");
+  EXPECT_TRUE(std::filesystem::exists(dir_of(t, kept) + "/a.blocks.jsonl"));
+}
+
 // A model whose cwd holds the data directory can put a FIFO where its blocks file was: the next
 // block is not saved (an error, no wait for a reader that never comes, which held every thread
 // of olliesrv behind the store's lock), and a later line goes on once the file is regular again.
