@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -18,8 +19,8 @@ namespace {
 constexpr const char* usage_line =
     "usage: olliesrv [-a dialstring]... [-insecure-tcp] [-maxconn n] [-l trace|debug|info|warn|error]\n";
 
-[[noreturn]] void usage() {
-  std::fputs(usage_line, stderr);
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "olliesrv: %s\n%s", why.c_str(), usage_line);
   std::exit(2);
 }
 
@@ -37,10 +38,11 @@ constexpr const char* usage_line =
 }
 
 // A positive decimal count, else the usage.
-std::size_t count(const char* s) {
+std::size_t count(const char* option, const char* s) {
   char* end = nullptr;
+  errno = 0;
   unsigned long n = std::strtoul(s, &end, 10);
-  if (*s < '1' || *s > '9' || *end) usage();
+  if (*s < '1' || *s > '9' || *end || errno == ERANGE) usage(std::string(option) + ": not a positive count: " + s);
   return n;
 }
 
@@ -93,12 +95,14 @@ int main(int argc, char** argv) {
   const char* level = std::getenv("OLLIE_LOG");
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
-    if (a == "-a" && i + 1 < argc) opt.addresses.push_back(argv[++i]);
+    const bool valued = a == "-a" || a == "-maxconn" || a == "-l";
+    if (valued && i + 1 >= argc) usage(a + ": needs a value");
+    if (a == "-a") opt.addresses.push_back(argv[++i]);
     else if (a == "-insecure-tcp") opt.insecure_tcp = true;
-    else if (a == "-maxconn" && i + 1 < argc) opt.max_connections = count(argv[++i]);
-    else if (a == "-l" && i + 1 < argc) level = argv[++i];
+    else if (a == "-maxconn") opt.max_connections = count("-maxconn", argv[++i]);
+    else if (a == "-l") level = argv[++i];
     else if (a == "-h" || a == "--help") help();
-    else usage();
+    else usage("unknown option: " + a);
   }
   // Tests shorten the retry waits of §8.2 (a second of the table lasts this many ms).
   if (const char* unit = std::getenv("OLLIE_TEST_RETRY_UNIT_MS")) opt.retry_unit = std::chrono::milliseconds(std::atoi(unit));

@@ -187,7 +187,7 @@ TEST(Ollie9p, UsageErrorsSayWhatWasWrong) {
 }
 
 // olliesrv -h is asked for: the usage and what each option does on stdout, exit 0. A wrong
-// option is a usage error: the usage on stderr, exit 2, and nothing started.
+// option is a usage error: why, then the usage, on stderr, exit 2, and nothing started.
 TEST(OlliesrvBinary, HelpIsAnswerAndAWrongOptionIsAUsageError) {
   auto h = run({built("bin/olliesrv"), "-h"});
   EXPECT_EQ(h.status, 0) << h.err;
@@ -197,7 +197,15 @@ TEST(OlliesrvBinary, HelpIsAnswerAndAWrongOptionIsAUsageError) {
   auto u = run({built("bin/olliesrv"), "-x"});
   EXPECT_EQ(u.status, 2);
   EXPECT_EQ(u.out, "");
-  EXPECT_EQ(u.err.rfind("usage: olliesrv [-a dialstring]...", 0), 0u) << u.err;
+  EXPECT_EQ(u.err.rfind("olliesrv: unknown option: -x\nusage: olliesrv [-a dialstring]...", 0), 0u) << u.err;
+  for (const auto& [args, why] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"-maxconn", "0"}, "-maxconn: not a positive count: 0"}, {{"-a"}, "-a: needs a value"}}) {
+    std::vector<std::string> argv{built("bin/olliesrv")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run(argv);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.err.rfind("olliesrv: " + why + "\nusage: olliesrv", 0), 0u) << r.err;
+  }
 }
 
 // No socket: said so, with the likely cause, and not the mode of the directory it would be in
