@@ -12,6 +12,7 @@
 #include "olliesrv/toolhost.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -357,12 +358,28 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     const int fd = ::fcntl(i->pidfd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return;
     auto d = std::make_shared<asio::posix::stream_descriptor>(s->ex, fd);
-    d->async_wait(asio::posix::descriptor_base::wait_read, [d, weak = std::weak_ptr<Instance>(i)](std::error_code ec) {
-      auto i = weak.lock();
-      if (ec || !i) return;
-      i->try_reap();
-      i->lose(i->reason("toolsrv exited"));
-    });
+    when_ended(d, [weak = std::weak_ptr<Instance>(i)] { return weak.lock(); },
+               [](const std::shared_ptr<Instance>& i, bool) { i->lose(i->reason("toolsrv exited")); });
+  }
+
+  /// Calls `ended(instance, reaped)` once the process behind `d` (a copy of its pidfd) has ended,
+  /// for as long as `get` gives the instance. A wake-up whose process still runs waits again:
+  /// epoll keeps the registration of a descriptor closed while a forked child (a toolsrv between
+  /// its fork and its exec) still held it, and asio hands that registration's state to the next
+  /// descriptor it watches, so its events can wake this wait (concurrent session/new had each
+  /// new toolsrv killed this way now and then).
+  static void when_ended(std::shared_ptr<asio::posix::stream_descriptor> d,
+                         std::function<std::shared_ptr<Instance>()> get,
+                         std::function<void(const std::shared_ptr<Instance>&, bool)> ended) {
+    d->async_wait(asio::posix::descriptor_base::wait_read,
+                  [d, get = std::move(get), ended = std::move(ended)](std::error_code ec) mutable {
+                    auto i = get();
+                    if (ec || !i) return;
+                    const bool reaped = i->try_reap();
+                    pollfd p{d->native_handle(), POLLIN, 0};
+                    if (!reaped && ::poll(&p, 1, 0) != 1) return when_ended(std::move(d), std::move(get), std::move(ended));
+                    ended(i, reaped);
+                  });
   }
 
   /// Stops the instance once the session has not needed it for cfg.idle and holds no work there.
@@ -714,9 +731,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
     if (fd < 0) return;  // it is still reaped when the connection drops (try_reap)
     auto d = std::make_shared<asio::posix::stream_descriptor>(ex, fd);
     std::weak_ptr<State> ws = weak_from_this();
-    d->async_wait(asio::posix::descriptor_base::wait_read, [i, d, ws](std::error_code ec) {
-      if (ec) return;
-      const bool reaped = i->try_reap();
+    when_ended(d, [i] { return i; }, [ws](const std::shared_ptr<Instance>& i, bool reaped) {
       std::string why = i->reason("toolsrv exited");
       i->lose(why);
       auto s = ws.lock();
