@@ -157,14 +157,16 @@ ProcessTable::ProcessTable(std::chrono::seconds keep) : keep_(keep) {
   thread_ = std::thread([this] { loop(); });
 }
 
-ProcessTable::~ProcessTable() {
+ProcessTable::~ProcessTable() { stop(); }
+
+void ProcessTable::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   kill_all();
   wake();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void ProcessTable::wake() {

@@ -134,8 +134,12 @@ class ProcessTable {
  public:
   /// `keep`: how long finished processes stay (a parameter only so tests can shorten it).
   explicit ProcessTable(std::chrono::seconds keep = proc_keep_default);
-  /// Kills every process group still running (SIGKILL) and stops the thread.
+  /// stop().
   ~ProcessTable();
+  /// Kills every process group still running (SIGKILL), runs what its thread still has queued (finishes, and starts that now
+  /// fail with `toolsrv is stopping`) and joins the thread. Idempotent. The owner calls it while
+  /// everything the callbacks reach is still whole.
+  void stop();
   ProcessTable(const ProcessTable&) = delete;
   ProcessTable& operator=(const ProcessTable&) = delete;
 

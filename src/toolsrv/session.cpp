@@ -148,7 +148,10 @@ Session::Session(SessionConfig config)
   if (!tmpdir_error_.empty()) spdlog::error("toolsrv: private TMPDIR: {}", tmpdir_error_);
 }
 
-Session::~Session() { procs_.reset(); }
+// The table is stopped before anything goes: the callbacks its thread still runs (a finish
+// releasing a path lock, which starts the next call) reach the table through procs_, which a
+// reset would have nulled first.
+Session::~Session() { procs_->stop(); }
 
 void Session::warn_once(const std::string& text) {
   {

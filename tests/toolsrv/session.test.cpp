@@ -416,6 +416,29 @@ TEST(Session, ForgetCancelsQueuedLockWaitsAndBypassRequests) {
   EXPECT_FALSE(std::filesystem::exists(marker));
 }
 
+// A session that goes (toolsrv stopping) with a call running under the global lock and another
+// queued behind it: the kill of the first releases the lock, whose next waiter then asks the
+// process table for a start from the table's own thread. It fails with `toolsrv is stopping`;
+// it reached the table through a pointer the session's destructor had already nulled (UBSan:
+// member call on null pointer of type 'ProcessTable').
+TEST(Session, GoingWithACallQueuedBehindARunningOneFailsTheQueuedCall) {
+  auto f = std::make_unique<Fixture>();
+  f->load("shell");
+  std::promise<std::string> held_done, queued;
+  auto held = hold_global_lock(*f, held_done);
+  ASSERT_TRUE(held);
+  const auto marker = f->cwd + "/ran";
+  ASSERT_TRUE(f->session->call(*parse_call_request("tool=shell\nagent=a1\n\n{\"cmd\":\"touch " + marker + "\"}"),
+                               [&](std::string r) { queued.set_value(r); }));
+  EXPECT_EQ(f->session->locks().waiting(), 1u);
+  f->session.reset();
+  auto q = queued.get_future();
+  ASSERT_EQ(q.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(header(q.get(), "status"), "failed");
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  held_done.get_future().get();
+}
+
 // Calls queued behind a held lock while another thread forgets their agent: whenever the cancel
 // lands (before the call has its lock ticket or after), no waiter is left in the queue.
 TEST(Session, ForgetRacingNewCallsLeavesNoLockWaiter) {
