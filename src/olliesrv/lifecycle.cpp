@@ -364,7 +364,10 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (!cwd_override.empty())
     if (auto st = co_await s->host->check_agent_cwd(id, cwd_override); !st) co_return st.error();
   co_await load_profile_tools(s, a, *profile);
-  if (!co_await a->resolve_prompts()) co_return p9::error("interrupted");  // flushed: undone
+  if (!co_await a->resolve_prompts()) {  // flushed, or its session killed meanwhile (§1.5): undone
+    std::lock_guard lock(s->mu);
+    co_return p9::error(s->killed ? "session killed" : "interrupted");
+  }
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
   (void)co_await Compaction::context_length(a, Compaction::show_patience);  // `stats` shows the model's window from the start
   if (!s->show(id)) co_return p9::error("session killed");  // §8.1.1: the directory last
