@@ -17,6 +17,7 @@
 #include <optional>
 #include <spdlog/spdlog.h>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codec.hpp"
 #include "errors.hpp"
@@ -68,6 +69,11 @@ constexpr auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitabl
 /// its 64 reads blocked on a chat, held hundreds of thousands of them, and each change of that
 /// chat then stalled every client for seconds.
 constexpr std::size_t max_requests = 1024, max_sandboxed_requests = 64, max_sandboxed_requests_per_uid = 1024;
+/// Connections one sandboxed process may hold: below Landlock ABI 9 every tool of a session
+/// connects through its toolsrv's connector, one process, so this is a session's share, and one
+/// session's tools cannot hold all the sandboxed room (three quarters of max_connections) that
+/// every other session's callbacks (ollie-9p, subagent_spawn) need too.
+constexpr std::size_t max_sandboxed_per_process = 256;
 constexpr const char* too_many_requests = "too many requests in flight";
 
 Fcall rerror(std::uint16_t tag, std::string ename) {
@@ -167,6 +173,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;
   std::size_t attached = 0;  // connections with a successful Tattach (on_connections)
   std::size_t sandboxed = 0; // connections of no_new_privs peers
+  std::unordered_map<pid_t, std::size_t> sandboxed_by_pid;  // of them, per connecting process
+  std::unordered_set<pid_t> refusing_pids;  // at max_sandboxed_per_process: logged once per episode
   std::unordered_map<std::string, std::size_t> uid_fids;  // fids per principal, auth fids not counted
   std::unordered_map<std::string, std::size_t> uid_requests;  // requests in flight on fids, per principal
   bool refusing = false;     // at max_connections: logged once per episode
@@ -213,10 +221,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       m.erase(it);
     }
   }
-  void forget(Conn* c, bool was_attached, bool was_sandboxed) {
+  void forget(Conn* c, bool was_attached, const Peer& peer) {
     std::lock_guard lk(mu);
     if (!conns.erase(c)) return;
-    if (was_sandboxed) sandboxed--;
+    if (peer.no_new_privs) sandboxed--;
+    if (peer.no_new_privs && peer.known) {
+      refusing_pids.erase(peer.pid);
+      if (auto it = sandboxed_by_pid.find(peer.pid); it != sandboxed_by_pid.end() && --it->second == 0) sandboxed_by_pid.erase(it);
+    }
     if (!was_attached) return;
     attached--;
     if (opt.on_connections) opt.on_connections(attached);
@@ -885,7 +897,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     attach_deadline_.cancel();
     stall_.cancel();
     drain_.cancel();
-    srv_->forget(this, attached_, peer_.no_new_privs);
+    srv_->forget(this, attached_, peer_);
   }
 
   std::shared_ptr<Server::Impl> srv_;
@@ -1024,6 +1036,15 @@ void Server::Impl::add(Socket sock, Peer peer) {
       if (!refusing_sandboxed) spdlog::warn("9p: {} connections of sandboxed processes open: refusing theirs", sandboxed);
       refusing_sandboxed = true;
       return;
+    }
+    if (peer.no_new_privs && peer.known) {
+      auto& mine = sandboxed_by_pid[peer.pid];
+      if (mine >= max_sandboxed_per_process) {
+        if (refusing_pids.insert(peer.pid).second)
+          spdlog::warn("9p: sandboxed process {} holds {} connections: refusing its next", peer.pid, mine);
+        return;
+      }
+      mine++;
     }
     if (peer.no_new_privs) {
       refusing_sandboxed = false;

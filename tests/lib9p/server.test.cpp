@@ -953,6 +953,36 @@ TEST_F(Limits, SandboxedPeersLeaveAQuarterOfTheConnectionsToTheOthers) {
   ASSERT_TRUE(tool.wait());
 }
 
+// And one sandboxed process holds at most 256 of them: below Landlock ABI 9 a session's tools all
+// connect through its toolsrv's connector, and one session must not take the room every other
+// session's callbacks need. Another sandboxed process still gets in.
+TEST_F(Limits, OneSandboxedProcessHoldsAtMost256Connections) {
+  ServerOptions opt;
+  opt.max_connections = 2000;
+  serve(opt);
+  const std::string script = sandboxed_client +
+      "conns = []\n"
+      "for i in range(int(sys.argv[2])):\n"
+      "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5); conns.append(c)\n"
+      "frame = msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000'))\n"
+      "n = 0\n"
+      "for c in conns:\n"
+      "    try:\n"
+      "        c.sendall(frame); n += 1 if c.recv(64) else 0\n"
+      "    except OSError:\n"
+      "        pass\n"
+      "print(n, flush=True)\n"
+      "sys.stdin.read()\n";
+  testing_support::Child hog({"/usr/bin/python3", "-c", script, srv->sock, "300"});
+  EXPECT_EQ(hog.read_until("\n"), "256\n");
+  testing_support::Child other({"/usr/bin/python3", "-c", script, srv->sock, "3"});
+  EXPECT_EQ(other.read_until("\n"), "3\n");
+  hog.close_stdin();
+  other.close_stdin();
+  ASSERT_TRUE(hog.wait());
+  ASSERT_TRUE(other.wait());
+}
+
 // Requests in flight are capped per connection (each holds memory until answered; a blocked
 // read, until its file has bytes): past it an Rerror, and a Tflush or Tclunk still gets through.
 TEST_F(Limits, RequestsInFlightAreCappedPerConnection) {
