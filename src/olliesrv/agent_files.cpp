@@ -48,14 +48,23 @@ p9::Status write_feed(Ctx& c, std::string text) {
   if (auto st = gone(c); !st) return st;
   text = p9::valid_utf8(text);  // what is read back is what session.json keeps (§1.2)
   Agent& a = *c.agent;
+  std::string before;
   {
     std::lock_guard lock(a.mu);
     if (a.feed == text) return {};
-    a.feed = text;
+    before = std::exchange(a.feed, text);
+  }
+  if (!a.subagent) {  // a consumer is a persistent agent's (§8.12)
+    if (auto st = a.submit({text, "feed"}); !st) {
+      // Not delivered (`prompt queue full`): not the current value either, or writing it again
+      // would be taken for no change and the value never submitted.
+      std::lock_guard lock(a.mu);
+      if (a.feed == text) a.feed = std::move(before);
+      return st;
+    }
   }
   a.feed_signal()->notify();
-  if (a.subagent) return {};  // a consumer is a persistent agent's (§8.12)
-  return a.submit({std::move(text), "feed"});
+  return {};
 }
 
 // ---- plan (§2.8.6) -----------------------------------------------------------------------------

@@ -1066,6 +1066,12 @@ TEST(Conversation, TheQueueIsBoundedInPromptsAndInBytes) {
   EXPECT_EQ(w.write(a + "/fifo", big).ename(), "prompt queue full");
   for (int i = 4; i < 256; i++) ASSERT_TRUE(w.write(a + "/fifo", "small " + std::to_string(i))) << i;
   EXPECT_EQ(w.write(a + "/fifo", "one more").ename(), "prompt queue full");
+  // A feed value the full queue refused is not the current one: written again once there is
+  // room, it is submitted (§8.12), not taken for no change.
+  EXPECT_EQ(w.write(a + "/feed", "FEED-V1").ename(), "prompt queue full");
+  ASSERT_TRUE(w.read(a + "/fifo"));  // pops one
+  ASSERT_TRUE(w.write(a + "/feed", "FEED-V1"));
+  EXPECT_EQ(w.write(a + "/fifo", "one more").ename(), "prompt queue full");  // the feed took the room
   EXPECT_NE(w.read_state(a), "idle");  // all of it while the first turn ran
   ASSERT_TRUE(w.rdwr(a + "/ctl", "kill"));  // the queue goes with it
 }
