@@ -128,10 +128,9 @@ bool is_writable(const struct stat& st, const std::vector<FileId>& writable) {
 // A file no path reaches (unlinked, a memfd) and a descriptor of no file in a directory (a pipe,
 // a socket) may change too.
 bool may_change(int target, const struct stat& st, const std::vector<FileId>& writable) {
-  if (st.st_nlink == 0) return true;
   const std::string real = fd_path(target);
   if (real.empty()) return false;
-  if (real.front() != '/') return true;
+  if (real.front() != '/' || (st.st_nlink == 0 && real.ends_with(" (deleted)"))) return true;
   // The name must be the file's in toolsrv's view before its directory is taken from it.
   struct stat named {};
   if (::lstat(real.c_str(), &named) != 0 || named.st_dev != st.st_dev || named.st_ino != st.st_ino) return false;
