@@ -61,15 +61,19 @@ asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap, std::
   if (!be) co_return 128000;
   // The provider's value, asked once per backend and model by whoever needs it first; asking
   // may block: not on an I/O thread, and a stop or a flush does not wait for a provider that does
-  // not answer. A failed ask is "unknown" (128000, §8.5.1) until `invalidate`: a models endpoint
-  // that stalls costs one wait, not one before every request.
+  // not answer. A provider that has no value for the model gives "unknown" (128000, §8.5.1), kept
+  // until `invalidate`. A failed ask is "unknown" for now and kept as a failure for the memo's
+  // while (30 s), then asked again: a models endpoint that stalls costs one wait per while, not
+  // one before every request, and an ollama that was not up yet at the first turn gets its real
+  // window (the num_ctx its requests are sent, §8.16) instead of 128000 for good.
   const Memo<int>::Load ask = [be, model]() -> p9::Result<int> {  // named: no temporary in a co_await (GCC 12)
     auto r = be->context_length(model);
-    return r && *r > 0 ? *r : 128000;
+    if (!r) return p9::error(r.error().message);
+    return *r > 0 ? *r : 128000;
   };
   const auto memo = a.hub.caches.context_length(backend_name, model);
   const auto got = co_await memo.get(a.hub.blocking, ask, patience);
-  if (!got) co_return 128000;  // still asking: shown from the next time on
+  if (!got || !*got) co_return 128000;  // still asking, or the ask failed: unknown for now, not kept
   const int len = **got;
   std::lock_guard lock(a.mu);
   if (a.model == model && a.backend_name == backend_name) a.stats.context_length = len;
