@@ -65,7 +65,9 @@ class AnthropicDecoder : public Decoder {
       if (malformed(f) || it == blocks_.end()) return;
       auto& b = it->second;
       if (b.type == "tool_use") {
-        call(ToolCall{b.id, b.name, b.text.empty() ? "{}" : b.text});
+        // No byte of input is "" as the other backends give it: {} to run, but a call cut off
+        // at max_tokens before its first byte is told apart (§8.2) and not run with no arguments.
+        call(ToolCall{b.id, b.name, b.text});
       } else if (b.type == "thinking") {
         reasoning_items.push_back(dump_json(json{{"type", "thinking"}, {"thinking", b.text}, {"signature", b.signature}}));
       } else if (b.type == "redacted_thinking") {

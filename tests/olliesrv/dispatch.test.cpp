@@ -252,6 +252,14 @@ TEST(StopReasons, ArgumentsCutOffAtTheLimitNameTheLimitSent) {
   EXPECT_EQ(cut_off("c1"), "error: arguments cut off at the output token limit (maxTokens=8192)");
   ASSERT_TRUE(w.write(a + "/cfg", "maxTokens=100"));
   EXPECT_EQ(cut_off("c2"), "error: arguments cut off at the output token limit (maxTokens=100)");
+  // Cut before any byte of its input: cut off too, not run with {} (file_write would have run).
+  w.fake.push({{"tool_calls", json::array({call("c5", "file_write", "")})}, {"stop", "length"}});
+  w.fake.push({{"text", "ok"}});
+  const auto before = contents(w, a, "tool").size();
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "tool").size() == before + 1; })) << w.log_text();
+  EXPECT_EQ(contents(w, a, "tool").back(), "error: arguments cut off at the output token limit (maxTokens=100)");
+  ASSERT_TRUE(w.wait_state(a, "idle"));
   // Arguments that parse, but not as an object, were not cut off: they are invalid as at any stop.
   auto b = w.agent("session/work", "other");
   w.fake.push({{"tool_calls", json::array({call("c3", "file_read", "[1]")})}, {"stop", "length"}});
