@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "toolsrv/fileattr.hpp"
 #include "toolsrv/paths.hpp"
@@ -97,25 +98,42 @@ class Bpf {
 
 constexpr std::uint32_t ret_errno(int e) { return SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(e) & SECCOMP_RET_DATA); }
 
+using Dispatch = std::vector<std::pair<std::uint32_t, std::string>>;  // system call number, label
+
+// A binary search of `v` (sorted by number) on the number in A: to the label of an equal one, else
+// ALLOW. The kernel runs the filter once per system call number when it is installed, to cache
+// those it allows whatever their arguments, and every call it cannot cache runs it: a search
+// keeps both to a few comparisons where a list of ~35 walked them all.
+void dispatch(Bpf& b, const Dispatch& v, std::size_t from, std::size_t to) {
+  if (to - from <= 3) {
+    for (std::size_t i = from; i < to; ++i) b.if_eq(v[i].first, v[i].second);
+    b.ret(SECCOMP_RET_ALLOW);
+    return;
+  }
+  const std::size_t mid = from + (to - from) / 2;
+  const std::string upper = "at" + std::to_string(v[mid].first);
+  b.if_ge(v[mid].first, upper);
+  dispatch(b, v, from, mid);
+  b.label(upper);
+  dispatch(b, v, mid, to);
+}
+
 std::vector<sock_filter> filter_program() {
   Bpf b;
   b.load(off_arch);
   b.if_ne(AUDIT_ARCH_X86_64, "foreign");
   b.load(off_nr);
   b.if_ge(x32_bit, "enosys");
-  b.if_eq(__NR_connect, "notify");
-  b.if_eq(__NR_sendmmsg, "notify");
-  b.if_eq(__NR_sendto, "sendto");
-  b.if_eq(__NR_sendmsg, "notify");
-  b.if_eq(nr_io_uring_setup, "enosys");
-  b.if_eq(nr_io_uring_enter, "enosys");
-  b.if_eq(nr_io_uring_register, "enosys");
+  Dispatch native{{__NR_connect, "notify"}, {__NR_sendmmsg, "notify"}, {__NR_sendto, "sendto"}, {__NR_sendmsg, "notify"}};
+  for (const auto nr : {nr_io_uring_setup, nr_io_uring_enter, nr_io_uring_register, nr_setxattrat, nr_removexattrat,
+                        nr_file_setattr})
+    native.emplace_back(nr, "enosys");
   for (const int nr : {__NR_chmod, __NR_fchmod, __NR_fchmodat, nr_fchmodat2, __NR_chown, __NR_lchown, __NR_fchown,
                        __NR_fchownat, __NR_utime, __NR_utimes, __NR_futimesat, __NR_utimensat, __NR_setxattr,
                        __NR_lsetxattr, __NR_fsetxattr, __NR_removexattr, __NR_lremovexattr, __NR_fremovexattr})
-    b.if_eq(static_cast<std::uint32_t>(nr), "notify");
-  for (const auto nr : {nr_setxattrat, nr_removexattrat, nr_file_setattr}) b.if_eq(nr, "enosys");
-  b.ret(SECCOMP_RET_ALLOW);
+    native.emplace_back(static_cast<std::uint32_t>(nr), "notify");
+  std::sort(native.begin(), native.end());
+  dispatch(b, native, 0, native.size());
   // sendto without an address (pointer or length 0) reads nothing from memory: the peer was
   // checked when the socket was connected.
   b.label("sendto");
