@@ -277,6 +277,14 @@ asio::awaitable<json> Bridge::set_config_option(json params) {
   const auto slash = value.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == value.size())
     throw RpcError(code::invalid_params, "invalid model: " + value + " (backend/model)");
+  // A select's value is one of its options (doc/acp.md: every backend/model of `models`); a
+  // stale or mistyped one would switch the agent to a model that fails at the next prompt.
+  const json offered = co_await config_options(live);
+  bool listed = false;
+  for (const auto& o : offered)
+    if (o.value("id", "") == "model" && o.contains("options"))
+      for (const auto& choice : o["options"]) listed = listed || choice.value("value", "") == value;
+  if (!listed) throw RpcError(code::invalid_params, "model not offered: " + value + " (see the model option's values)");
   const std::string backend = value.substr(0, slash), model = value.substr(slash + 1);
   std::string cfg_path = live->dir() + "cfg", ctl = live->dir() + "ctl";
   auto cfg = co_await ollie_.read(cfg_path);

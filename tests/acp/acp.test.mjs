@@ -152,7 +152,8 @@ before(async () => {
   symlinkSync(path.join(build, "tools"), path.join(cfg, "tools"));
   symlinkSync(path.join(src, "data/agents"), path.join(cfg, "agents"));
   symlinkSync(path.join(src, "data/prompts"), path.join(cfg, "prompts"));
-  writeFileSync(path.join(root, "script.json"), JSON.stringify({ responses }));
+  const models = [{ id: "fake-model", context_length: 65536 }, { id: "other-model", context_length: 65536 }];
+  writeFileSync(path.join(root, "script.json"), JSON.stringify({ responses, models }));
   const fake = start(`${build}/tests/fakeprovider/fakeprovider`, ["--port", "0", "--script", path.join(root, "script.json")]);
   fakeUrl = (await firstLine(fake.stdout, /listening on (\S+)/, "the fake provider"))[1];
   await startOlliesrv();
@@ -361,6 +362,10 @@ test("modes and models are set through ctl agent and ctl model", async () => {
   await main.agent.request("session/set_mode", { sessionId, modeId: "explorer" });
   assert.match(ollie9p("read", `session/${sid}/agent/${aid}/cfg`), /^agent=explorer$/m);
   await assert.rejects(main.agent.request("session/set_mode", { sessionId, modeId: "no-such-profile" }), /unknown agent profile/);
+  // A value the select does not offer is refused, and nothing changes.
+  await assert.rejects(main.agent.request("session/set_config_option", { sessionId, configId: "model", value: "openai/nosuch" }),
+                       /model not offered: openai\/nosuch/);
+  assert.match(ollie9p("read", `session/${sid}/agent/${aid}/cfg`), /^model=fake-model$/m);
   const r = await main.agent.request("session/set_config_option", { sessionId, configId: "model", value: "openai/other-model" });
   assert.equal(r.configOptions[0].currentValue, "openai/other-model");
   assert.match(ollie9p("read", `session/${sid}/agent/${aid}/cfg`), /^model=other-model$/m);
