@@ -112,7 +112,10 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
     return c;
   }
   if (!c.args_ok) {
-    c.preset = std::string("error: invalid arguments: ") + (args.is_discarded() ? "not JSON" : "not a JSON object");
+    std::string why = "not JSON";
+    if (!args.is_discarded()) why = "not a JSON object";
+    else if (backend::too_deep(tc.arguments)) why = "nested deeper than " + std::to_string(backend::limits::json_depth) + " levels";
+    c.preset = "error: invalid arguments: " + why;
     return c;
   }
   if (c.unknown) return c;

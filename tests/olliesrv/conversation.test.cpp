@@ -314,8 +314,8 @@ TEST(Conversation, UnknownToolsAndBadArgumentsBecomeErrorResults) {
   EXPECT_EQ(results[6], "error: invalid timeout: -1");
 }
 
-// Arguments nested a million deep (the model's text, or a hostile provider's) are not JSON to the
-// engine, which dumps what it parses: the call gets its error and olliesrv lives on.
+// Arguments nested a million deep (the model's text, or a hostile provider's) are refused by the
+// engine, which dumps what it parses: the call gets its error, which says why, and olliesrv lives on.
 TEST(Conversation, ArgumentsNestedAMillionDeepAreAnErrorResult) {
   World w;
   auto s = w.session("work");
@@ -330,7 +330,7 @@ TEST(Conversation, ArgumentsNestedAMillionDeepAreAnErrorResult) {
   ASSERT_TRUE(w.write(a + "/prompt", "go"));
   ASSERT_TRUE(eventually([&] { return chat_requests(w) == 3; })) << w.log_text();
   ASSERT_TRUE(w.wait_state(a, "idle"));
-  EXPECT_EQ(contents(w, a, "tool"), (std::vector<std::string>(2, "error: invalid arguments: not JSON")));
+  EXPECT_EQ(contents(w, a, "tool"), (std::vector<std::string>(2, "error: invalid arguments: nested deeper than 128 levels")));
   EXPECT_TRUE(w.read("session/idx"));
   ASSERT_TRUE(w.rdwr(s + "/ctl", "save"));
   w.stop_server(SIGKILL);
