@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "toolsrv/fd.hpp"
+#include "toolsrv/smallfile.hpp"
 
 namespace toolsrv {
 namespace {
@@ -70,32 +71,17 @@ FileStamp FileStamp::of(const std::string& path) {
 
 namespace {
 
-/// A `.meta`'s text: a regular file (checked on the descriptor, so a FIFO swapped in after the
-/// stat cannot hold the scan) of at most max_meta_bytes.
+/// A `.meta`'s text: a regular file of at most max_meta_bytes (smallfile.hpp).
 p9::Result<std::string> read_meta(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0) return p9::error("cannot read " + path + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return p9::error("cannot read " + path + ": not a regular file");
-  const std::string too_large = path + ": too large (limit " + std::to_string(max_meta_bytes) + " bytes)";
-  if (static_cast<std::uint64_t>(st.st_size) > max_meta_bytes) return p9::error(too_large);
-  // Read up to one byte past the limit, so a file that grew since the fstat is refused too.
-  std::string text(static_cast<std::size_t>(st.st_size) + 1, '\0');
-  std::size_t got = 0;
-  for (;;) {
-    if (got == text.size()) {
-      if (text.size() > max_meta_bytes) break;
-      text.resize(std::min(2 * text.size(), max_meta_bytes + 1));
-    }
-    const auto n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return p9::error("cannot read " + path + ": " + std::strerror(errno));
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
+  auto f = read_small_file(AT_FDCWD, path.c_str(), 0, max_meta_bytes);
+  switch (f.fail) {
+    case SmallFile::Fail::none: return std::move(f.text);
+    case SmallFile::Fail::not_regular: return p9::error("cannot read " + path + ": not a regular file");
+    case SmallFile::Fail::too_large: return p9::error(path + ": too large (limit " + std::to_string(max_meta_bytes) + " bytes)");
+    case SmallFile::Fail::open:
+    case SmallFile::Fail::read: break;
   }
-  if (got > max_meta_bytes) return p9::error(too_large);
-  text.resize(got);
-  return text;
+  return p9::error("cannot read " + path + ": " + std::strerror(f.error));
 }
 
 /// The tool `name` of `dir` as its files are now; nullopt when `<name>.meta` is not a regular file.

@@ -11,6 +11,7 @@
 
 #include "toolsrv/fd.hpp"
 #include "toolsrv/paths.hpp"
+#include "toolsrv/smallfile.hpp"
 
 namespace toolsrv {
 
@@ -47,38 +48,28 @@ std::optional<ProjectOverride> find_override(int dir_fd, const std::string& cwd,
   ProjectOverride o;
   o.dir = clean_path(cwd);
   o.path = o.dir == "/" ? "/.ollie-sandbox.yaml" : o.dir + "/.ollie-sandbox.yaml";
-  UniqueFd fd(::openat(dir_fd, ".ollie-sandbox.yaml", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (!fd) {
-    if (errno != ENOENT && note) *note = o.path + ": ignored: " + std::strerror(errno);
-    return std::nullopt;
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (note) *note = o.path + ": ignored: not a regular file";
-    return std::nullopt;
-  }
-  // Too large to be read, so never approved: ignored like any other unapproved override, so that a
-  // file the model wrote cannot stop every call in its cwd.
-  const auto too_large = [&](const std::string& size) {
-    if (note) *note = o.path + ": ignored: too large: " + size + " (limit " + std::to_string(override_max_bytes) + ")";
-    return std::nullopt;
-  };
-  if (static_cast<std::uint64_t>(st.st_size) > override_max_bytes) return too_large(std::to_string(st.st_size) + " bytes");
-  // At most one byte past the limit is read, so a file that grew since fstat is refused too.
-  o.bytes.resize(override_max_bytes + 1);
-  std::size_t got = 0;
-  while (got < o.bytes.size()) {
-    const auto n = ::read(fd.get(), o.bytes.data() + got, o.bytes.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      if (note) *note = o.path + ": ignored: " + std::strerror(errno);
+  auto f = read_small_file(dir_fd, ".ollie-sandbox.yaml", O_NOFOLLOW, override_max_bytes);
+  switch (f.fail) {
+    case SmallFile::Fail::none: break;
+    case SmallFile::Fail::open:
+      if (f.error != ENOENT && note) *note = o.path + ": ignored: " + std::strerror(f.error);
       return std::nullopt;
-    }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
+    case SmallFile::Fail::not_regular:
+      if (note) *note = o.path + ": ignored: not a regular file";
+      return std::nullopt;
+    case SmallFile::Fail::too_large:
+      // Too large to be read, so never approved: ignored like any other unapproved override, so
+      // that a file the model wrote cannot stop every call in its cwd.
+      if (note)
+        *note = o.path + ": ignored: too large: " +
+                (f.size ? std::to_string(f.size) + " bytes" : "over " + std::to_string(override_max_bytes) + " bytes") +
+                " (limit " + std::to_string(override_max_bytes) + ")";
+      return std::nullopt;
+    case SmallFile::Fail::read:
+      if (note) *note = o.path + ": ignored: " + std::strerror(f.error);
+      return std::nullopt;
   }
-  if (got > override_max_bytes) return too_large("over " + std::to_string(override_max_bytes) + " bytes");
-  o.bytes.resize(got);
+  o.bytes = std::move(f.text);
   o.sha256 = sha256_hex(o.bytes);
   return o;
 }

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "toolsrv/smallfile.hpp"
+
 namespace toolsrv {
 namespace {
 
@@ -142,45 +144,21 @@ Result<PolicyFile> parse_policy(std::string_view text) {
 
 namespace {
 
-// As the other configuration files: a regular file of at most 1 MiB, opened without waiting (the
+// A regular file of at most 1 MiB, read as the other configuration files are (smallfile.hpp: the
 // model may replace it when the cwd holds ~/.config: a FIFO held every call and every `tools`
-// read, /dev/zero grew without end).
+// read, /dev/zero grew without end). Plain read(2): this runs at every call.
 constexpr std::size_t policy_max = 1u << 20;
 
 Result<std::string> read_policy_text(const std::string& path) {
-  // Plain read(2): this runs at every call, and an ifstream costs more than the file's bytes.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return p9::error(std::string("cannot open: ") + std::strerror(errno));
-  std::string text;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return p9::error("cannot open: not a regular file");
+  auto f = read_small_file(AT_FDCWD, path.c_str(), O_NOCTTY, policy_max);
+  switch (f.fail) {
+    case SmallFile::Fail::none: return std::move(f.text);
+    case SmallFile::Fail::open: return p9::error(std::string("cannot open: ") + std::strerror(f.error));
+    case SmallFile::Fail::not_regular: return p9::error("cannot open: not a regular file");
+    case SmallFile::Fail::too_large: return p9::error("cannot open: larger than 1 MiB");
+    case SmallFile::Fail::read: break;
   }
-  if (static_cast<std::size_t>(st.st_size) > policy_max) {
-    ::close(fd);
-    return p9::error("cannot open: larger than 1 MiB");
-  }
-  text.resize(st.st_size > 0 ? static_cast<std::size_t>(st.st_size) + 1 : 4096);
-  std::size_t used = 0;
-  while (true) {
-    if (used > policy_max) {  // grown since the fstat
-      ::close(fd);
-      return p9::error("cannot open: larger than 1 MiB");
-    }
-    if (used == text.size()) text.resize(text.size() * 2);
-    const auto n = ::read(fd, text.data() + used, text.size() - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      return p9::error(path + ": read error");
-    }
-    if (n == 0) break;
-    used += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(used);
-  return text;
+  return p9::error(path + ": read error");
 }
 
 }  // namespace
