@@ -924,28 +924,29 @@ const std::string sandboxed_client =
     "    rpc(c, clone(0, 2))\n"
     "    return c\n";
 
+// A no_new_privs process that opens argv[2] connections, then says of each whether it was answered
+// (1) or closed (0); it holds them until its stdin ends.
+const std::string hold_connections = sandboxed_client +
+    "conns = []\n"
+    "for i in range(int(sys.argv[2])):\n"
+    "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5); conns.append(c)\n"
+    "frame = msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000'))\n"
+    "out = ''\n"
+    "for c in conns:\n"
+    "    try:\n"
+    "        c.sendall(frame); out += '1' if c.recv(64) else '0'\n"
+    "    except OSError:\n"
+    "        out += '0'\n"
+    "print(out, flush=True)\n"
+    "sys.stdin.read()\n";
+
 // Sandboxed processes (no_new_privs: tools) hold at most three quarters of the connections: a
 // tool that opens them until it is refused leaves the last quarter to the user's clients.
 TEST_F(Limits, SandboxedPeersLeaveAQuarterOfTheConnectionsToTheOthers) {
   ServerOptions opt;
   opt.max_connections = 4;
   serve(opt);
-  // Four connections from one no_new_privs process; each says whether it was answered (1) or
-  // closed (0); the process holds them until its stdin ends.
-  const std::string script = sandboxed_client +
-      "conns = []\n"
-      "for i in range(4):\n"
-      "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5); conns.append(c)\n"
-      "frame = msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000'))\n"
-      "out = ''\n"
-      "for c in conns:\n"
-      "    try:\n"
-      "        c.sendall(frame); out += '1' if c.recv(64) else '0'\n"
-      "    except OSError:\n"
-      "        out += '0'\n"
-      "print(out, flush=True)\n"
-      "sys.stdin.read()\n";
-  testing_support::Child tool({"/usr/bin/python3", "-c", script, srv->sock});
+  testing_support::Child tool({"/usr/bin/python3", "-c", hold_connections, srv->sock, "4"});
   EXPECT_EQ(tool.read_until("\n"), "1110\n");
   auto mine = attached();  // the user's client still gets in
   EXPECT_EQ(mine->walk(0, 1, {"hello"}).type, Rwalk);
@@ -960,23 +961,10 @@ TEST_F(Limits, OneSandboxedProcessHoldsAtMost256Connections) {
   ServerOptions opt;
   opt.max_connections = 2000;
   serve(opt);
-  const std::string script = sandboxed_client +
-      "conns = []\n"
-      "for i in range(int(sys.argv[2])):\n"
-      "    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); c.settimeout(5); conns.append(c)\n"
-      "frame = msg(100, 0xffff, struct.pack('<I', 8192) + s(b'9P2000'))\n"
-      "n = 0\n"
-      "for c in conns:\n"
-      "    try:\n"
-      "        c.sendall(frame); n += 1 if c.recv(64) else 0\n"
-      "    except OSError:\n"
-      "        pass\n"
-      "print(n, flush=True)\n"
-      "sys.stdin.read()\n";
-  testing_support::Child hog({"/usr/bin/python3", "-c", script, srv->sock, "300"});
-  EXPECT_EQ(hog.read_until("\n"), "256\n");
-  testing_support::Child other({"/usr/bin/python3", "-c", script, srv->sock, "3"});
-  EXPECT_EQ(other.read_until("\n"), "3\n");
+  testing_support::Child hog({"/usr/bin/python3", "-c", hold_connections, srv->sock, "300"});
+  EXPECT_EQ(hog.read_until("\n"), std::string(256, '1') + std::string(44, '0') + "\n");
+  testing_support::Child other({"/usr/bin/python3", "-c", hold_connections, srv->sock, "3"});
+  EXPECT_EQ(other.read_until("\n"), "111\n");
   hog.close_stdin();
   other.close_stdin();
   ASSERT_TRUE(hog.wait());
