@@ -150,6 +150,17 @@ TEST_F(FileGrep, BothEnginesGiveTheSameOutput) {
   }
 }
 
+// A file the tool cannot read is skipped by either engine: a search that matches nothing then
+// says so (rg exits 2 for the unreadable file, and that was reported as `rg failed`).
+TEST_F(FileGrep, AnUnreadableFileIsSkipped) {
+  write_file(at("src/locked.c"), "int foo;\n", 0);
+  for (const char* q : {R"({"pattern":"nowhere to be found"})", R"({"pattern":"foo\\(","path":"src"})"}) {
+    const auto r = grep(q);
+    EXPECT_TRUE(r.ok()) << q << r.out << r.err;
+    EXPECT_EQ(r.out, direct(q)) << q;
+  }
+}
+
 TEST_F(FileGrep, OutputIsCappedWithTheCountOfWhatWasCut) {
   std::string many;
   for (int i = 0; i < 150; i++) many += "match " + std::to_string(i) + "\n";

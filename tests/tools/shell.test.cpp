@@ -189,6 +189,15 @@ TEST_F(Shell, RowRecursiveDeleteOfASystemPath) {
   refused("rm -rf --no-preserve-root //usr/lib", "recursive delete of / or a system directory");
   refused("cd build && rm -rf ../../../..", "recursive delete of / or a system directory");
   refused("sh -c 'rm -rf /'", "recursive delete of / or a system directory");
+  // find deleting everything beneath its starting point is the same delete.
+  refused("find / -delete", "recursive delete of / or a system directory");
+  refused("find -L /etc/ -depth -xdev -delete", "recursive delete of / or a system directory");
+  refused("find /usr -mindepth 1 -exec rm -rf {} +", "recursive delete of / or a system directory");
+  refused("nice find /var -execdir /bin/rm -f {} \\;", "recursive delete of / or a system directory");
+  fs::create_directories(host.cwd + "/build/obj");
+  runs("find /tmp/ollie-shell-test-none -name '*.o' -delete 2>/dev/null; true");
+  runs("find / -maxdepth 0 -name nothing-here -delete");
+  runs("find build -delete && test ! -e build");
   fs::create_directories(host.cwd + "/build/obj");
   runs("rm -rf build && test ! -e build");
   runs("rm -rf ./node_modules \"$TMPDIR/x\" /tmp/ollie-shell-test-none/y");
@@ -203,6 +212,9 @@ TEST_F(Shell, RowRecursiveDeleteOfTheHomeDirectory) {
   refused("rm -rf ${HOME}/.", "recursive delete of the home directory");
   refused("rm -rf " + host.home, "recursive delete of the home directory");
   refused("rm -rf ..", "recursive delete of the home directory");  // the cwd's parent holds HOME
+  refused("find ~ -delete", "recursive delete of the home directory");
+  refused("find \"$HOME\" -exec rm -r {} \\;", "recursive delete of the home directory");
+  runs("find ~ -maxdepth 1 -name no-such-file-here -delete 2>/dev/null; true");
   runs("rm -rf ~/no-such-build-dir");
   runs("rm -f ~/no-such-file");
 }

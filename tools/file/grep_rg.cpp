@@ -158,7 +158,9 @@ void grep_rg(const Query& q, Collector& out) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  if (code <= 1) return;
+  // 2 with nothing on stderr: only files it could not read (--no-messages), skipped as the own
+  // engine skips them; the search itself went through.
+  if (code <= 1 || (code == 2 && err.empty())) return;
   // rg's messages are several lines: the one that starts `error: ` says what is wrong ("error:
   // unclosed group"), and a hint may follow it ("Consider enabling PCRE2 …"). Else the first line.
   std::string_view line;

@@ -159,13 +159,25 @@ bool touches_shadow(const Call& c, const std::string&) {
          std::any_of(c.cmd->writes.begin(), c.cmd->writes.end(), hit);
 }
 
-// The operands of a recursive rm, `~`, `$HOME` and a trailing `/*` resolved, made absolute and
-// cleaned; none when it is not recursive.
+// An operand of a delete as the path it names: `~`, `$HOME` and a trailing `/*` resolved, made
+// absolute and cleaned; empty for a pattern the check cannot resolve.
+std::string delete_target(std::string a, const std::string& home) {
+  for (std::string_view h : {"~", "$HOME", "${HOME}"})
+    if (a == h || starts_with(a, std::string(h) + "/")) a = home + a.substr(h.size());
+  if (a == "*" || a == ".*") a = ".";
+  for (std::string_view glob : {"/*", "/.*"})
+    if (a.size() > glob.size() && a.compare(a.size() - glob.size(), glob.size(), glob) == 0) a.resize(a.size() - glob.size());
+  if (a == "/*" || a == "/.*") a = "/";
+  if (a.empty() || a.find_first_of("*?[") != std::string::npos) return {};
+  return clean(a);
+}
+
+// The operands of a recursive rm; none when it is not recursive.
 std::vector<std::string> rm_targets(const Call& c, const std::string& home) {
   if (c.name != "rm") return {};
   bool recursive = false, options = true;
   std::vector<std::string> targets;
-  for (std::string a : c.args) {
+  for (const auto& a : c.args) {
     if (options && a == "--") {
       options = false;
       continue;
@@ -174,16 +186,49 @@ std::vector<std::string> rm_targets(const Call& c, const std::string& home) {
       if (a == "--recursive" || (a[1] != '-' && a.find_first_of("rR") != std::string::npos)) recursive = true;
       continue;
     }
-    for (std::string_view h : {"~", "$HOME", "${HOME}"})
-      if (a == h || starts_with(a, std::string(h) + "/")) a = home + a.substr(h.size());
-    if (a == "*" || a == ".*") a = ".";
-    for (std::string_view glob : {"/*", "/.*"})
-      if (a.size() > glob.size() && a.compare(a.size() - glob.size(), glob.size(), glob) == 0) a.resize(a.size() - glob.size());
-    if (a == "/*" || a == "/.*") a = "/";
-    if (a.empty() || a.find_first_of("*?[") != std::string::npos) continue;
-    targets.push_back(clean(a));
+    if (auto t = delete_target(a, home); !t.empty()) targets.push_back(std::move(t));
   }
   return recursive ? targets : std::vector<std::string>{};
+}
+
+// The starting points of a `find` that deletes everything beneath them, as a recursive rm does:
+// `-delete` or `-exec rm` (`-execdir`, `-ok`, `-okdir`) with no test choosing what goes (only
+// options such as -depth, -xdev, -maxdepth). `find . -name '*.o' -delete` chooses; none then.
+std::vector<std::string> find_targets(const Call& c, const std::string& home) {
+  if (c.name != "find") return {};
+  std::size_t i = 0;
+  const auto& a = c.args;
+  while (i < a.size() && (one_of(a[i], {"-H", "-L", "-P"}) || starts_with(a[i], "-O"))) i++;
+  if (i < a.size() && a[i] == "-D") i += 2;
+  std::vector<std::string> starts;
+  bool named = false;  // a starting point given, resolvable or not
+  for (; i < a.size() && !(a[i].size() > 1 && a[i][0] == '-') && !one_of(a[i], {"(", "!", ","}); i++, named = true)
+    if (auto t = delete_target(a[i], home); !t.empty()) starts.push_back(std::move(t));
+  bool deletes = false;
+  for (std::size_t j = i; j < a.size(); j++) {
+    if (a[j] == "-delete") {
+      deletes = true;
+    } else if (one_of(a[j], {"-exec", "-execdir", "-ok", "-okdir"})) {
+      if (j + 1 < a.size() && base(a[j + 1]) == "rm") deletes = true;
+      while (j + 1 < a.size() && !one_of(a[j + 1], {";", "+"})) j++;
+      j++;
+    } else if (one_of(a[j], {"-maxdepth", "-mindepth", "-regextype"})) {
+      j++;
+    } else if (!one_of(a[j], {"-depth", "-d", "-xdev", "-mount", "-noleaf", "-ignore_readdir_race", "-follow", "-daystart",
+                              "-warn", "-nowarn", "-print", "-print0", "-true"})) {
+      return {};  // a test or an operator: find chooses what it deletes
+    }
+  }
+  if (!deletes) return {};
+  if (!named) starts.push_back(clean("."));  // find's default starting point
+  return starts;
+}
+
+std::vector<std::string> delete_targets(const Call& c, const std::string& home) {
+  auto t = rm_targets(c, home);
+  auto f = find_targets(c, home);
+  t.insert(t.end(), f.begin(), f.end());
+  return t;
 }
 
 bool system_dir(const std::string& p) {
@@ -194,14 +239,14 @@ bool system_dir(const std::string& p) {
 }
 
 bool deletes_system(const Call& c, const std::string& home) {
-  const auto t = rm_targets(c, home);
+  const auto t = delete_targets(c, home);
   return std::any_of(t.begin(), t.end(), system_dir);
 }
 
 bool deletes_home(const Call& c, const std::string& home) {
   if (home.empty() || home[0] != '/') return false;
   const std::string h = clean(home);
-  const auto t = rm_targets(c, home);
+  const auto t = delete_targets(c, home);
   return std::any_of(t.begin(), t.end(), [&](const std::string& p) { return p != "/" && (p == h || starts_with(h, p + "/")); });
 }
 
