@@ -15,6 +15,7 @@
 #include "agent.hpp"
 #include "lib9p/handoff.hpp"
 #include "backend/cost.hpp"
+#include "backend/text.hpp"
 #include "backend/wire.hpp"
 #include "bypass_policy.hpp"
 #include "compaction.hpp"
@@ -810,13 +811,22 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, bool round) {
     for (auto& c : batch) name_text_call(c, a_->transcript.append(make_block("call", c.block_args, c.name)).id);
     std::vector<std::string> names;
     // Escaped: a name is the model's text, and a state is one line (statewait, agent/idx, events).
+    // Cut, as is the line: an unknown tool's name can be megabytes, and each reader of `event`
+    // holds up to 1000 lines (§5.3).
     for (const auto& c : batch)
-      if (auto n = bypass::escape(c.name); std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+      if (auto n = backend::clip(bypass::escape(c.name), 64); std::find(names.begin(), names.end(), n) == names.end())
+        names.push_back(n);
     // A batch none of whose calls runs (unknown tools, a response the provider stopped: §8.2)
     // executes nothing: the state stays.
     if (std::any_of(batch.begin(), batch.end(), [](const Call& c) { return !c.preset; })) {
       std::string state = "calling: ";
-      for (std::size_t i = 0; i < names.size(); i++) state += (i ? ", " : "") + names[i];
+      for (std::size_t i = 0; i < names.size(); i++) {
+        if (i && state.size() + names[i].size() > 512) {
+          state += ", ...";
+          break;
+        }
+        state += (i ? ", " : "") + names[i];
+      }
       a_->set_state(state);
     }
     co_await run_batch(batch, round && &batch == &batches.back());

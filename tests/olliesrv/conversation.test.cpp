@@ -367,6 +367,19 @@ TEST(Conversation, AToolNameCannotForgeAnEventLine) {
   const std::string chat = *w.read(a + "/log");
   EXPECT_EQ(chat.find('\x1b'), std::string::npos) << chat;
   EXPECT_NE(chat.find("error: unknown tool: #(touch x)\\x1b[31m"), std::string::npos) << chat;
+  // Nor make a line of megabytes, that every reader of `event` would hold (§5.3): the names are
+  // cut, and so is their list.
+  json calls = json::array({{{"id", "c3"}, {"name", "file_read"}, {"arguments", {{"path", "none.txt"}}}}});
+  for (int i = 0; i < 40; i++) calls.push_back({{"id", "d" + std::to_string(i)}, {"name", std::string(200000, 'a' + i % 26) + std::to_string(i)}, {"arguments", "{}"}});
+  w.fake.push({{"tool_calls", calls}});
+  w.fake.push({{"text", "sorry"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "once more"));
+  seen = World::read_until(events, ", ...\n");
+  const auto at = seen.find("agent." + aid + ".state calling: file_read, aaaa");
+  ASSERT_NE(at, std::string::npos) << seen.substr(0, 300);
+  const auto line = seen.substr(at, seen.find('\n', at) - at);
+  EXPECT_LT(line.size(), 700u) << line;
+  EXPECT_EQ(line.substr(line.size() - 5), ", ...") << line;
 }
 
 // §8.3.4: a result decided without running anything quotes the model (an unknown tool's name), and
