@@ -87,6 +87,7 @@ p9::Result<std::shared_ptr<Subscription>> Bus::subscribe(const std::string& who,
   // would pile them up (each holds its Subscription's memory): swept here once the list doubled.
   if (subs_.size() >= 2 * swept_) {
     std::erase_if(subs_, [](const auto& w) { return w.expired(); });
+    std::erase_if(held_, [](const auto& h) { return h.second.use_count() == 1; });  // principals holding no fid
     swept_ = std::max<std::size_t>(subs_.size(), 64);
   }
   subs_.push_back(s);
