@@ -54,11 +54,13 @@ fuzz() {
 # deleted stays deleted (remove its line from .installed to get it back); an unedited file that
 # is no longer shipped is removed.
 install_ollie() {
-  local build=$1 cfg=${XDG_CONFIG_HOME:-$HOME/.config}/ollie bin=${OLLIE_BIN:-$HOME/.local/bin}
-  local units=${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user
+  # A relative XDG_CONFIG_HOME is ignored, as olliesrv ignores it (doc/data.md).
+  local xdg=${XDG_CONFIG_HOME:-}; [[ $xdg == /* ]] || xdg=$HOME/.config
+  local build=$1 cfg=$xdg/ollie bin=${OLLIE_BIN:-$HOME/.local/bin} units=$xdg/systemd/user
   local manifest=$cfg/.installed f p i line src dst mode
-  for p in olliesrv ollie-9p ollie-acp toolsrv; do
-    [ -x "$build/bin/$p" ] || { echo "install: $build/bin/$p is missing: build it first" >&2; return 1; }
+  # A build without its tools or static programs would read as all of them no longer shipped.
+  for p in bin/{olliesrv,ollie-9p,ollie-acp,toolsrv} bin/static/{ollie-9p,toolsrv} tools/file_read; do
+    [ -x "$build/$p" ] || { echo "install: $build/$p is missing: build it first" >&2; return 1; }
   done
   local -a srcs=() dsts=() present=()
   while IFS= read -r -d '' f; do srcs+=("$f") dsts+=("$cfg/${f#data/}")
@@ -84,7 +86,13 @@ install_ollie() {
   local -A sum=() old=() now=() dirs=()
   while IFS= read -r -d '' line; do sum[${line:66}]=${line:0:64}
   done < <(sha256sum -z -- "${srcs[@]}" "${present[@]}")
-  if [ -f "$manifest" ]; then while read -r p f; do old[$f]=$p; done <"$manifest"; fi
+  # "<sha256>  <path>" per line; a line that is not one (a blank left by a hand edit) is skipped.
+  if [ -f "$manifest" ]; then
+    while IFS= read -r line; do
+      p=${line%%  *} f=${line#*  }
+      [[ $p =~ ^[0-9a-f]{64}$ && $f == /* ]] && old[$f]=$p
+    done <"$manifest"
+  fi
 
   local added=0 updated=0 same=0
   for i in "${!srcs[@]}"; do
@@ -103,7 +111,7 @@ install_ollie() {
       install -m "$mode" "$src" "$dst"
       added=$((added + 1))
     elif [ "${sum[$dst]:-}" = "${sum[$src]}" ]; then
-      same=$((same + 1))
+      if [ "$(stat -c %a "$dst")" = "$mode" ]; then same=$((same + 1)); else chmod "$mode" "$dst"; updated=$((updated + 1)); fi
     elif [ "${sum[$dst]:-}" = "${old[$dst]:-}" ]; then
       install -m "$mode" "$src" "$dst"
       updated=$((updated + 1))
@@ -114,6 +122,8 @@ install_ollie() {
   done
   for f in "${!old[@]}"; do
     [ -n "${now[$f]:-}" ] || [ ! -e "$f" ] && continue
+    # Installed into other roots (another OLLIE_BIN or XDG_CONFIG_HOME): not this install's to remove.
+    [[ $f == "$cfg"/* || $f == "$bin"/* || $f == "$units"/* ]] || continue
     if [ "$(sha256sum <"$f")" = "${old[$f]}  -" ]; then
       rm -f "$f"
       echo "install: removed (no longer shipped): $f"

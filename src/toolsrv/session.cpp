@@ -153,7 +153,7 @@ Session::Session(SessionConfig config)
 // reset would have nulled first.
 Session::~Session() { procs_->stop(); }
 
-void Session::warn_once(const std::string& text) {
+void Session::warn_once(const std::string& text, spdlog::level::level_enum level) {
   {
     std::lock_guard lock(mu_);
     // Bounded: a project override in the cwd is the model's to write, a new path every call.
@@ -164,7 +164,7 @@ void Session::warn_once(const std::string& text) {
       return;
     }
   }
-  spdlog::warn("toolsrv: {}", text);
+  spdlog::log(level, "toolsrv: {}", text);
 }
 
 std::string Session::agent_cwd(const std::string& agent) const {
@@ -566,7 +566,8 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
       // The shipped policy names optional paths (~/.config/git, skills/): one that is missing is
       // normal, a template that is not absolute is a mistake in sandbox.yaml.
       for (const auto& skipped : plan.skipped)
-        s->warn_once("sandbox path skipped: " + skipped);
+        s->warn_once("sandbox path skipped: " + skipped,
+                     skipped.ends_with(": does not exist") ? spdlog::level::info : spdlog::level::warn);
       const int abi = landlock_abi();
       if (auto why = sandbox_unavailable(plan, abi)) {
         if (!p.policy.best_effort) return end_early(ProcStatus::failed, *why);

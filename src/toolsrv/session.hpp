@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <spdlog/common.h>
+
 #include "lib9p/result.hpp"
 #include "toolsrv/bypass.hpp"
 #include "toolsrv/catalog.hpp"
@@ -131,7 +133,8 @@ class Session {
   std::shared_ptr<const std::vector<CatalogEntry>> catalog_for(const std::string& agent);
   std::map<std::string, std::string> sandbox_env(const Policy& policy) const;
   p9::Result<HeldCwd> held_cwd(const std::string& agent) const;
-  void warn_once(const std::string& text);
+  /// Logs `text` once per session (a missing optional path is normal: info, not a warning).
+  void warn_once(const std::string& text, spdlog::level::level_enum level = spdlog::level::warn);
 
   SessionConfig config_;
   std::string tmpdir_error_;

@@ -23,10 +23,11 @@ mkdir -p "$repo/data/scripts" "$repo/data/tools"
 echo '{"description": "Not built."}' >"$repo/data/tools/unbuilt.meta"
 printf '#!/bin/sh\necho try\n' >"$repo/data/scripts/ollie-try"
 chmod 755 "$repo/data/scripts/ollie-try"
-for p in olliesrv ollie-9p ollie-acp toolsrv; do printf '#!/bin/sh\necho %s\n' "$p" >"$build/bin/$p"; done
-chmod 755 "$build"/bin/*
-printf '#!/bin/sh\necho hello\n' >"$build/tools/hello"
-chmod 755 "$build/tools/hello"
+mkdir -p "$build/bin/static"
+for p in olliesrv ollie-9p ollie-acp toolsrv static/ollie-9p static/toolsrv; do printf '#!/bin/sh\necho %s\n' "$p" >"$build/bin/$p"; done
+chmod 755 "$build"/bin/* "$build"/bin/static/*
+for t in hello file_read; do printf '#!/bin/sh\necho %s\n' "$t" >"$build/tools/$t"; done
+chmod 755 "$build/tools/hello" "$build/tools/file_read"
 echo '{"description": "Say hello."}' >"$build/tools/hello.meta"
 echo '# cmake' >"$build/tools/cmake_install.cmake"
 
@@ -122,6 +123,33 @@ echo mine >"$cfg/agents/mine.json"
 run >/dev/null
 check "a file of the user's own is untouched" grep -q mine "$cfg/agents/mine.json"
 
+# 5b. A hand-edited manifest: a blank line or one without a path is skipped, not fatal.
+sed -i '1i\\' "$cfg/.installed"
+echo garbage >>"$cfg/.installed"
+out=$(run) || fail "install with a blank manifest line failed: $out"
+check "the other lines still hold" [ ! -e "$cfg/skills/review-a-change.md" ]
+
+# 5c. A shipped file whose mode alone changed gets the new mode.
+chmod 644 "$build/tools/hello"
+run >/dev/null
+check "a tool shipped 0644 is installed 0644" [ "$(mode "$cfg/tools/hello")" = 644 ]
+chmod 755 "$build/tools/hello"
+out=$(run)
+check "shipped 0755 again, it is 0755 again" [ "$(mode "$cfg/tools/hello")" = 755 ]
+has "$out" "1 updated"
+
+# 5d. Another OLLIE_BIN: the programs of the first bin root are not this install's to remove.
+out=$(OLLIE_BIN=$tmp/bin2 run)
+check "programs in the new bin root" [ -x "$tmp/bin2/olliesrv" ]
+check "the old bin root keeps its programs" [ -x "$bin/olliesrv" ] && [ -x "$bin/static/toolsrv" ]
+check "nothing said removed" [ -z "$(grep 'removed' <<<"$out")" ]
+run >/dev/null
+
+# 5e. A relative XDG_CONFIG_HOME is ignored, as olliesrv ignores it (doc/data.md).
+out=$(cd "$tmp" && XDG_CONFIG_HOME=relcfg run)
+has "$out" "config root $cfg:"
+check "nothing installed under the working directory" [ ! -e "$tmp/relcfg" ]
+
 # 6. XDG_CONFIG_HOME and OLLIE_BIN are honoured; a file already there that differs is kept.
 mkdir -p "$tmp/xdg/ollie"
 echo 'general: {best_effort: true}' >"$tmp/xdg/ollie/sandbox.yaml"
@@ -137,6 +165,15 @@ rm "$build/bin/toolsrv"
 if out=$(XDG_CONFIG_HOME=$tmp/none run); then fail "install without toolsrv succeeded"; fi
 has "$out" "$build/bin/toolsrv is missing: build it first"
 check "nothing installed from an incomplete build" [ ! -e "$tmp/none" ]
+# Nor one without its tools or static programs, which would read as all of them no longer shipped.
+printf '#!/bin/sh\n' >"$build/bin/toolsrv"; chmod 755 "$build/bin/toolsrv"
+for gone in tools/file_read bin/static/toolsrv; do
+  mv "$build/$gone" "$tmp/aside"
+  if out=$(run); then fail "install without $gone succeeded"; fi
+  has "$out" "$build/$gone is missing: build it first"
+  mv "$tmp/aside" "$build/$gone"
+done
+check "the installed tools are still there" [ -x "$cfg/tools/hello" ] && [ -x "$bin/static/toolsrv" ]
 
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed" >&2; exit 1; }
 echo "install: all checks passed"

@@ -162,6 +162,17 @@ TEST_F(Skills, LoadRefusesPathsAndListsTheKnownOnUnknownNames) {
   one_line_error(host.call("skill_load", R"({"name":"nope"})"), "unknown skill: nope; available: tiny\n");
 }
 
+// A relative XDG_CONFIG_HOME names a directory under the cwd, the model's to write: ignored, as
+// olliesrv ignores it (doc/data.md), so a skill planted there is never offered.
+TEST_F(Skills, ARelativeConfigHomeIsIgnored) {
+  write_file(host.cwd + "/relcfg/ollie/skills/evil.md", "Planted by the model.\n");
+  ASSERT_TRUE(host.ctl("env XDG_CONFIG_HOME=relcfg\n"));
+  const Reply r = host.call("skill_list", "{}");
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_EQ(r.out, "tiny: Say hello politely.\n");
+  one_line_error(host.call("skill_load", R"({"name":"evil"})"), "unknown skill: evil; available: tiny\n");
+}
+
 TEST_F(Skills, AHugeSkillIsCut) {
   write_file(host.config + "/skills/huge.md", "Huge.\n" + std::string(200000, 'x'));
   const Reply r = host.call("skill_load", R"({"name":"huge"})");
