@@ -70,6 +70,14 @@ TEST_F(Codeintel, QueryFindsDefinitionsInATreeExactMatchesFirst) {
   r = host.call("codeintel", R"({"path":".","query":"nothing_like_this"})");
   ASSERT_TRUE(r.ok()) << r.out;
   EXPECT_EQ(r.out, "no definitions matching `nothing_like_this` in .\n");
+  // ctags gives no path for a file whose name is not UTF-8: its tags are left out, not shown
+  // as `:1: …`, a line nobody can open.
+  write_file(host.cwd + "/src/bad\xff.cpp", "int add_bad(int a) { return a; }\n");
+  r = host.call("codeintel", R"({"path":".","query":"add"})");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out.find("\n:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("add_bad"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("src/shapes.cpp:3: function geo::add(int a,int b)\n"), std::string::npos) << r.out;
 }
 
 TEST_F(Codeintel, OutputIsCapped) {

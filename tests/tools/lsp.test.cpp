@@ -172,6 +172,36 @@ TEST_F(Lsp, RenameRenamesAcrossFilesAndTheServerSeesTheNewText) {
   EXPECT_NE(read_file(host.cwd + "/main.cpp").find("plus(1, 2)"), std::string::npos);
 }
 
+// A use added by a shell or an editor (not through the file tools, which tell the bridge) is
+// found by the warm server, and renamed with the rest: its index held the file as it was.
+TEST_F(Lsp, AFileChangedBehindTheServersBackIsSeen) {
+  auto r = host.call("lsp_references", R"({"path":"calc.h","line":4,"symbol":"add"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_NE(r.out.find("4 references to `add`:\n"), std::string::npos) << r.out;
+  write_file(host.cwd + "/calc.cpp", read_file(host.cwd + "/calc.cpp") + "int thrice(int x) { return add(add(x, x), x); }\n");
+  r = host.call("lsp_references", R"({"path":"calc.h","line":4,"symbol":"add"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_NE(r.out.find("6 references to `add`:\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("calc.cpp:4:28: "), std::string::npos) << r.out;
+  r = host.call("lsp_rename", R"({"path":"main.cpp","line":5,"symbol":"add","new_name":"plus"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_NE(r.out.find("renamed `add` to `plus`: 6 edits in 3 files\n"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(host.cwd + "/calc.cpp"),
+            "#include \"calc.h\"\n\nint plus(int a, int b) { return a + b; }\nint thrice(int x) { return plus(plus(x, x), x); }\n");
+}
+
+// A source reached through a link is edited in the file the link names; the link stays a link.
+TEST_F(Lsp, RenameThroughALinkEditsTheFileItNames) {
+  std::filesystem::create_symlink("calc.cpp", host.cwd + "/alias.cpp");
+  auto r = host.call("lsp_rename", R"({"path":"alias.cpp","line":3,"symbol":"add","new_name":"plus"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(host.cwd + "/alias.cpp"));
+  EXPECT_EQ(read_file(host.cwd + "/calc.cpp"), "#include \"calc.h\"\n\nint plus(int a, int b) { return a + b; }\n");
+  EXPECT_EQ(read_file(host.cwd + "/main.cpp"),
+            "#include \"calc.h\"\n\nint twice(int x) { return plus(x, x); }\n\nint main() { return plus(1, 2) + twice(3); }\n");
+  EXPECT_EQ(r.out.find("alias.cpp"), std::string::npos) << r.out;
+}
+
 // clangd starts its background index once it has read the compile database, which can be after
 // the opened file's diagnostics (CI's red once: a rename that changed main.cpp alone). A clangd
 // whose index announces itself 2 s late, and a calc.cpp slow to index: the first rename still

@@ -37,10 +37,13 @@ std::string find_ctags() {
 
 std::optional<Tag> parse(const std::string& line) {
   const json j = json::parse(line, nullptr, false);
-  if (!j.is_object() || j.value("_type", "") != "tag" || !j.value("name", json()).is_string()) return std::nullopt;
+  // ctags leaves out the path of a file whose name is not UTF-8: a tag nobody could open is left out.
+  if (!j.is_object() || j.value("_type", "") != "tag" || !j.value("name", json()).is_string() ||
+      !j.value("path", json()).is_string() || j["path"].get_ref<const std::string&>().empty())
+    return std::nullopt;
   Tag t;
   t.name = j["name"];
-  t.path = j.value("path", "");
+  t.path = j["path"];
   t.kind = j.value("kind", "");
   t.scope = j.value("scope", "");
   t.signature = j.value("signature", "");

@@ -75,22 +75,32 @@ class Bridge {
     if (op != "request") return {{"error", "unknown bridge op " + op}};
     const std::string path = req.at("path"), method = req.at("method");
     auto s = session(clock::now() + start_time);
+    // What a shell or an editor changed since the server started: opened (and built before the
+    // request, so that its uses are in the answer), or, when too much changed for that, the
+    // server started again to index it all anew.
+    auto changed = s->sync_changed();
+    if (!changed) s = session(clock::now() + start_time, true);
     s->sync_open();
     s->sync(path);
     json out = json::object();
-    if (req.value("ready", false) && !s->wait_ready(path, clock::now() + ready_time))
+    const auto ready_by = clock::now() + ready_time;
+    bool ready = true;
+    if (changed)
+      for (const auto& p : *changed) ready = s->wait_ready(p, ready_by) && ready;
+    if (req.value("ready", false)) ready = s->wait_ready(path, ready_by) && ready;
+    if (!ready)
       out["note"] = "the language server is still indexing the project: results may be incomplete; call again later for complete ones";
     out["result"] = s->request(method, req.value("params", json::object()), clock::now() + answer_time);
     return out;
   }
 
-  /// The running server, started (again) when there is none, it died, or its compile database
-  /// changed.
-  std::shared_ptr<Session> session(clock::time_point deadline) {
+  /// The running server, started (again) when there is none, it died or hung, its compile
+  /// database changed, or `fresh` is asked.
+  std::shared_ptr<Session> session(clock::time_point deadline, bool fresh = false) {
     std::lock_guard lock(mu_);
     std::error_code ec;
     const auto stamp = db_from_.empty() ? std::filesystem::file_time_type{} : std::filesystem::last_write_time(db_from_, ec);
-    if (session_ && !session_->dead() && stamp == db_stamp_) return session_;
+    if (!fresh && session_ && !session_->dead() && stamp == db_stamp_) return session_;
     session_.reset();
     std::vector<std::string> argv{config_.server.name};
     bool indexes = false;

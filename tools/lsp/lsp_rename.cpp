@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "client.hpp"
@@ -31,12 +32,19 @@ struct FileEdit {
 std::vector<FileEdit> edits_of(const json& we) {
   std::vector<FileEdit> out;
   const auto add = [&](const std::string& uri, const json& edits) {
-    const auto path = lsp::path_of(uri);
+    auto path = lsp::path_of(uri);
     if (!path) throw tool::Error("the language server wants to edit " + uri + ", which is not a local file; nothing was changed");
     if (!edits.is_array()) return;
+    // By the file itself: a link is edited in the file it names (renaming over the link would
+    // replace it with a copy), and the server may name a file by its link and by its own path.
+    if (char* real = ::realpath(path->c_str(), nullptr)) {
+      path = real;
+      std::free(real);
+    }
     auto it = std::find_if(out.begin(), out.end(), [&](const FileEdit& f) { return f.path == *path; });
     if (it == out.end()) it = out.insert(out.end(), FileEdit{*path, {}, {}});
-    for (const auto& e : edits) it->edits.push_back(e);
+    for (const auto& e : edits)
+      if (std::find(it->edits.begin(), it->edits.end(), e) == it->edits.end()) it->edits.push_back(e);
   };
   if (we.is_object() && we.contains("documentChanges") && we["documentChanges"].is_array()) {
     for (const auto& c : we["documentChanges"]) {

@@ -72,6 +72,15 @@ std::string language_of(const std::string& path) {
   return "plaintext";
 }
 
+bool serves(const Server& server, const std::string& path) {
+  const std::string ext = extension(path);
+  const std::string program = std::filesystem::path(server.name).filename().string();
+  for (const auto& e : table())
+    for (const auto& x : e.extensions)
+      if (x == ext) return e.server.name == program;
+  return false;
+}
+
 Server server_for(const std::string& path) {
   const std::string ext = extension(path);
   for (const auto& e : table())

@@ -16,6 +16,9 @@ struct Server {
 /// LSP languageId of `path` by its extension ("plaintext" when unknown).
 std::string language_of(const std::string& path);
 
+/// Whether `path`'s extension is one `server` (as server_for made it) serves.
+bool serves(const Server& server, const std::string& path);
+
 /// The server for `path`'s extension, with `program` set to its absolute path. No server for the
 /// extension, or the server is not installed → tool::Error naming what would be needed.
 Server server_for(const std::string& path);

@@ -48,7 +48,7 @@ void reap(pid_t pid, int ms) {
 
 Session::Session(const Server& server, std::vector<std::string> argv, std::vector<std::string> env, const std::string& root,
                  bool indexes, clock::time_point deadline)
-    : server_(server), indexes_(indexes) {
+    : server_(server), indexes_(indexes), root_(root) {
   int in[2], out[2];
   if (::pipe2(in, O_CLOEXEC) != 0) throw Failure("cannot start " + argv[0] + ": no pipe");
   if (::pipe2(out, O_CLOEXEC) != 0) {
@@ -113,6 +113,42 @@ Session::Session(const Server& server, std::vector<std::string> argv, std::vecto
     throw Failure(argv[0] + " did not start: " + f.what());
   }
   notify("initialized", json::object());
+  started_ = scan();
+}
+
+std::map<std::string, Session::Stamp> Session::scan() const {
+  constexpr std::size_t max_files = 20000;  // a walk per call: past it, later files are not tracked
+  namespace fs = std::filesystem;
+  std::map<std::string, Stamp> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(root_, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end && out.size() < max_files; it.increment(ec)) {
+    const auto type = it->symlink_status(ec).type();
+    const std::string name = it->path().filename().string();
+    if (type == fs::file_type::directory) {
+      if (name.starts_with(".") || name == "node_modules") it.disable_recursion_pending();
+      continue;
+    }
+    if (type != fs::file_type::regular || !serves(server_, name)) continue;
+    struct stat st {};
+    if (::stat(it->path().c_str(), &st) == 0) out[it->path().string()] = {st.st_mtim, st.st_size};
+  }
+  return out;
+}
+
+std::optional<std::vector<std::string>> Session::sync_changed() {
+  std::vector<std::string> changed;
+  for (const auto& [path, stamp] : scan())
+    if (const auto it = started_.find(path); it == started_.end() || !(it->second == stamp)) changed.push_back(path);
+  if (changed.size() > max_documents / 2) return std::nullopt;
+  std::vector<std::string> opened;
+  for (const auto& p : changed) try {
+      sync(p);
+      opened.push_back(p);
+    } catch (const Failure&) {
+      // unreadable now: the server keeps what its index holds
+    }
+  return opened;
 }
 
 Session::~Session() {
@@ -146,12 +182,16 @@ void Session::send(const json& message) {
 
 bool Session::dead() const {
   std::lock_guard lock(mu_);
-  return dead_;
+  return dead_ || hung_;
 }
 
 void Session::read_loop() {
   MessageReader reader(from_);
   while (auto m = reader.next()) {
+    {
+      std::lock_guard lock(mu_);
+      ++heard_;
+    }
     if (!m->is_object()) continue;
     const bool has_id = m->contains("id"), has_method = m->contains("method") && (*m)["method"].is_string();
     if (has_method && has_id) {
@@ -220,18 +260,30 @@ json Session::request(const std::string& method, json params, clock::time_point 
   }
   json message = {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}};
   if (!params.is_null()) message["params"] = std::move(params);
-  send(message);
   std::unique_lock lock(mu_);
+  const unsigned long heard = heard_;
+  lock.unlock();
+  send(message);
+  lock.lock();
   const auto start = clock::now();
   const bool came = cv_.wait_until(lock, deadline, [&] { return dead_ || waiting_[id].has_value(); });
   std::optional<json> response = std::move(waiting_[id]);
   waiting_.erase(id);
   const bool dead = dead_;
+  // Not a word from the server, and no work in progress, twice in a row: hung, replaced at the
+  // next call (dead()). A server that is busy says so, or at least says something.
+  const bool silent = !response && !came && heard_ == heard && progress_.empty();
+  silent_ = silent ? silent_ + 1 : 0;
+  if (silent_ >= 2) hung_ = true;
+  const bool hung = hung_;
   lock.unlock();
   if (!response) {
     if (dead) throw Failure("the language server exited during " + method + " (it is restarted at the next call)");
     if (!came) {
       notify("$/cancelRequest", {{"id", id}});
+      if (hung)
+        throw Failure("the language server did not answer " + method + " within " + seconds_until(deadline, start) +
+                      " s, nor the call before, and reports no work: it is started again at the next call");
       throw Failure("the language server did not answer " + method + " within " + seconds_until(deadline, start) +
                     " s; try again (it may still be indexing)");
     }

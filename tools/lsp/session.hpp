@@ -37,6 +37,7 @@ class Session {
   ~Session();
   Session(const Session&) = delete;
 
+  /// It exited, or it is hung (two requests in a row met silence): either way, to be replaced.
   bool dead() const;
   /// Sends a request and waits for its result until `deadline` (then cancels it).
   json request(const std::string& method, json params, clock::time_point deadline);
@@ -47,6 +48,11 @@ class Session {
   void sync(const std::string& path);
   /// sync() for every open document.
   void sync_open();
+  /// Opens every file of the project that changed on disk since the server started (written by a
+  /// shell or an editor, not through sync()): the server's index still holds its old text, and a
+  /// reference or a rename would miss what it holds now. Returns the files opened for that, or
+  /// none when more changed than can be held open: the server should then start again.
+  std::optional<std::vector<std::string>> sync_changed();
   /// Waits until the server has built `path` (its diagnostics for the current version, where the
   /// server publishes them) and, the first time only, until no progress (background indexing) is
   /// running and, for a server that indexes, its index has run; at most until `deadline`. False
@@ -70,6 +76,9 @@ class Session {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool dead_ = false;
+  bool hung_ = false;
+  unsigned long heard_ = 0;  ///< messages read from the server
+  int silent_ = 0;           ///< requests in a row that timed out with no word from the server
   long next_id_ = 1;
   std::map<long, std::optional<json>> waiting_;  ///< id → the response once it came
   std::set<std::string> progress_;              ///< tokens of running work-done progress
@@ -77,6 +86,18 @@ class Session {
   bool progressed_ = false;                      ///< some progress has begun
   std::map<std::string, long> built_;            ///< uri → version of its last diagnostics
   bool waited_index_ = false;
+
+  struct Stamp {
+    struct timespec mtime {};
+    off_t size = 0;
+    bool operator==(const Stamp& o) const {
+      return size == o.size && mtime.tv_sec == o.mtime.tv_sec && mtime.tv_nsec == o.mtime.tv_nsec;
+    }
+  };
+  /// The project's files this server reads, as they are now (a bounded walk of root_).
+  std::map<std::string, Stamp> scan() const;
+  std::string root_;
+  std::map<std::string, Stamp> started_;  ///< scan() when the server started
 
   struct Document {
     long version = 0;
