@@ -295,6 +295,17 @@ within 10 status_shows 'idle · fake-model' || fail "status line after the renam
 within 10 clients 3 || fail "o job lead did not attach to the pair's tmux session: $(tmux list-clients)"
 [ "$(tmux list-sessions | wc -l)" -eq 1 ] || fail "another tmux session for the renamed pair: $(tmux list-sessions)"
 
+# a pane the user split off beside the chat (a shell) is no reason to make another pair: o
+# again attaches to this one, and the pane is still there (o took such a pair for a stale one,
+# and killed it with the pane)
+tmux split-window -d -h -t "$t:0.0" 'sleep 600'
+mine() { tmux list-panes -s -t "$t" -F '#{pane_id} #{pane_start_command}' | awk '/sleep 600/ { print $1 }'; }
+(cd "$root" && script -qfec "o job lead" /dev/null <"$root/keys" >/dev/null 2>&1 &)
+within 10 clients 4 || fail "o job lead with a pane added did not attach: $(tmux list-clients)"
+[ "$(tmux list-sessions | wc -l)" -eq 1 ] || fail "another tmux session for a pair with a pane added: $(tmux list-sessions)"
+[ -n "$(mine)" ] || fail "the user's pane is gone: $(tmux list-panes -a)"
+tmux kill-pane -t "$(mine)"
+
 # !q leaves: the tmux session ends and o's terminals close; the agent stays
 tmux send-keys -t "$t:0.1" '!q' Enter
 gone() { ! tmux has-session -t "$t" 2>/dev/null; }
