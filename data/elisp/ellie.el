@@ -541,7 +541,7 @@ SESSION is a name or an id."
   "Decide each pending bypass request of SESSION (a name, or in a chat its id).
 Each question shows exactly what would run."
   (interactive (list (or ellie--session-id (completing-read "Session: " (ellie--sessions)))))
-  (let ((pending (ellie--pending session)) (decided 0))
+  (let ((pending (ellie--pending session)) (decided 0) (refused nil))
     (if (null pending)
         (message "ellie: no bypass request is pending in %s" (or ellie--session session))
       (pcase-dolist (`(,reqid ,agent ,tool ,summary) pending)
@@ -550,10 +550,18 @@ Each question shows exactly what would run."
                                agent tool summary)
                        '(?y ?a ?n ?s))))
           (unless (eq answer ?s)
-            (ellie-write (format "bypass/pending/%s" session)
-                         (format "%s %s\n" reqid (pcase answer (?y "allow") (?a "allow always") (?n "deny"))))
-            (cl-incf decided))))
-      (message "ellie: %d of %d decided" decided (length pending)))))
+            ;; A refused decision (`allow always' of a multi-line command) is said, and the
+            ;; requests after it are still asked.
+            (condition-case err
+                (progn
+                  (ellie-write (format "bypass/pending/%s" session)
+                               (format "%s %s\n" reqid (pcase answer (?y "allow") (?a "allow always") (?n "deny"))))
+                  (cl-incf decided))
+              (user-error (push (format "request %s: %s" reqid
+                                        (replace-regexp-in-string "\\`ollie-9p: [^ ]*: " "" (error-message-string err)))
+                                refused))))))
+      (message "ellie: %d of %d decided%s" decided (length pending)
+               (if refused (concat "; refused: " (string-join (nreverse refused) "; ")) "")))))
 
 ;;;; Completion
 

@@ -164,6 +164,29 @@ In BODY, `root' is the world's directory and `project' the session's working dir
       (should (ellie-test-until (lambda () (ellie-test-contains chat "echo outside > escaped.txt  (allowed)"))))
       (should-not (ellie-test-contains chat "C-c C-b to decide")))))
 
+(ert-deftest ellie-a-refused-decision-does-not-stop-the-others ()
+  ;; `allow always' of a multi-line command is refused (spec §6.9.2): said, and the next
+  ;; request is still asked and decided.
+  (ellie-test-with-world
+      (list '(:tool_calls [(:id "c1" :name "shell" :arguments (:cmd "echo l1\necho l2" :bypass t))])
+            '(:tool_calls [(:id "c2" :name "shell" :arguments (:cmd "echo two > second.txt" :bypass t))])
+            '(:text "It ran."))
+    (ellie "work" "main")
+    (ellie-write "session/work/agent/new" "name=b2\n")
+    (let ((chat (get-buffer "*ellie work/main*")) (asked 0))
+      (ellie-test-type chat "escape please")
+      (should (ellie-test-until (lambda () (= (length (ellie--pending "work")) 1))))
+      (ellie-write "session/work/agent/b2/prompt" "you too\n")
+      (should (ellie-test-until (lambda () (= (length (ellie--pending "work")) 2))))
+      (cl-letf (((symbol-function 'read-char-choice)
+                 (lambda (_prompt _chars) (if (= (cl-incf asked) 1) ?a ?y))))
+        (with-current-buffer chat (ellie-bypass ellie--session-id)))
+      (should (= asked 2))
+      (should (ellie-test-until (lambda () (file-exists-p (expand-file-name "second.txt" project)))))
+      (should (with-current-buffer "*Messages*"
+                (save-excursion (goto-char (point-max))
+                                (search-backward "ellie: 1 of 2 decided; refused: request " nil t)))))))
+
 (ert-deftest ellie-a-request-pending-before-the-chat-opens-is-shown ()
   (ellie-test-with-world
       (list '(:tool_calls [(:id "c1" :name "shell" :arguments (:cmd "echo outside > early.txt" :bypass t))])
