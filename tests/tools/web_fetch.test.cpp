@@ -168,6 +168,19 @@ TEST(WebFetch, AHugeBodyIsCutQuickly) {
       << next.out.substr(0, 100);
   const Reply past = f.get(f.http.url("/huge"), R"(,"offset":99999999)");
   EXPECT_EQ(past.out, "offset 99999999 is past the end of the output (" + total + " bytes)\n");
+  // UTF-8 without a declared charset, cut at the limit inside a character: still read as UTF-8
+  // (it was taken for windows-1252, `Ã©` throughout), and the size said is the one downloaded.
+  f.http.handle("/accents", [](int fd, int) {
+    if (!Httpd::send_all(fd, Httpd::head(200, "text/plain", std::size_t{1} << 32) + "x")) return;
+    std::string chunk;
+    for (int i = 0; i < 32768; i++) chunk += "\xc3\xa9";
+    while (Httpd::send_all(fd, chunk)) {
+    }
+  });
+  const Reply accents = f.get(f.http.url("/accents"));
+  ASSERT_TRUE(accents.ok()) << accents.out;
+  EXPECT_NE(accents.out.find(" · 5242880 bytes (download stopped at the 5 MiB limit)\n\nx\xc3\xa9\xc3\xa9"), std::string::npos)
+      << accents.out.substr(0, 300);
 }
 
 TEST(WebFetch, AStalledServerEndsAtTheCallTimeout) {
@@ -217,6 +230,34 @@ TEST(WebFetch, NetworkDisabledBySandboxIsSaidPlainly) {
   EXPECT_TRUE(http.requests().empty());
 }
 
+// A hostile page's structure makes no output beyond its size: a table of one row 38000 cells
+// wide and 2000 one-cell rows is not padded into a grid (hundreds of MB); quotes nested 900 deep
+// do not repeat 900 marks on every line; a list's start beyond a long's range counts anyway.
+TEST(WebFetch, AHostilePagesShapeIsNoMultiplier) {
+  Fetch f;
+  std::string table = "<table><tr>";
+  for (int i = 0; i < 2000; i++) table += "<td colspan=19>";
+  table += "</tr>";
+  for (int i = 0; i < 2000; i++) table += "<tr><td>x";
+  f.http.route("/table", 200, "text/html", table + "</table><p>end</p>");
+  std::string quotes;
+  for (int i = 0; i < 900; i++) quotes += "<blockquote>";
+  for (int i = 0; i < 20000; i++) quotes += "a<br>";
+  f.http.route("/quotes", 200, "text/html", quotes);
+  f.http.route("/ol", 200, "text/html", "<ol start=\"9223372036854775807\"><li>first<li>second</ol>");
+  std::string fence = "<pre>";
+  for (int i = 0; i < 100000; i++) fence += '`';
+  f.http.route("/fence", 200, "text/html", fence + "</pre>");
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* page : {"/table", "/quotes", "/ol", "/fence"}) {
+    const Reply r = f.get(f.http.url(page));
+    EXPECT_TRUE(r.ok()) << page << ": " << r.status() << r.out.substr(0, 300) << r.err.substr(0, 300);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  const Reply ol = f.get(f.http.url("/ol"));
+  EXPECT_NE(ol.out.find("1000000000. first\n1000000001. second"), std::string::npos) << ol.out;
+}
+
 TEST(WebFetch, DeeplyNestedHtmlIsRefusedQuicklyButRawWorks) {
   Fetch f;
   std::string deep;
@@ -238,6 +279,18 @@ TEST(WebFetch, DeeplyNestedHtmlIsRefusedQuicklyButRawWorks) {
     f.http.route("/after-svg", 200, "text/html", lead + slashed);
     EXPECT_EQ(f.get(f.http.url("/after-svg")).out.rfind("cannot convert this HTML: its elements nest about 3000", 0), 0u) << lead;
   }
+  // A stray end tag closes nothing (it lowered the count, so `<div></x>` nested without bound
+  // passed); a `<` inside a tag's attributes opens nothing.
+  std::string stray;
+  for (int i = 0; i < 20000; i++) stray += "<div></x>";
+  f.http.route("/stray", 200, "text/html", stray);
+  EXPECT_EQ(f.get(f.http.url("/stray")).out, "cannot convert this HTML: its elements nest about 20000 deep (the limit is 3000); fetch it with format raw\n");
+  std::string attrs = "<p title=\"";
+  for (int i = 0; i < 5000; i++) attrs += "<a ";
+  f.http.route("/attrs", 200, "text/html", attrs + "\">fine</p>");
+  const Reply in_attrs = f.get(f.http.url("/attrs"));
+  ASSERT_TRUE(in_attrs.ok()) << in_attrs.out;
+  EXPECT_NE(in_attrs.out.find("fine"), std::string::npos) << in_attrs.out;
   // A drawing of many self-closed shapes is flat.
   std::string svg = "<p>drawn</p><svg>";
   for (int i = 0; i < 5000; i++) svg += "<path d='M0 0'/>";

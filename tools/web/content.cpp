@@ -75,8 +75,17 @@ Kind classify(const std::string& type, std::string_view body) {
 std::string charset(const std::string& content_type, std::string_view body, Kind kind) {
   std::string cs = charset_after(lower(content_type));
   if (cs.empty() && kind == Kind::html) cs = charset_after(lower(body.substr(0, 2048)));
+  // A body cut at the size limit may end inside a character: that is no sign of another encoding.
+  std::size_t end = body.size();
+  for (std::size_t back = 1; back <= 3 && back <= body.size(); back++) {
+    const auto c = static_cast<unsigned char>(body[body.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back for its lead
+    const std::size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (need > back) end = body.size() - back;
+    break;
+  }
   // Undeclared and not UTF-8: the web's usual legacy encoding (what browsers assume too).
-  if (cs.empty() && !valid_utf8(body)) cs = "windows-1252";
+  if (cs.empty() && !valid_utf8(body.substr(0, end))) cs = "windows-1252";
   return cs;
 }
 

@@ -42,13 +42,14 @@ std::string fetch(const tool::Args& args) {
   const std::string& final_url = t.final_url;
   const std::string type = web::media_type(content_type);
   const web::Kind kind = web::classify(type, t.body);
+  const std::size_t downloaded = t.body.size();  // as sent, before any conversion to UTF-8
   if (kind != web::Kind::binary) {
     const std::string cs = web::charset(content_type, t.body, kind);
     t.body = web::to_utf8(std::move(t.body), cs);
   }
   if (t.status >= 400) throw tool::Error(http_error(t, kind, final_url));
 
-  const std::string got = std::to_string(t.body.size()) + " bytes" + (t.cut ? " (download stopped at the 5 MiB limit)" : "");
+  const std::string got = std::to_string(downloaded) + " bytes" + (t.cut ? " (download stopped at the 5 MiB limit)" : "");
   if (kind == web::Kind::binary)
     return "binary content not shown: " + (type.empty() ? std::string("no type") : type) + ", " + got + "\nURL: " + final_url;
 

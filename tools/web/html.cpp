@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 namespace web {
@@ -15,6 +16,8 @@ namespace {
 
 // Deeper subtrees are left out: no real page nests this far, and the renderer recurses.
 constexpr int max_depth = 1000;
+/// Of the marks and indents of nested quotes and lists, what a line shows at most.
+constexpr std::size_t max_prefix = 120;
 
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -244,6 +247,7 @@ class Renderer {
         prefix += l.used ? l.indent : l.marker;
         l.used = true;
       }
+      if (prefix.size() > max_prefix) prefix.resize(max_prefix);  // nests past reading: marks shown, not copied per line
       if (line.empty()) while (!prefix.empty() && prefix.back() == ' ') prefix.pop_back();
       out_ += prefix;
       out_ += line;
@@ -342,6 +346,7 @@ class Renderer {
   void list(const GumboNode* n, int depth) {
     const bool ordered = is(n, GUMBO_TAG_OL);
     long number = ordered && !attr(n, "start").empty() ? std::strtol(attr(n, "start").c_str(), nullptr, 10) : 1;
+    number = std::clamp(number, -1'000'000'000L, 1'000'000'000L);  // counted up per item
     flush();
     each_child(n, [&](const GumboNode* c) {
       if (!is(c, GUMBO_TAG_LI)) return node(c, depth + 1);
@@ -367,8 +372,9 @@ class Renderer {
     if (flat_) return emit({plain_ ? collapse(raw) : "`" + collapse(raw) + "`", true, true});
     flush();
     if (plain_) return block(raw);
-    std::string fence = "```";
-    while (raw.find(fence) != std::string::npos) fence += '`';
+    std::size_t run = 0, longest = 0;  // the fence is longer than any run of backticks in the code
+    for (char c : raw) longest = std::max(longest, run = c == '`' ? run + 1 : 0);
+    const std::string fence(std::max<std::size_t>(3, longest + 1), '`');
     block(fence + code_language(n) + "\n" + raw + "\n" + fence);
   }
 
@@ -415,8 +421,11 @@ class Renderer {
       return;
     }
     std::string text;
+    // Rows are padded to the widest only while that stays a table's size: a hostile one of 2000
+    // rows and one row of 38000 cells would pad into hundreds of MB.
+    const bool pad = rows.size() * cols <= 100000;
     for (std::size_t r = 0; r < rows.size(); r++) {
-      rows[r].resize(cols);
+      if (pad) rows[r].resize(cols);
       std::string line;
       for (const auto& cell : rows[r]) {
         if (plain_) line += (line.empty() ? "" : " | ") + cell;
@@ -464,7 +473,11 @@ std::size_t nesting(std::string_view html) {
       "b",  "big", "blockquote", "body", "br", "center", "code", "dd", "div", "dl", "dt", "em", "embed", "h1",
       "h2", "h3",  "h4", "h5", "h6", "head", "hr", "i", "img", "li", "listing", "menu", "meta", "nobr", "ol",
       "p",  "pre", "ruby", "s", "small", "span", "strong", "strike", "sub", "sup", "table", "tt", "u", "ul", "var"};
-  std::size_t depth = 0, max = 0, foreign = 0;  // foreign: inside <svg> or <math>
+  // The open elements: an end tag closes only one that is open (and those above it), as the
+  // parser does; a stray one (`</x>`) closes nothing. `open` counts each name on the stack.
+  std::vector<std::string_view> stack;
+  std::unordered_map<std::string_view, std::size_t> open;
+  std::size_t max = 0, foreign = 0;  // foreign: inside <svg> or <math>
   for (std::size_t i = low.find('<'); i != std::string::npos && i + 1 < low.size(); i = low.find('<', i + 1)) {
     if (low.compare(i, 4, "<!--") == 0) {
       i = low.find("-->", i + 4);
@@ -488,13 +501,22 @@ std::size_t nesting(std::string_view html) {
     // opens a div. An HTML element such as `<div>` inside SVG ends the SVG (HTML's breakout).
     const bool outer = name == "svg" || name == "math";
     if (!close && foreign > 0 && std::find(breakout.begin(), breakout.end(), name) != breakout.end()) foreign = 0;
+    i = gt;  // the next tag starts after this one: a `<` inside its attributes is not one
     if (std::find(flat.begin(), flat.end(), name) != flat.end()) continue;
     if (low[gt - 1] == '/' && (foreign > 0 || outer)) continue;
     if (close) {
-      depth -= depth > 0 ? 1 : 0;
+      if (open[name] == 0) continue;
+      while (!stack.empty()) {
+        const auto top = stack.back();
+        stack.pop_back();
+        open[top]--;
+        if (top == name) break;
+      }
       foreign -= outer && foreign > 0 ? 1 : 0;
     } else {
-      max = std::max(max, ++depth);
+      stack.push_back(name);
+      open[name]++;
+      max = std::max(max, stack.size());
       foreign += outer ? 1 : 0;
     }
   }
@@ -520,7 +542,10 @@ Page html_to_markdown(std::string_view html, const std::string& url, bool plain)
   if (const std::size_t depth = nesting(html); depth > max_nesting)
     throw std::runtime_error("cannot convert this HTML: its elements nest about " + std::to_string(depth) +
                              " deep (the limit is " + std::to_string(max_nesting) + "); fetch it with format raw");
-  GumboOutput* doc = gumbo_parse_with_options(&kGumboDefaultOptions, html.data(), html.size());
+  // No parse errors kept: gumbo copies the open elements into each (GBs for a page of stray end tags).
+  GumboOptions options = kGumboDefaultOptions;
+  options.max_errors = 0;
+  GumboOutput* doc = gumbo_parse_with_options(&options, html.data(), html.size());
   Page page;
   std::string base = url;
   if (const GumboNode* head = find(doc->root, GUMBO_TAG_HEAD, 0)) {
@@ -537,7 +562,7 @@ Page html_to_markdown(std::string_view html, const std::string& url, bool plain)
   r.node(doc->root, 0);
   page.body = r.finish();
   if (too_deep) page.body += "\n\n[content nested more than " + std::to_string(max_depth) + " elements deep left out]";
-  gumbo_destroy_output(&kGumboDefaultOptions, doc);
+  gumbo_destroy_output(&options, doc);
   return page;
 }
 

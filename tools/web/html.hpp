@@ -19,8 +19,9 @@ struct Page {
 /// thousands of elements deep throws std::runtime_error (Gumbo would take minutes on it).
 Page html_to_markdown(std::string_view html, const std::string& url, bool plain);
 
-/// How deep the elements of `html` nest, roughly: start tags minus end tags, leaving out void
-/// elements, elements whose end tag may be omitted, comments and script or style text. Gumbo's
+/// How deep the elements of `html` nest, roughly: the elements open at once, an end tag closing
+/// only one that is open (a stray `</x>` closes nothing), leaving out void elements, elements
+/// whose end tag may be omitted, comments and script or style text. Gumbo's
 /// tree building takes time quadratic in the depth, so a page nesting deeper than max_nesting is
 /// not parsed.
 std::size_t nesting(std::string_view html);

@@ -134,9 +134,11 @@ std::string search(const tool::Args& args) {
                       " from " + r.final_url + "; try again later, or fetch a page you know with web_fetch");
   if (kind != web::Kind::html) throw tool::Error("the search engine answered " + (type.empty() ? std::string("no type") : type) + ", not HTML");
   if (web::nesting(r.body) > web::max_nesting) throw tool::Error("the search engine's page nests too deep to read");
-  GumboOutput* doc = gumbo_parse_with_options(&kGumboDefaultOptions, r.body.data(), r.body.size());
+  GumboOptions options = kGumboDefaultOptions;
+  options.max_errors = 0;  // gumbo copies the open elements into each error it keeps
+  GumboOutput* doc = gumbo_parse_with_options(&options, r.body.data(), r.body.size());
   const auto found = results_of(doc->root, limit);
-  gumbo_destroy_output(&kGumboDefaultOptions, doc);
+  gumbo_destroy_output(&options, doc);
   if (found.empty()) return "no results for \"" + web::one_line(query, 200) + "\"";
   std::string out;
   for (std::size_t i = 0; i < found.size(); i++) {
