@@ -96,6 +96,21 @@ TEST(WebFetch, JsonAndPlainTextComeBackAsTheyAre) {
   const Reply legacy = f.get(f.http.url("/legacy.html"));
   ASSERT_TRUE(legacy.ok()) << legacy.out;
   EXPECT_NE(legacy.out.find("\n\n“quoted” café\n"), std::string::npos) << legacy.out;
+  // A <meta> declares the charset by its charset attribute or an http-equiv content type, not by
+  // any `charset=` in the page's start (a description); one that says UTF-16 is read as UTF-8;
+  // a byte order mark says UTF-8 first, and the page behind it is HTML.
+  f.http.route("/described.html", 200, "text/html",
+               "<meta name=\"description\" content=\"about charset=utf-16\"><p>caf\xc3\xa9</p>");
+  f.http.route("/sixteen.html", 200, "text/html", "<meta charset=\"utf-16\"><p>caf\xc3\xa9</p>");
+  f.http.route("/equiv.html", 200, "text/html",
+               "<meta http-equiv=\"Content-Type\" content=\"text/html; charset=iso-8859-1\"><p>caf\xe9</p>");
+  f.http.route("/bom", 200, "", "\xEF\xBB\xBF<!DOCTYPE html><p>caf\xc3\xa9 <b>bold</b></p>");
+  for (const char* page : {"/described.html", "/sixteen.html", "/equiv.html", "/bom"}) {
+    const Reply p = f.get(f.http.url(page));
+    ASSERT_TRUE(p.ok()) << page << p.out;
+    EXPECT_NE(p.out.find("\n\ncafé"), std::string::npos) << page << ": " << p.out;
+  }
+  EXPECT_NE(f.get(f.http.url("/bom")).out.find("café **bold**"), std::string::npos);
 }
 
 TEST(WebFetch, BinaryIsDescribedNotShown) {
@@ -141,6 +156,14 @@ TEST(WebFetch, HttpErrorsSayTheStatusAndAnExcerpt) {
   EXPECT_EQ(e.out.rfind("HTTP 500 Internal Server Error from " + f.http.url("/broken") + ": eeee", 0), 0u) << e.out;
   EXPECT_LT(e.out.size(), 500u);
   EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1);
+  // A redirect with nowhere to go is no page (it came back as one, its status nowhere), and a
+  // control byte in the reason phrase is shown, not passed on to whoever reads the chat.
+  f.http.handle("/moved", [](int fd, int) {
+    Httpd::send_all(fd, "HTTP/1.1 301 Moved\x1b[31m Away\r\nContent-Type: text/html\r\nContent-Length: 9\r\nConnection: close\r\n\r\n<p>gone</p>");
+  });
+  const Reply m = f.get(f.http.url("/moved"));
+  EXPECT_EQ(m.exit(), 1) << m.out;
+  EXPECT_EQ(m.out.rfind("HTTP 301 Moved?[31m Away from " + f.http.url("/moved"), 0), 0u) << m.out;
 }
 
 TEST(WebFetch, AHugeBodyIsCutQuickly) {

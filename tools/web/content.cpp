@@ -38,6 +38,49 @@ std::string charset_after(const std::string& s) {
   return out;
 }
 
+/// The charset a `<meta>` of `low` (the page's start, lower case) declares, as HTML's prescan
+/// reads it: its `charset` attribute, or the `content` of one with `http-equiv=content-type`;
+/// other attributes (a description that mentions `charset=`) say nothing. A UTF-16 one is read as
+/// UTF-8: the bytes that spell the tag are not UTF-16.
+std::string meta_charset(std::string_view low) {
+  for (auto i = low.find("<meta"); i != std::string_view::npos; i = low.find("<meta", i + 5)) {
+    const auto end = low.find('>', i);
+    if (end == std::string_view::npos) break;
+    std::string charset, content;
+    bool content_type = false;
+    for (std::size_t k = i + 5; k < end;) {
+      while (k < end && (std::isspace(static_cast<unsigned char>(low[k])) || low[k] == '/')) k++;
+      const auto name_at = k;
+      while (k < end && low[k] != '=' && !std::isspace(static_cast<unsigned char>(low[k])) && low[k] != '/') k++;
+      const auto name = low.substr(name_at, k - name_at);
+      std::string value;
+      if (k < end && low[k] == '=') {
+        k++;
+        if (k < end && (low[k] == '"' || low[k] == '\'')) {
+          const char q = low[k++];
+          const auto close = low.find(q, k);
+          const auto stop = close == std::string_view::npos || close > end ? end : close;
+          value = low.substr(k, stop - k);
+          k = stop + 1;
+        } else {
+          const auto from = k;
+          while (k < end && !std::isspace(static_cast<unsigned char>(low[k]))) k++;
+          value = low.substr(from, k - from);
+        }
+      } else if (name.empty()) {
+        k++;
+      }
+      if (name == "charset") charset = value;
+      else if (name == "content") content = value;
+      else if (name == "http-equiv") content_type = value == "content-type";
+    }
+    std::string cs = !charset.empty() ? charset_after("charset=" + charset) : content_type ? charset_after(content) : "";
+    if (cs.rfind("utf-16", 0) == 0) cs = "utf-8";
+    if (!cs.empty()) return cs;
+  }
+  return "";
+}
+
 bool valid_utf8(std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -67,6 +110,7 @@ Kind classify(const std::string& type, std::string_view body) {
   if (!type.empty()) return Kind::binary;
   const std::string_view head = body.substr(0, 4096);
   if (head.find('\0') != std::string_view::npos) return Kind::binary;
+  if (body.substr(0, 3) == "\xEF\xBB\xBF") body.remove_prefix(3);  // a UTF-8 byte order mark
   const std::string start = lower(trim_quotes(body.substr(0, 256)));
   if (start.rfind("<!doctype html", 0) == 0 || start.rfind("<html", 0) == 0) return Kind::html;
   return Kind::text;
@@ -74,7 +118,8 @@ Kind classify(const std::string& type, std::string_view body) {
 
 std::string charset(const std::string& content_type, std::string_view body, Kind kind) {
   std::string cs = charset_after(lower(content_type));
-  if (cs.empty() && kind == Kind::html) cs = charset_after(lower(body.substr(0, 2048)));
+  if (cs.empty() && body.substr(0, 3) == "\xEF\xBB\xBF") cs = "utf-8";  // a byte order mark says so first
+  if (cs.empty() && kind == Kind::html) cs = meta_charset(lower(body.substr(0, 2048)));
   // A body cut at the size limit may end inside a character: that is no sign of another encoding.
   std::size_t end = body.size();
   for (std::size_t back = 1; back <= 3 && back <= body.size(); back++) {
@@ -135,7 +180,9 @@ std::string one_line(std::string_view s, std::size_t max) {
     }
     if (space) out += ' ';
     space = false;
-    out += c;
+    // Other control bytes (an ESC in a server's reason phrase) are shown, never passed on.
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += '?';
+    else out += c;
   }
   if (out.size() > max) out = std::string(utf8_prefix(out, max)) + "…";
   return out;

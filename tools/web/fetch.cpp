@@ -47,7 +47,8 @@ std::string fetch(const tool::Args& args) {
     const std::string cs = web::charset(content_type, t.body, kind);
     t.body = web::to_utf8(std::move(t.body), cs);
   }
-  if (t.status >= 400) throw tool::Error(http_error(t, kind, final_url));
+  // A 3xx here is a redirect with nowhere to go (no Location): not the page asked for.
+  if (t.status >= 300) throw tool::Error(http_error(t, kind, final_url));
 
   const std::string got = std::to_string(downloaded) + " bytes" + (t.cut ? " (download stopped at the 5 MiB limit)" : "");
   if (kind == web::Kind::binary)
