@@ -56,7 +56,10 @@ fuzz() {
 install_ollie() {
   # A relative XDG_CONFIG_HOME is ignored, as olliesrv ignores it (doc/data.md).
   local xdg=${XDG_CONFIG_HOME:-}; [[ $xdg == /* ]] || xdg=$HOME/.config
-  local build=$1 cfg=$xdg/ollie bin=${OLLIE_BIN:-$HOME/.local/bin} units=$xdg/systemd/user
+  # Spelled one way (no `//`, no trailing `/`): the manifest's paths are compared as text.
+  xdg=$(realpath -ms -- "$xdg")
+  local build=$1 cfg=$xdg/ollie bin units=$xdg/systemd/user
+  bin=$(realpath -ms -- "${OLLIE_BIN:-$HOME/.local/bin}")
   local manifest=$cfg/.installed f p i line src dst mode
   # A build without its tools or static programs would read as all of them no longer shipped.
   for p in bin/{olliesrv,ollie-9p,ollie-acp,toolsrv} bin/static/{ollie-9p,toolsrv} tools/file_read; do
@@ -90,6 +93,7 @@ install_ollie() {
   if [ -f "$manifest" ]; then
     while IFS= read -r line; do
       p=${line%%  *} f=${line#*  }
+      while [[ $f == *//* ]]; do f=${f//\/\//\/}; done  # written by an install given a root with a trailing /
       [[ $p =~ ^[0-9a-f]{64}$ && $f == /* ]] && old[$f]=$p
     done <"$manifest"
   fi
@@ -111,7 +115,8 @@ install_ollie() {
       install -m "$mode" "$src" "$dst"
       added=$((added + 1))
     elif [ "${sum[$dst]:-}" = "${sum[$src]}" ]; then
-      if [ "$(stat -c %a "$dst")" = "$mode" ]; then same=$((same + 1)); else chmod "$mode" "$dst"; updated=$((updated + 1)); fi
+      # (a link the user put there is theirs, and so is the mode of what it names)
+      if [ -L "$dst" ] || [ "$(stat -c %a "$dst")" = "$mode" ]; then same=$((same + 1)); else chmod "$mode" "$dst"; updated=$((updated + 1)); fi
     elif [ "${sum[$dst]:-}" = "${old[$dst]:-}" ]; then
       install -m "$mode" "$src" "$dst"
       updated=$((updated + 1))

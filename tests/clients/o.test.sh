@@ -275,6 +275,13 @@ other_waits || fail "!allow alone decided another agent's request"
 tmux send-keys -t "$x:0.1" "!allow $n" Enter
 other_ran() { ollie-9p read session/work/agent/other/log | grep -qF 'Ran it outside.'; }
 within 20 other_ran || fail "the request shown, then allowed, did not run: $(ollie-9p read session/work/agent/other/log)"
+# !q with a shell the user opened beside the pair (prefix %: no start command) closes the pair's
+# two panes only: the shell and its session stay
+xp=$(tmux list-panes -s -t "$x" -F '#{pane_id} #{pane_start_command}' | awk '/ --prompt-line /{ print $1 }')
+tmux split-window -d -h -t "$x:0.0"
+tmux send-keys -t "$xp" '!q' Enter
+pair_closed() { [ "$(tmux list-panes -s -t "$x" 2>/dev/null | wc -l)" -eq 1 ]; }
+within 10 pair_closed || fail "!q beside a user's shell: $(tmux list-panes -a -F '#{session_name} #{pane_start_command}')"
 tmux kill-session -t "$x"
 
 # renamed under it, the pair keeps working (o addresses it by id); the names shown follow, the

@@ -145,6 +145,15 @@ check "the old bin root keeps its programs" [ -x "$bin/olliesrv" ] && [ -x "$bin
 check "nothing said removed" [ -z "$(grep 'removed' <<<"$out")" ]
 run >/dev/null
 
+# 5d'. The same bin root spelled with a trailing slash, then without: the same files, none removed
+# (the manifest's `//` paths read as others, shipped no longer, and removed every program).
+OLLIE_BIN=$bin/ run >/dev/null
+out=$(run)
+check "nothing said removed after a trailing slash" [ -z "$(grep 'removed' <<<"$out")" ]
+check "the programs are still there" [ -x "$bin/olliesrv" ] && [ -x "$bin/static/toolsrv" ]
+run >/dev/null
+check "and stay there" [ -x "$bin/olliesrv" ]
+
 # 5e. A relative XDG_CONFIG_HOME is ignored, as olliesrv ignores it (doc/data.md).
 out=$(cd "$tmp" && XDG_CONFIG_HOME=relcfg run)
 has "$out" "config root $cfg:"
