@@ -194,6 +194,9 @@ TEST_F(Shell, RowRecursiveDeleteOfASystemPath) {
   refused("find -L /etc/ -depth -xdev -delete", "recursive delete of / or a system directory");
   refused("find /usr -mindepth 1 -exec rm -rf {} +", "recursive delete of / or a system directory");
   refused("nice find /var -execdir /bin/rm -f {} \\;", "recursive delete of / or a system directory");
+  for (const char* evasion : {"find -- / -delete", "find -D tree -L / -delete", "find / -ls -delete", "find / -printf x -delete",
+                              "find / \\( -delete \\)", "find / -false -o -delete", "find / -path /proc -prune -o -delete"})
+    refused(evasion, "recursive delete of / or a system directory");
   fs::create_directories(host.cwd + "/build/obj");
   runs("find /tmp/ollie-shell-test-none -name '*.o' -delete 2>/dev/null; true");
   runs("find / -maxdepth 0 -name nothing-here -delete");

@@ -85,6 +85,7 @@ TEST(WebFetch, JsonAndPlainTextComeBackAsTheyAre) {
   f.http.route("/data.json", 200, "application/json", json);
   f.http.route("/latin1.txt", 200, "text/plain; charset=iso-8859-1", "caf\xe9");
   f.http.route("/legacy.html", 200, "text/html", "<p>\x93quoted\x94 caf\xe9</p>");
+  f.http.route("/legacy.txt", 200, "text/plain", "Caf\xe9");  // ends in what could lead a UTF-8 character
   const Reply r = f.get(f.http.url("/data.json"));
   ASSERT_TRUE(r.ok()) << r.out;
   EXPECT_EQ(r.out, "URL: " + f.http.url("/data.json") + " · application/json · " + std::to_string(json.size()) +
@@ -96,6 +97,9 @@ TEST(WebFetch, JsonAndPlainTextComeBackAsTheyAre) {
   const Reply legacy = f.get(f.http.url("/legacy.html"));
   ASSERT_TRUE(legacy.ok()) << legacy.out;
   EXPECT_NE(legacy.out.find("\n\n“quoted” café\n"), std::string::npos) << legacy.out;
+  EXPECT_NE(f.get(f.http.url("/legacy.txt")).out.find("\n\nCafé\n"), std::string::npos);
+  f.http.route("/typed", 200, "application/x\x1b[31mred", "x");
+  EXPECT_NE(f.get(f.http.url("/typed")).out.find("binary content not shown: application/x?[31mred, 1 bytes"), std::string::npos);
   // A <meta> declares the charset by its charset attribute or an http-equiv content type, not by
   // any `charset=` in the page's start (a description); one that says UTF-16 is read as UTF-8;
   // a byte order mark says UTF-8 first, and the page behind it is HTML.

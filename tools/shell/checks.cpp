@@ -192,34 +192,49 @@ std::vector<std::string> rm_targets(const Call& c, const std::string& home) {
 }
 
 // The starting points of a `find` that deletes everything beneath them, as a recursive rm does:
-// `-delete` or `-exec rm` (`-execdir`, `-ok`, `-okdir`) with no test choosing what goes (only
-// options such as -depth, -xdev, -maxdepth). `find . -name '*.o' -delete` chooses; none then.
+// `-delete` or `-exec rm` (`-execdir`, `-ok`, `-okdir`) with no test choosing what goes, only
+// options (-depth, -xdev, -maxdepth …) and actions that choose nothing (-print, -ls …); with an
+// `-o` or `,` a test chooses nothing for the other side, so it counts as none. `find . -name
+// '*.o' -delete` chooses; none then.
 std::vector<std::string> find_targets(const Call& c, const std::string& home) {
   if (c.name != "find") return {};
-  std::size_t i = 0;
   const auto& a = c.args;
-  while (i < a.size() && (one_of(a[i], {"-H", "-L", "-P"}) || starts_with(a[i], "-O"))) i++;
-  if (i < a.size() && a[i] == "-D") i += 2;
+  std::size_t i = 0;
+  for (; i < a.size(); i++) {  // options before the starting points, in any order
+    if (one_of(a[i], {"-H", "-L", "-P"}) || starts_with(a[i], "-O")) continue;
+    if (a[i] == "-D") {
+      i++;
+      continue;
+    }
+    if (a[i] == "--") i++;
+    break;
+  }
   std::vector<std::string> starts;
   bool named = false;  // a starting point given, resolvable or not
   for (; i < a.size() && !(a[i].size() > 1 && a[i][0] == '-') && !one_of(a[i], {"(", "!", ","}); i++, named = true)
     if (auto t = delete_target(a[i], home); !t.empty()) starts.push_back(std::move(t));
-  bool deletes = false;
+  bool deletes = false, chooses = false, either = false;
   for (std::size_t j = i; j < a.size(); j++) {
-    if (a[j] == "-delete") {
+    const std::string& w = a[j];
+    if (w == "-delete") {
       deletes = true;
-    } else if (one_of(a[j], {"-exec", "-execdir", "-ok", "-okdir"})) {
+    } else if (one_of(w, {"-exec", "-execdir", "-ok", "-okdir"})) {
       if (j + 1 < a.size() && base(a[j + 1]) == "rm") deletes = true;
       while (j + 1 < a.size() && !one_of(a[j + 1], {";", "+"})) j++;
       j++;
-    } else if (one_of(a[j], {"-maxdepth", "-mindepth", "-regextype"})) {
+    } else if (one_of(w, {"-o", "-or", ","})) {
+      either = true;
+    } else if (one_of(w, {"-maxdepth", "-mindepth", "-regextype", "-printf", "-fprint", "-fprint0", "-fls"})) {
       j++;
-    } else if (!one_of(a[j], {"-depth", "-d", "-xdev", "-mount", "-noleaf", "-ignore_readdir_race", "-follow", "-daystart",
-                              "-warn", "-nowarn", "-print", "-print0", "-true"})) {
-      return {};  // a test or an operator: find chooses what it deletes
+    } else if (w == "-fprintf") {
+      j += 2;
+    } else if (!one_of(w, {"(", ")", "!", "-not", "-a", "-and", "-depth", "-d", "-xdev", "-mount", "-noleaf",
+                           "-ignore_readdir_race", "-noignore_readdir_race", "-follow", "-daystart", "-warn", "-nowarn",
+                           "-print", "-print0", "-ls", "-true", "-quit"})) {
+      chooses = true;  // a test
     }
   }
-  if (!deletes) return {};
+  if (!deletes || (chooses && !either)) return {};
   if (!named) starts.push_back(clean("."));  // find's default starting point
   return starts;
 }

@@ -96,7 +96,10 @@ bool valid_utf8(std::string_view s) {
 }  // namespace
 
 std::string media_type(const std::string& content_type) {
-  return lower(trim_quotes(std::string_view(content_type).substr(0, content_type.find(';'))));
+  std::string type = lower(trim_quotes(std::string_view(content_type).substr(0, content_type.find(';'))));
+  for (char& c : type)  // the server's text, shown in the result: no control byte passed on
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return type;
 }
 
 Kind classify(const std::string& type, std::string_view body) {
@@ -116,13 +119,13 @@ Kind classify(const std::string& type, std::string_view body) {
   return Kind::text;
 }
 
-std::string charset(const std::string& content_type, std::string_view body, Kind kind) {
+std::string charset(const std::string& content_type, std::string_view body, Kind kind, bool cut) {
   std::string cs = charset_after(lower(content_type));
   if (cs.empty() && body.substr(0, 3) == "\xEF\xBB\xBF") cs = "utf-8";  // a byte order mark says so first
   if (cs.empty() && kind == Kind::html) cs = meta_charset(lower(body.substr(0, 2048)));
   // A body cut at the size limit may end inside a character: that is no sign of another encoding.
   std::size_t end = body.size();
-  for (std::size_t back = 1; back <= 3 && back <= body.size(); back++) {
+  for (std::size_t back = 1; cut && back <= 3 && back <= body.size(); back++) {
     const auto c = static_cast<unsigned char>(body[body.size() - back]);
     if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back for its lead
     const std::size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;

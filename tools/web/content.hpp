@@ -13,9 +13,10 @@ enum class Kind { html, text, binary };
 std::string media_type(const std::string& content_type);
 /// From the media type, or, without one, from the first bytes of the body.
 Kind classify(const std::string& media_type, std::string_view body);
-/// The charset parameter of the Content-Type, else for HTML a <meta> charset in the first
-/// 2048 bytes; else `windows-1252` when the body is not valid UTF-8; lower case, empty for UTF-8.
-std::string charset(const std::string& content_type, std::string_view body, Kind kind);
+/// The charset parameter of the Content-Type, else a UTF-8 byte order mark, else for HTML a
+/// <meta> charset in the first 2048 bytes; else `windows-1252` when the body is not valid UTF-8
+/// (a character cut at the end of a `cut` body aside); lower case, empty for UTF-8.
+std::string charset(const std::string& content_type, std::string_view body, Kind kind, bool cut);
 /// `body` converted from `charset` to UTF-8 by iconv (bytes it cannot convert become U+FFFD);
 /// unchanged for UTF-8, ASCII, none, or a charset iconv does not know.
 std::string to_utf8(std::string body, const std::string& charset);

@@ -44,7 +44,7 @@ std::string fetch(const tool::Args& args) {
   const web::Kind kind = web::classify(type, t.body);
   const std::size_t downloaded = t.body.size();  // as sent, before any conversion to UTF-8
   if (kind != web::Kind::binary) {
-    const std::string cs = web::charset(content_type, t.body, kind);
+    const std::string cs = web::charset(content_type, t.body, kind, t.cut);
     t.body = web::to_utf8(std::move(t.body), cs);
   }
   // A 3xx here is a redirect with nowhere to go (no Location): not the page asked for.

@@ -127,7 +127,7 @@ std::string search(const tool::Args& args) {
   web::Response r = web::get(url, "text/html", "Mozilla/5.0 (compatible; ollie-web_search/0.1)");
   const std::string type = web::media_type(r.content_type);
   const web::Kind kind = web::classify(type, r.body);
-  if (kind != web::Kind::binary) r.body = web::to_utf8(std::move(r.body), web::charset(r.content_type, r.body, kind));
+  if (kind != web::Kind::binary) r.body = web::to_utf8(std::move(r.body), web::charset(r.content_type, r.body, kind, r.cut));
   const std::string why = web::reason(r);
   if (r.status >= 300 || r.status == 202)  // 202: DuckDuckGo's challenge to a client it takes for a robot
     throw tool::Error("the search engine refused the request: HTTP " + std::to_string(r.status) + (why.empty() ? "" : " " + why) +
