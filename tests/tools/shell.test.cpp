@@ -197,6 +197,10 @@ TEST_F(Shell, RowRecursiveDeleteOfASystemPath) {
   for (const char* evasion : {"find -- / -delete", "find -D tree -L / -delete", "find / -ls -delete", "find / -printf x -delete",
                               "find / \\( -delete \\)", "find / -false -o -delete", "find / -path /proc -prune -o -delete"})
     refused(evasion, "recursive delete of / or a system directory");
+  refused("find / -exec env rm -rf {} +", "recursive delete of / or a system directory");
+  // An -o inside parentheses joins tests, which still choose what goes.
+  runs("find /tmp -maxdepth 1 -type f \\( -name 'ollie-none-*.tmp' -o -name 'ollie-none-*.log' \\) -delete 2>/dev/null; true");
+  runs("find / -maxdepth 0 \\( -name nothing-here -o -name nor-here \\) -delete");
   fs::create_directories(host.cwd + "/build/obj");
   runs("find /tmp/ollie-shell-test-none -name '*.o' -delete 2>/dev/null; true");
   runs("find / -maxdepth 0 -name nothing-here -delete");

@@ -117,13 +117,17 @@ Session::Session(const Server& server, std::vector<std::string> argv, std::vecto
 }
 
 std::map<std::string, Session::Stamp> Session::scan() const {
-  constexpr std::size_t max_files = 20000;  // a walk per call: past it, later files are not tracked
+  // A walk per call, of at most this many entries (a build tree counts too): past it, later
+  // files are not tracked.
+  constexpr std::size_t max_entries = 50000;
   namespace fs = std::filesystem;
   std::map<std::string, Stamp> out;
   std::error_code ec;
+  std::size_t seen = 0;
   fs::recursive_directory_iterator it(root_, fs::directory_options::skip_permission_denied, ec), end;
-  for (; !ec && it != end && out.size() < max_files; it.increment(ec)) {
-    const auto type = it->symlink_status(ec).type();
+  for (; !ec && it != end && ++seen <= max_entries; it.increment(ec)) {
+    std::error_code gone;  // a file removed during the walk: skipped, the walk goes on
+    const auto type = it->symlink_status(gone).type();
     const std::string name = it->path().filename().string();
     if (type == fs::file_type::directory) {
       if (name.starts_with(".") || name == "node_modules") it.disable_recursion_pending();

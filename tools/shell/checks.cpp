@@ -214,21 +214,28 @@ std::vector<std::string> find_targets(const Call& c, const std::string& home) {
   for (; i < a.size() && !(a[i].size() > 1 && a[i][0] == '-') && !one_of(a[i], {"(", "!", ","}); i++, named = true)
     if (auto t = delete_target(a[i], home); !t.empty()) starts.push_back(std::move(t));
   bool deletes = false, chooses = false, either = false;
+  int group = 0;  // parentheses open
   for (std::size_t j = i; j < a.size(); j++) {
     const std::string& w = a[j];
     if (w == "-delete") {
       deletes = true;
     } else if (one_of(w, {"-exec", "-execdir", "-ok", "-okdir"})) {
-      if (j + 1 < a.size() && base(a[j + 1]) == "rm") deletes = true;
+      std::size_t k = j + 1;  // the program, behind the wrappers that run the rest (`env rm`)
+      while (k < a.size() && (one_of(base(a[k]), {"env", "command", "nice", "nohup", "busybox", "stdbuf", "xargs"}) ||
+                              (k > j + 1 && a[k].size() > 1 && (a[k][0] == '-' || contains(a[k], "=")))))
+        k++;
+      if (k < a.size() && base(a[k]) == "rm") deletes = true;
       while (j + 1 < a.size() && !one_of(a[j + 1], {";", "+"})) j++;
       j++;
+    } else if (w == "(" || w == ")") {
+      group += w == "(" ? 1 : -1;
     } else if (one_of(w, {"-o", "-or", ","})) {
-      either = true;
+      either = either || group <= 0;  // inside parentheses it joins tests, which still choose
     } else if (one_of(w, {"-maxdepth", "-mindepth", "-regextype", "-printf", "-fprint", "-fprint0", "-fls"})) {
       j++;
     } else if (w == "-fprintf") {
       j += 2;
-    } else if (!one_of(w, {"(", ")", "!", "-not", "-a", "-and", "-depth", "-d", "-xdev", "-mount", "-noleaf",
+    } else if (!one_of(w, {"!", "-not", "-a", "-and", "-depth", "-d", "-xdev", "-mount", "-noleaf",
                            "-ignore_readdir_race", "-noignore_readdir_race", "-follow", "-daystart", "-warn", "-nowarn",
                            "-print", "-print0", "-ls", "-true", "-quit"})) {
       chooses = true;  // a test

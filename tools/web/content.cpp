@@ -28,9 +28,13 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 /// The value after `charset=` in `s` (already lower case), up to a delimiter.
 std::string charset_after(const std::string& s) {
-  const auto at = s.find("charset=");
-  if (at == std::string::npos) return "";
-  std::size_t i = at + 8;
+  std::size_t i = std::string::npos;
+  for (auto at = s.find("charset"); at != std::string::npos && i == std::string::npos; at = s.find("charset", at + 7)) {
+    std::size_t k = at + 7;
+    while (k < s.size() && s[k] == ' ') k++;  // `charset = x` is allowed too
+    if (k < s.size() && s[k] == '=') i = k + 1;
+  }
+  if (i == std::string::npos) return "";
   while (i < s.size() && (s[i] == '"' || s[i] == '\'' || s[i] == ' ')) i++;
   std::string out;
   while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '-' || s[i] == '_' || s[i] == '.' || s[i] == ':'))
@@ -44,6 +48,15 @@ std::string charset_after(const std::string& s) {
 /// UTF-8: the bytes that spell the tag are not UTF-16.
 std::string meta_charset(std::string_view low) {
   for (auto i = low.find("<meta"); i != std::string_view::npos; i = low.find("<meta", i + 5)) {
+    // One inside a comment is no declaration (an old one left commented out).
+    if (const auto open = low.rfind("<!--", i); open != std::string_view::npos) {
+      const auto close = low.find("-->", open + 4);
+      if (close == std::string_view::npos) break;
+      if (close > i) {
+        i = close;
+        continue;
+      }
+    }
     const auto end = low.find('>', i);
     if (end == std::string_view::npos) break;
     std::string charset, content;
@@ -120,8 +133,8 @@ Kind classify(const std::string& type, std::string_view body) {
 }
 
 std::string charset(const std::string& content_type, std::string_view body, Kind kind, bool cut) {
-  std::string cs = charset_after(lower(content_type));
-  if (cs.empty() && body.substr(0, 3) == "\xEF\xBB\xBF") cs = "utf-8";  // a byte order mark says so first
+  // A byte order mark says so first, before the header (as browsers read it).
+  std::string cs = body.substr(0, 3) == "\xEF\xBB\xBF" ? "utf-8" : charset_after(lower(content_type));
   if (cs.empty() && kind == Kind::html) cs = meta_charset(lower(body.substr(0, 2048)));
   // A body cut at the size limit may end inside a character: that is no sign of another encoding.
   std::size_t end = body.size();

@@ -473,6 +473,10 @@ std::size_t nesting(std::string_view html) {
       "b",  "big", "blockquote", "body", "br", "center", "code", "dd", "div", "dl", "dt", "em", "embed", "h1",
       "h2", "h3",  "h4", "h5", "h6", "head", "hr", "i", "img", "li", "listing", "menu", "meta", "nobr", "ol",
       "p",  "pre", "ruby", "s", "small", "span", "strong", "strike", "sub", "sup", "table", "tt", "u", "ul", "var"};
+  static const std::vector<std::string_view> ending{"p", "li", "dt", "dd", "tr", "td", "th"};
+  static const std::vector<std::string_view> phrasing{
+      "a",   "abbr", "b",    "big",  "cite", "code",   "em",  "font", "i",   "kbd", "label", "nobr",
+      "q",   "s",    "samp", "small", "span", "strike", "strong", "sub", "sup", "tt",  "u",     "var"};
   // The open elements: an end tag closes only one that is open (and those above it), as the
   // parser does; a stray one (`</x>`) closes nothing. `open` counts each name on the stack.
   std::vector<std::string_view> stack;
@@ -502,6 +506,13 @@ std::size_t nesting(std::string_view html) {
     const bool outer = name == "svg" || name == "math";
     if (!close && foreign > 0 && std::find(breakout.begin(), breakout.end(), name) != breakout.end()) foreign = 0;
     i = gt;  // the next tag starts after this one: a `<` inside its attributes is not one
+    // A paragraph, item or cell that begins or ends closes the inline elements left open in the
+    // one before (`<p><font>…<p><font>…`): the parser closes them there.
+    if (std::find(ending.begin(), ending.end(), name) != ending.end())
+      while (!stack.empty() && std::find(phrasing.begin(), phrasing.end(), stack.back()) != phrasing.end()) {
+        open[stack.back()]--;
+        stack.pop_back();
+      }
     if (std::find(flat.begin(), flat.end(), name) != flat.end()) continue;
     if (low[gt - 1] == '/' && (foreign > 0 || outer)) continue;
     if (close) {
