@@ -94,6 +94,9 @@ std::string meta_charset(std::string_view low) {
   return "";
 }
 
+/// A byte of the server's text as a result shows it: a control byte as `?`, never passed on.
+char shown(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c; }
+
 bool valid_utf8(std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -110,8 +113,7 @@ bool valid_utf8(std::string_view s) {
 
 std::string media_type(const std::string& content_type) {
   std::string type = lower(trim_quotes(std::string_view(content_type).substr(0, content_type.find(';'))));
-  for (char& c : type)  // the server's text, shown in the result: no control byte passed on
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  for (char& c : type) c = shown(c);  // the server's text, shown in the result
   return type;
 }
 
@@ -126,7 +128,7 @@ Kind classify(const std::string& type, std::string_view body) {
   if (!type.empty()) return Kind::binary;
   const std::string_view head = body.substr(0, 4096);
   if (head.find('\0') != std::string_view::npos) return Kind::binary;
-  if (body.substr(0, 3) == "\xEF\xBB\xBF") body.remove_prefix(3);  // a UTF-8 byte order mark
+  if (body.starts_with(utf8_bom)) body.remove_prefix(utf8_bom.size());
   const std::string start = lower(trim_quotes(body.substr(0, 256)));
   if (start.rfind("<!doctype html", 0) == 0 || start.rfind("<html", 0) == 0) return Kind::html;
   return Kind::text;
@@ -134,19 +136,13 @@ Kind classify(const std::string& type, std::string_view body) {
 
 std::string charset(const std::string& content_type, std::string_view body, Kind kind, bool cut) {
   // A byte order mark says so first, before the header (as browsers read it).
-  std::string cs = body.substr(0, 3) == "\xEF\xBB\xBF" ? "utf-8" : charset_after(lower(content_type));
+  std::string cs = body.starts_with(utf8_bom) ? "utf-8" : charset_after(lower(content_type));
   if (cs.empty() && kind == Kind::html) cs = meta_charset(lower(body.substr(0, 2048)));
-  // A body cut at the size limit may end inside a character: that is no sign of another encoding.
-  std::size_t end = body.size();
-  for (std::size_t back = 1; cut && back <= 3 && back <= body.size(); back++) {
-    const auto c = static_cast<unsigned char>(body[body.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back for its lead
-    const std::size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    if (need > back) end = body.size() - back;
-    break;
-  }
+  // A body cut at the size limit may end inside a character: its last one is not checked, that
+  // is no sign of another encoding.
+  const std::string_view checked = cut && !body.empty() ? utf8_prefix(body, body.size() - 1) : body;
   // Undeclared and not UTF-8: the web's usual legacy encoding (what browsers assume too).
-  if (cs.empty() && !valid_utf8(body.substr(0, end))) cs = "windows-1252";
+  if (cs.empty() && !valid_utf8(checked)) cs = "windows-1252";
   return cs;
 }
 
@@ -196,9 +192,7 @@ std::string one_line(std::string_view s, std::size_t max) {
     }
     if (space) out += ' ';
     space = false;
-    // Other control bytes (an ESC in a server's reason phrase) are shown, never passed on.
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += '?';
-    else out += c;
+    out += shown(c);  // an ESC in a server's reason phrase
   }
   if (out.size() > max) out = std::string(utf8_prefix(out, max)) + "…";
   return out;

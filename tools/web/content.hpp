@@ -9,6 +9,9 @@ namespace web {
 
 enum class Kind { html, text, binary };
 
+/// The UTF-8 byte order mark: it says UTF-8 before anything else does, and is no text.
+inline constexpr std::string_view utf8_bom = "\xEF\xBB\xBF";
+
 /// "text/html" from "Text/HTML; charset=utf-8"; empty when there is none.
 std::string media_type(const std::string& content_type);
 /// From the media type, or, without one, from the first bytes of the body.

@@ -50,7 +50,7 @@ std::string fetch(const tool::Args& args) {
   // A 3xx here is a redirect with nowhere to go (no Location): not the page asked for.
   if (t.status >= 300) throw tool::Error(http_error(t, kind, final_url));
   // A byte order mark said UTF-8 (charset()); before the page's first tag it would be text.
-  if (format != "raw" && kind != web::Kind::binary && t.body.compare(0, 3, "\xEF\xBB\xBF") == 0) t.body.erase(0, 3);
+  if (format != "raw" && kind != web::Kind::binary && t.body.starts_with(web::utf8_bom)) t.body.erase(0, web::utf8_bom.size());
 
   const std::string got = std::to_string(downloaded) + " bytes" + (t.cut ? " (download stopped at the 5 MiB limit)" : "");
   if (kind == web::Kind::binary)
