@@ -135,7 +135,7 @@ std::map<std::string, Session::Stamp> Session::scan() const {
     }
     if (type != fs::file_type::regular || !serves(server_, name)) continue;
     struct stat st {};
-    if (::stat(it->path().c_str(), &st) == 0) out[it->path().string()] = {st.st_mtim, st.st_size};
+    if (::stat(it->path().c_str(), &st) == 0) out[it->path().string()] = Stamp::of(st);
   }
   return out;
 }
@@ -318,8 +318,7 @@ void Session::sync(const std::string& path) {
     throw Failure("cannot read " + path + ": " + std::strerror(errno));
   }
   auto it = docs_.find(path);
-  if (it != docs_.end() && it->second.size == st.st_size && it->second.mtime.tv_sec == st.st_mtim.tv_sec &&
-      it->second.mtime.tv_nsec == st.st_mtim.tv_nsec) {
+  if (it != docs_.end() && it->second.stamp == Stamp::of(st)) {
     it->second.used = ++uses_;
     return;
   }
@@ -339,12 +338,12 @@ void Session::sync(const std::string& path) {
       close_document(oldest->first);
     }
     Document& d = docs_[path];
-    d = {1, st.st_mtim, st.st_size, ++uses_};
+    d = {1, Stamp::of(st), ++uses_};
     notify("textDocument/didOpen",
            {{"textDocument", {{"uri", uri}, {"languageId", language_of(path)}, {"version", 1}, {"text", std::move(text)}}}});
   } else {
     Document& d = it->second;
-    d = {d.version + 1, st.st_mtim, st.st_size, ++uses_};
+    d = {d.version + 1, Stamp::of(st), ++uses_};
     notify("textDocument/didChange",
            {{"textDocument", {{"uri", uri}, {"version", d.version}}}, {"contentChanges", {{{"text", std::move(text)}}}}});
   }

@@ -3,6 +3,7 @@
 /// matches responses to waiting requests and answers the server's own requests), the documents
 /// it has open, and what it reports about its progress.
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -93,6 +94,7 @@ class Session {
     bool operator==(const Stamp& o) const {
       return size == o.size && mtime.tv_sec == o.mtime.tv_sec && mtime.tv_nsec == o.mtime.tv_nsec;
     }
+    static Stamp of(const struct stat& st) { return {st.st_mtim, st.st_size}; }
   };
   /// The project's files this server reads, as they are now (a bounded walk of root_).
   std::map<std::string, Stamp> scan() const;
@@ -101,8 +103,7 @@ class Session {
 
   struct Document {
     long version = 0;
-    struct timespec mtime {};
-    off_t size = 0;
+    Stamp stamp;  ///< the file as it was last sent
     unsigned long used = 0;
   };
   std::mutex docs_mu_;
