@@ -190,6 +190,25 @@ TEST_F(Lsp, AFileChangedBehindTheServersBackIsSeen) {
             "#include \"calc.h\"\n\nint plus(int a, int b) { return a + b; }\nint thrice(int x) { return plus(plus(x, x), x); }\n");
 }
 
+// Past 32 files changed behind its back, the server is not fed them one by one: it is started
+// again, to index the project anew, and answers with what the files hold now.
+TEST_F(Lsp, ManyFilesChangedStartTheServerAgain) {
+  auto r = host.call("lsp_references", R"({"path":"calc.h","line":4,"symbol":"add"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out << r.err;
+  const auto bridge = bridges(host);
+  ASSERT_EQ(bridge.size(), 1u);
+  const auto before = children(bridge[0]);
+  ASSERT_EQ(before.size(), 1u);
+  for (int i = 0; i < 40; i++)
+    write_file(host.cwd + "/more" + std::to_string(i) + ".cpp", "#include \"calc.h\"\nint m" + std::to_string(i) + "() { return add(1, 1); }\n");
+  r = host.call("lsp_definition", R"({"path":"main.cpp","line":3,"symbol":"add"})", 60);
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "calc.cpp:3:5: int add(int a, int b) { return a + b; }\n");
+  const auto after = children(bridge[0]);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NE(after[0], before[0]) << "the server was not started again";
+}
+
 // A source reached through a link is edited in the file the link names; the link stays a link.
 TEST_F(Lsp, RenameThroughALinkEditsTheFileItNames) {
   std::filesystem::create_symlink("calc.cpp", host.cwd + "/alias.cpp");
