@@ -104,6 +104,27 @@ TEST_F(FileEdit, ReplacementWithoutNewlineJoinsLinesInTheDiff) {
   EXPECT_NE(r.out.find("-b\n-c\n+Bc\n"), std::string::npos) << r.out;
 }
 
+// A last line without its newline is marked as diff(1) and git mark it: an edit that only drops
+// or adds the final newline shows a difference, and an unchanged last line in the context says so.
+TEST_F(FileEdit, ALastLineWithoutItsNewlineIsMarkedInTheDiff) {
+  const std::string marker = "\\ No newline at end of file\n";
+  write_file(at("n.txt"), "a\nb\n");
+  auto r = edit("n.txt", "b\n", "b");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(read_file(at("n.txt")), "a\nb");
+  EXPECT_EQ(r.out, "edited n.txt: 1 replacement, -1 +1 lines\n--- a/n.txt\n+++ b/n.txt\n@@ -1,2 +1,2 @@\n a\n-b\n+b\n" + marker);
+  r = edit("n.txt", "a", "A");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "edited n.txt: 1 replacement, -1 +1 lines\n--- a/n.txt\n+++ b/n.txt\n@@ -1,2 +1,2 @@\n-a\n+A\n b\n" + marker);
+  r = edit("n.txt", "b", "b\n");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(read_file(at("n.txt")), "A\nb\n");
+  EXPECT_EQ(r.out, "edited n.txt: 1 replacement, -1 +1 lines\n--- a/n.txt\n+++ b/n.txt\n@@ -1,2 +1,2 @@\n A\n-b\n" + marker + "+b\n");
+  r = edit("m.txt", "", "one\ntwo");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out, "created m.txt: 2 lines\n--- /dev/null\n+++ b/m.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n" + marker);
+}
+
 TEST_F(FileEdit, EmptyOldStringCreatesOnlyAMissingFile) {
   auto r = edit("new/file.txt", "", "hello\nworld\n");
   ASSERT_TRUE(r.ok()) << r.out;

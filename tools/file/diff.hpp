@@ -18,9 +18,18 @@ struct Change {
 /// Lines of `text` without their newlines (a final line needs none).
 std::vector<std::string_view> split_lines(std::string_view text);
 
+/// Whether the old and the new text end in a line without its newline: the diff then says
+/// `\ No newline at end of file` after that line, as diff(1) and git do.
+struct Unterminated {
+  bool old_text, new_text;
+};
+
+/// Unterminated of a text: not empty and not ending in a newline.
+bool unterminated(std::string_view text);
+
 /// `--- a/<name>` / `+++ b/<name>` and the hunks, at most `cap` bytes (then a line saying how
 /// many diff lines were cut). `changes` are in order and do not overlap. Old "" = a new file.
 std::string unified_diff(const std::string& old_name, const std::string& new_name, const std::vector<std::string_view>& old_all,
-                         const std::vector<Change>& changes, std::size_t cap);
+                         const std::vector<Change>& changes, std::size_t cap, Unterminated ends);
 
 }  // namespace filetool

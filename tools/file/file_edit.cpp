@@ -84,7 +84,7 @@ std::string call(const tool::Args& args) {
     replace_file(t.abs, new_s, new_file_mode());
     const auto added = split_lines(new_s);
     return "created " + name + ": " + std::to_string(added.size()) + (added.size() == 1 ? " line\n" : " lines\n") +
-           unified_diff("/dev/null", "b/" + name, {}, {Change{0, {}, added}}, max_diff);
+           unified_diff("/dev/null", "b/" + name, {}, {Change{0, {}, added}}, max_diff, {false, unterminated(new_s)});
   }
 
   const std::string text = slurp(t.abs, max_file);
@@ -106,7 +106,7 @@ std::string call(const tool::Args& args) {
     replace_file(t.abs, new_s, t.st->st_mode & 07777);
     const auto added = split_lines(new_s);
     return "edited " + name + ": filled the empty file, +" + std::to_string(added.size()) + " lines\n" +
-           unified_diff("a/" + name, "b/" + name, {}, {Change{0, {}, added}}, max_diff);
+           unified_diff("a/" + name, "b/" + name, {}, {Change{0, {}, added}}, max_diff, {false, unterminated(new_s)});
   }
   std::vector<std::size_t> at;
   for (auto p = text.find(old_s); p != std::string::npos; p = text.find(old_s, p + old_s.size())) at.push_back(p);
@@ -179,7 +179,7 @@ std::string call(const tool::Args& args) {
   }
   std::string out = "edited " + name + ": " + std::to_string(at.size()) + (at.size() == 1 ? " replacement" : " replacements") +
                     ", -" + std::to_string(removed) + " +" + std::to_string(added) + " lines\n" +
-                    unified_diff("a/" + name, "b/" + name, old_all, changes, max_diff);
+                    unified_diff("a/" + name, "b/" + name, old_all, changes, max_diff, {unterminated(text), unterminated(result)});
   replace_file(t.abs, result, t.st->st_mode & 07777);
   return out;
 }
