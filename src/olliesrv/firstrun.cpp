@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "settings.hpp"
 #include "toolsrv/catalog.hpp"
 
 namespace ollie {
@@ -11,7 +12,15 @@ namespace {
 
 std::optional<std::string> no_backend(Hub& hub) {
   const auto conf = hub.conf();
-  if (!backend::default_backend(conf, hub.env).empty()) return std::nullopt;
+  // A default that cannot be used (a misspelt OLLIE_BACKEND, its key unset) is said now too, in
+  // agent/new's words, rather than at the first agent.
+  if (const auto name = backend::default_backend(conf, hub.env); !name.empty()) {
+    std::string why;
+    if (auto known = check_backend(name); !known) why = known.ename();
+    else if (auto r = backend::resolve_backend(name, conf, hub.env); !r) why = r.error().message;
+    else return std::nullopt;
+    return "default backend unusable: " + why + "; agents cannot be created without another backend=. See doc/backends.md";
+  }
   // No default: an agent/new without backend= fails (§4.3). An ollama that answers is the
   // likeliest choice, so it is named when it does.
   const std::string conf_file = hub.config_root + "/backends.conf";

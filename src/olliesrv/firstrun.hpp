@@ -1,7 +1,8 @@
 #pragma once
 /// What a newcomer sees first: with no backend configured, one warning line saying so and how to
-/// fix it (naming ollama when one answers at its URL), instead of an agent/new that fails; with
-/// no tools installed, one line saying agents will have none and how to install them.
+/// fix it (naming ollama when one answers at its URL), instead of an agent/new that fails; with a
+/// default backend that cannot be used (unknown, its key missing), one line with agent/new's
+/// error; with no tools installed, one line saying agents will have none and how to install them.
 
 #include <string>
 #include <vector>

@@ -329,22 +329,34 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
   const std::string none = "no model backend: none is configured, so agents cannot be created without backend=. Set one: ";
   const std::string named = "no model backend: none is configured, so agents cannot be created without backend=. ollama answers at " +
                             ollama.url() + ": set `backend = ollama` in " + dir.path + "/config/ollie/backends.conf";
-  for (const auto& [backend, url, want] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"", "http://127.0.0.1:1", none}, {"", ollama.url(), named}, {"openai", "http://127.0.0.1:1", ""}}) {
+  // A default that cannot be used is said at start too, in agent/new's words.
+  const std::string unusable = "default backend unusable: ";
+  const std::string tail = "; agents cannot be created without another backend=. See doc/backends.md";
+  for (const auto& [backend, key, url, want] : std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           {"", "", "http://127.0.0.1:1", none},
+           {"", "", ollama.url(), named},
+           {"openai", "sk-test", "http://127.0.0.1:1", ""},
+           {"bogus", "", "http://127.0.0.1:1",
+            unusable + "unknown backend: bogus (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)" + tail},
+           {"openai", "", "http://127.0.0.1:1", unusable + "openai: missing key: set OLLIE_OPENAI_KEY" + tail}}) {
     Child srv({built("bin/olliesrv"), "-a", addr},
               {"XDG_CONFIG_HOME=" + dir.path + "/config", "XDG_DATA_HOME=" + dir.path + "/data", "OLLIE_OLLAMA_URL=" + url,
-               "OLLIE_MODEL=", "OLLIE_BACKEND=" + backend});
+               "OLLIE_MODEL=", "OLLIE_BACKEND=" + backend, "OLLIE_OPENAI_KEY=" + key, "OPENAI_API_KEY="});
     ASSERT_TRUE(wait_for(dir.path + "/ollie"));
     // The warning comes once the listener is up (after its probe of ollama): a kill sooner would
     // cut the probe short.
     if (!want.empty()) {
-      ASSERT_TRUE(srv.wait_for_err("no model backend")) << srv.err_text();
+      ASSERT_TRUE(srv.wait_for_err(want.substr(0, 20))) << srv.err_text();
     }
     auto r = run({built("bin/ollie-9p"), "-a", addr, "rdwr", "ctl"}, "kill\n");
     EXPECT_EQ(r.out, "ok\n") << r.err;
     ASSERT_TRUE(srv.wait());
-    if (want.empty()) EXPECT_EQ(srv.err_text().find("no model backend"), std::string::npos) << srv.err_text();
-    else EXPECT_NE(srv.err_text().find(want), std::string::npos) << srv.err_text();
+    if (want.empty()) {
+      for (const char* said : {"no model backend", "default backend unusable"})
+        EXPECT_EQ(srv.err_text().find(said), std::string::npos) << srv.err_text();
+    } else {
+      EXPECT_NE(srv.err_text().find(want), std::string::npos) << srv.err_text();
+    }
     // Nothing installed in this config root: agents would have no tools, and it says so.
     EXPECT_NE(srv.err_text().find("no tools in " + dir.path + "/config/ollie/tools: agents will have none; `./dev.sh install`"),
               std::string::npos)
