@@ -21,8 +21,9 @@ namespace {
 /// Documents kept open in the server; the least recently used is closed beyond this.
 constexpr std::size_t max_documents = 64;
 
+/// Whole seconds, rounded: the deadline was set just before `from`, and a cut said "19 s" of 20.
 std::string seconds_until(Session::clock::time_point deadline, Session::clock::time_point from) {
-  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(deadline - from).count());
+  return std::to_string(std::chrono::round<std::chrono::seconds>(deadline - from).count());
 }
 
 /// Waits at most `ms` for `pid` to exit, then kills its process group; reaps it.
