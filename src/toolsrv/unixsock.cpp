@@ -107,15 +107,9 @@ constexpr std::uint32_t ret_errno(int e) { return SECCOMP_RET_ERRNO | (static_ca
 
 using Dispatch = std::vector<std::pair<std::uint32_t, std::string>>;  // system call number, label
 
-// A binary search of `v` (sorted by number) on the number in A: to the label of an equal one, else
-// ALLOW. When the filter is installed, the kernel runs it once for every system call number of
-// both architectures (about 900 runs), to cache those it allows whatever their arguments; every
-// call it cannot cache runs it again. A search keeps each run to a few comparisons where a list
-// walked them all: the i386 list alone, walked, was half of a spawn's filter cost (~45 us).
-// `arch` names the labels, so each architecture has its own.
+// A binary search of v[from, to) (sorted by number) on the number in A: to the label of an equal
+// one, else ALLOW. `arch` names the labels, so each architecture has its own.
 void dispatch(Bpf& b, const std::string& arch, const Dispatch& v, std::size_t from, std::size_t to) {
-  if (from == 0 && std::adjacent_find(v.begin(), v.end(), [](auto& x, auto& y) { return x.first == y.first; }) != v.end())
-    throw std::logic_error("seccomp filter: a " + arch + " number listed twice");
   if (to - from <= 3) {
     for (std::size_t i = from; i < to; ++i) b.if_eq(v[i].first, v[i].second);
     b.ret(SECCOMP_RET_ALLOW);
@@ -127,6 +121,17 @@ void dispatch(Bpf& b, const std::string& arch, const Dispatch& v, std::size_t fr
   dispatch(b, arch, v, from, mid);
   b.label(upper);
   dispatch(b, arch, v, mid, to);
+}
+
+// The numbers of one architecture, searched. When the filter is installed, the kernel runs it once
+// for every system call number of both architectures (about 900 runs) to cache those it allows
+// whatever their arguments, and every call it cannot cache runs it again: a search keeps each run
+// to a few comparisons where a list walked them all (the i386 list, walked, cost ~25 us a spawn).
+void search(Bpf& b, const std::string& arch, Dispatch v) {
+  std::sort(v.begin(), v.end());
+  if (std::adjacent_find(v.begin(), v.end(), [](auto& x, auto& y) { return x.first == y.first; }) != v.end())
+    throw std::logic_error("seccomp filter: an " + arch + " number listed twice");
+  dispatch(b, arch, v, 0, v.size());
 }
 
 std::vector<sock_filter> filter_program() {
@@ -143,8 +148,7 @@ std::vector<sock_filter> filter_program() {
                        __NR_fchownat, __NR_utime, __NR_utimes, __NR_futimesat, __NR_utimensat, __NR_setxattr,
                        __NR_lsetxattr, __NR_fsetxattr, __NR_removexattr, __NR_lremovexattr, __NR_fremovexattr})
     native.emplace_back(static_cast<std::uint32_t>(nr), "notify");
-  std::sort(native.begin(), native.end());
-  dispatch(b, "x86_64", native, 0, native.size());
+  search(b, "x86_64", std::move(native));
   // sendto without an address (pointer or length 0) reads nothing from memory: the peer was
   // checked when the socket was connected.
   b.label("sendto");
@@ -165,8 +169,7 @@ std::vector<sock_filter> filter_program() {
   for (const auto nr : i386_fileattr) i386.emplace_back(nr, "eperm");
   for (const auto nr : {static_cast<std::uint32_t>(nr_fchmodat2), nr_setxattrat, nr_removexattrat, nr_file_setattr})
     i386.emplace_back(nr, "eperm");
-  std::sort(i386.begin(), i386.end());
-  dispatch(b, "i386", i386, 0, i386.size());
+  search(b, "i386", std::move(i386));
   b.label("notify");
   b.ret(SECCOMP_RET_USER_NOTIF);
   b.label("enosys");

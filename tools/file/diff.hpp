@@ -24,7 +24,7 @@ struct Unterminated {
   bool old_text, new_text;
 };
 
-/// Unterminated of a text: not empty and not ending in a newline.
+/// Whether `text` ends in a line without its newline (it is not empty and its last byte is not one).
 bool unterminated(std::string_view text);
 
 /// `--- a/<name>` / `+++ b/<name>` and the hunks, at most `cap` bytes (then a line saying how
