@@ -286,7 +286,8 @@ In BODY, `root' is the world's directory and `project' the session's working dir
         (should-not ellie--ghost)))))
 
 ;; An agent killed from the shell ends its chat; a prompt typed there then says the agent is
-;; gone (not ollie-9p's walk error, which names ids), and the typed text stays.
+;; gone (not ollie-9p's walk error, which names ids), and the typed text stays, also when
+;; M-x ellie makes the agent again in the same buffer.
 (ert-deftest ellie-a-killed-agent-ends-its-chat-and-says-so-at-the-next-prompt ()
   (ellie-test-with-world (list '(:text "Hello."))
     (ellie "work" "main")
@@ -298,7 +299,13 @@ In BODY, `root' is the world's directory and `project' the session's working dir
       (let ((err (should-error (ellie-test-type chat "two") :type 'user-error)))
         (should (equal (cadr err) "ellie: the agent is gone (M-x ellie work main makes it again)")))
       (should (with-current-buffer chat
-                (equal (buffer-substring-no-properties ellie--input (point-max)) "two"))))))
+                (equal (buffer-substring-no-properties ellie--input (point-max)) "two")))
+      (ellie "work" "main")
+      (should (eq (get-buffer "*ellie work/main*") chat))
+      (with-current-buffer chat
+        (should (process-live-p ellie--stream))
+        (should (equal (buffer-substring-no-properties ellie--input (point-max)) "two"))
+        (should (= (point) (point-max)))))))
 
 ;; A chat buffer killed while olliesrv is away stops waiting for it: no probe a second after.
 (ert-deftest ellie-a-chat-killed-while-olliesrv-is-away-stops-probing ()
