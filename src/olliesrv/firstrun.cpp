@@ -1,7 +1,11 @@
 #include "firstrun.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 #include "settings.hpp"
 #include "toolsrv/catalog.hpp"
@@ -9,6 +13,26 @@
 namespace ollie {
 
 namespace {
+
+// The model an agent would ask ollama for is only there if it was pulled: the hint names one that
+// is (the first of its /api/tags), or says to pull one. A name that is not a plain model name is
+// not repeated in the log.
+std::string model_hint(const std::string& tags, const std::string& want) {
+  const auto j = nlohmann::json::parse(tags, nullptr, false);
+  const auto* list = j.is_object() && j.contains("models") && j["models"].is_array() ? &j["models"] : nullptr;
+  if (!list) return "";
+  std::optional<std::string> first;
+  for (const auto& m : *list) {
+    const std::string name = m.is_object() ? m.value("name", "") : "";
+    if (name == want || name == want + ":latest") return "";
+    const bool plain = !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+      return std::isalnum(c) || c == '.' || c == '_' || c == ':' || c == '/' || c == '-';
+    });
+    if (plain && !first) first = name;
+  }
+  if (!first) return "; it has no model yet: `ollama pull " + want + "`";
+  return ", and a model it has, e.g. `model = " + *first + "` in its [ollama] section (" + want + " is not pulled there)";
+}
 
 std::optional<std::string> no_backend(Hub& hub) {
   const auto conf = hub.conf();
@@ -34,7 +58,8 @@ std::optional<std::string> no_backend(Hub& hub) {
     auto r = hub.http.fetch(std::move(req));
     if (r.end.kind == backend::TransferEnd::Kind::complete && r.head.status == 200)
       return "no model backend: none is configured, so agents cannot be created without backend=. ollama answers at " +
-             ollama->url + ": set `backend = ollama` in " + conf_file + " (or OLLIE_BACKEND=ollama); see doc/backends.md";
+             ollama->url + ": set `backend = ollama` in " + conf_file + " (or OLLIE_BACKEND=ollama)" +
+             model_hint(r.body, ollama->model) + "; see doc/backends.md";
   }
   return "no model backend: none is configured, so agents cannot be created without backend=. Set one: "
          "OLLIE_BACKEND=anthropic OLLIE_ANTHROPIC_KEY=... (or openai, openrouter, gemini, copilot, kiro, ollama), or "

@@ -324,24 +324,33 @@ TEST(DaemonFlags, TcpNeedsInsecureTcp) {
 // not. The server serves either way.
 TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
   testing_support::TempDir dir;
-  fakeprovider::Server ollama;
+  fakeprovider::Server ollama;  // its models: fake-model
+  fakeprovider::Server bare_ollama(nlohmann::json{{"models", nlohmann::json::array()}});
   const std::string addr = "unix!" + dir.path + "/ollie";
   const std::string none = "no model backend: none is configured, so agents cannot be created without backend=. Set one: ";
-  const std::string named = "no model backend: none is configured, so agents cannot be created without backend=. ollama answers at " +
-                            ollama.url() + ": set `backend = ollama` in " + dir.path + "/config/ollie/backends.conf";
+  const auto named = [&](const fakeprovider::Server& o) {
+    return "no model backend: none is configured, so agents cannot be created without backend=. ollama answers at " + o.url() +
+           ": set `backend = ollama` in " + dir.path + "/config/ollie/backends.conf (or OLLIE_BACKEND=ollama)";
+  };
+  // The model an agent would ask for is named only when this ollama has not pulled it.
+  const std::string see = "; see doc/backends.md";
   // A default that cannot be used is said at start too, in agent/new's words.
   const std::string unusable = "default backend unusable: ";
   const std::string tail = "; agents cannot be created without another backend=. See doc/backends.md";
-  for (const auto& [backend, key, url, want] : std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
-           {"", "", "http://127.0.0.1:1", none},
-           {"", "", ollama.url(), named},
-           {"openai", "sk-test", "http://127.0.0.1:1", ""},
+  for (const auto& [backend, key, url, want, model] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string, std::string>>{
+           {"", "", "http://127.0.0.1:1", none, ""},
+           {"", "", ollama.url(), named(ollama) + see, "fake-model"},
+           {"", "", ollama.url(),
+            named(ollama) + ", and a model it has, e.g. `model = fake-model` in its [ollama] section (qwen3:8b is not pulled there)" + see, ""},
+           {"", "", bare_ollama.url(), named(bare_ollama) + "; it has no model yet: `ollama pull qwen3:8b`" + see, ""},
+           {"openai", "sk-test", "http://127.0.0.1:1", "", ""},
            {"bogus", "", "http://127.0.0.1:1",
-            unusable + "unknown backend: bogus (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)" + tail},
-           {"openai", "", "http://127.0.0.1:1", unusable + "openai: missing key: set OLLIE_OPENAI_KEY" + tail}}) {
+            unusable + "unknown backend: bogus (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)" + tail, ""},
+           {"openai", "", "http://127.0.0.1:1", unusable + "openai: missing key: set OLLIE_OPENAI_KEY" + tail, ""}}) {
     Child srv({built("bin/olliesrv"), "-a", addr},
               {"XDG_CONFIG_HOME=" + dir.path + "/config", "XDG_DATA_HOME=" + dir.path + "/data", "OLLIE_OLLAMA_URL=" + url,
-               "OLLIE_MODEL=", "OLLIE_BACKEND=" + backend, "OLLIE_OPENAI_KEY=" + key, "OPENAI_API_KEY="});
+               "OLLIE_MODEL=" + model, "OLLIE_BACKEND=" + backend, "OLLIE_OPENAI_KEY=" + key, "OPENAI_API_KEY="});
     ASSERT_TRUE(wait_for(dir.path + "/ollie"));
     // The warning comes once the listener is up (after its probe of ollama): a kill sooner would
     // cut the probe short.
