@@ -151,6 +151,12 @@ TEST(WebFetch, FollowsRedirectsButNotTooManyNorToOtherProtocols) {
   EXPECT_EQ(file.exit(), 1);
   EXPECT_EQ(file.out.rfind("refused: a redirect to a URL that is not http or https", 0), 0u) << file.out;
   EXPECT_EQ(file.out.find("root:"), std::string::npos) << file.out;
+
+  // libcurl's code for that refusal is also its code for an answer without a status line.
+  f.http.handle("/ssh", [](int fd, int) { Httpd::send_all(fd, "SSH-2.0-OpenSSH_9.2\r\n"); });
+  const Reply other = f.get(f.http.url("/ssh"));
+  EXPECT_EQ(other.exit(), 1);
+  EXPECT_EQ(other.out.rfind("not an HTTP answer (no status line; another protocol on that port?): ", 0), 0u) << other.out;
 }
 
 TEST(WebFetch, HttpErrorsSayTheStatusAndAnExcerpt) {

@@ -42,7 +42,11 @@ std::string failure(CURLcode rc, const char* errbuf) {
       return "timed out (limits: " + std::to_string(total_seconds) + " s in all, " + std::to_string(connect_seconds) +
              " s to connect): " + why;
     case CURLE_TOO_MANY_REDIRECTS: return "too many redirects (more than " + std::to_string(max_redirects) + "): " + why;
-    case CURLE_UNSUPPORTED_PROTOCOL: return "refused: a redirect to a URL that is not http or https: " + why;
+    // libcurl gives the same code to an answer with no HTTP status line (HTTP/0.9, or a server
+    // of another protocol on that port).
+    case CURLE_UNSUPPORTED_PROTOCOL:
+      if (why.find("HTTP/0.9") != std::string::npos) return "not an HTTP answer (no status line; another protocol on that port?): " + why;
+      return "refused: a redirect to a URL that is not http or https: " + why;
     case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_CONNECT_ERROR:
       return "TLS failed: " + why;
     default: return "fetch failed: " + why;
