@@ -289,8 +289,9 @@ json Session::request(const std::string& method, json params, clock::time_point 
       if (hung)
         throw Failure("the language server did not answer " + method + " within " + seconds_until(deadline, start) +
                       " s, nor the call before, and reports no work: it is started again at the next call");
+      // A server that never answered `initialize` has indexed nothing yet: no hint of indexing.
       throw Failure("the language server did not answer " + method + " within " + seconds_until(deadline, start) +
-                    " s; try again (it may still be indexing)");
+                    (method == "initialize" ? " s; try again" : " s; try again (it may still be indexing)"));
     }
   }
   if (response->contains("error")) {
