@@ -19,11 +19,12 @@ namespace {
 // not repeated in the log.
 std::string model_hint(const std::string& tags, const std::string& want) {
   const auto j = nlohmann::json::parse(tags, nullptr, false);
-  const auto* list = j.is_object() && j.contains("models") && j["models"].is_array() ? &j["models"] : nullptr;
-  if (!list) return "";
+  const auto list = j.is_object() ? j.find("models") : j.end();
+  if (list == j.end() || !list->is_array()) return "";
   std::optional<std::string> first;
   for (const auto& m : *list) {
-    const std::string name = m.is_object() ? m.value("name", "") : "";
+    const auto n = m.is_object() ? m.find("name") : m.end();
+    const std::string name = n != m.end() && n->is_string() ? n->get<std::string>() : "";
     if (name == want || name == want + ":latest") return "";
     const bool plain = !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](unsigned char c) {
       return std::isalnum(c) || c == '.' || c == '_' || c == ':' || c == '/' || c == '-';

@@ -326,6 +326,7 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
   testing_support::TempDir dir;
   fakeprovider::Server ollama;  // its models: fake-model
   fakeprovider::Server bare_ollama(nlohmann::json{{"models", nlohmann::json::array()}});
+  fakeprovider::Server odd_ollama(nlohmann::json{{"route_faults", {{"tags", "malformed"}}}});  // a list, not {"models": …}
   const std::string addr = "unix!" + dir.path + "/ollie";
   const std::string none = "no model backend: none is configured, so agents cannot be created without backend=. Set one: ";
   const auto named = [&](const fakeprovider::Server& o) {
@@ -344,6 +345,7 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
            {"", "", ollama.url(),
             named(ollama) + ", and a model it has, e.g. `model = fake-model` in its [ollama] section (qwen3:8b is not pulled there)" + see, ""},
            {"", "", bare_ollama.url(), named(bare_ollama) + "; it has no model yet: `ollama pull qwen3:8b`" + see, ""},
+           {"", "", odd_ollama.url(), named(odd_ollama) + see, ""},
            {"openai", "sk-test", "http://127.0.0.1:1", "", ""},
            {"bogus", "", "http://127.0.0.1:1",
             unusable + "unknown backend: bogus (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)" + tail, ""},
