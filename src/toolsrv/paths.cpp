@@ -1,11 +1,17 @@
 #include "toolsrv/paths.hpp"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <memory>
 #include <vector>
+
+#include "toolsrv/fd.hpp"
 
 namespace toolsrv {
 
@@ -47,15 +53,30 @@ std::string absolute_path(std::string_view path, std::string_view base) {
 
 namespace {
 
+// The real path of `path` when it exists. One walk by the kernel: a path with no symlink on it
+// is its own real path once cleaned; one with a symlink is named by the descriptor the walk
+// ends at. realpath(3) instead reads every component as a link, a walk from / for each.
+std::optional<std::string> real_path(const std::string& path) {
+  open_how how{.flags = O_PATH | O_CLOEXEC, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
+  if (UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how))); fd) {
+    return clean_path(path);
+  }
+  if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+  if (UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC)); fd) {
+    if (auto named = fd_path(fd.get()); !named.empty() && named.front() == '/' && !named.ends_with(" (deleted)")) return named;
+  }
+  std::unique_ptr<char, decltype(&std::free)> real(realpath(path.c_str(), nullptr), &std::free);
+  if (!real) return std::nullopt;
+  return std::string(real.get());
+}
+
 std::string resolve(std::string_view path, int links_left) {
   std::string prefix(path);
   std::string rest;
   while (true) {
-    std::unique_ptr<char, decltype(&std::free)> real(realpath(prefix.c_str(), nullptr), &std::free);
-    if (real) {
-      std::string out(real.get());
-      if (!rest.empty()) out = clean_path(out + "/" + rest);
-      return out;
+    if (auto real = real_path(prefix)) {
+      if (!rest.empty()) return clean_path(*real + "/" + rest);
+      return *real;
     }
     if (prefix == "/" || prefix.empty()) return clean_path(path);
     char target[PATH_MAX];
@@ -75,6 +96,11 @@ std::string resolve(std::string_view path, int links_left) {
 }  // namespace
 
 std::string resolve_existing(std::string_view path) { return resolve(path, 0); }
+
+bool no_link_on(const std::string& path) {
+  open_how how{.flags = O_PATH | O_CLOEXEC, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
+  return UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how))).get() >= 0;
+}
 
 std::string resolve_write_target(std::string_view path) { return resolve(path, 40); }
 

@@ -20,6 +20,9 @@ std::string absolute_path(std::string_view path, std::string_view base);
 /// `link/..` is the target's parent, as the kernel walks it); the part that does not exist is
 /// appended, cleaned.
 std::string resolve_existing(std::string_view path);
+/// True when `path` exists and no component of it is a symlink (one openat2 walk): a path that
+/// passes is its own real path, and nothing on it can lead elsewhere.
+bool no_link_on(const std::string& path);
 /// resolve_existing, and a dangling symlink on the way followed to where it points (up to 40):
 /// where a write through `path` lands (a path lock's key, §6.7). Not for deciding what is
 /// writable: the link is the tool's to re-point.

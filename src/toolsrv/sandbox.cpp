@@ -74,6 +74,7 @@ bool trusted_link(const std::string& exe, const std::vector<std::string>& writab
 // under a writable one (as written or resolved) are walked: the others cost no system call.
 bool planted(const std::string& path, const std::vector<std::string>& writable, const std::vector<std::string>& under) {
   if (std::none_of(under.begin(), under.end(), [&](const std::string& w) { return is_within(path, w); })) return false;
+  if (no_link_on(path)) return false;
   for (auto slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
     const auto prefix = path.substr(0, slash);
     struct stat st {};

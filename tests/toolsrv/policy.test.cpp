@@ -5,6 +5,7 @@
 
 #include "toolsrv/cwd.hpp"
 #include "toolsrv/override.hpp"
+#include "toolsrv/paths.hpp"
 #include "toolsrv/policy.hpp"
 #include "toolsrv/sandbox.hpp"
 #include "world.hpp"
@@ -96,6 +97,28 @@ TEST(Sandbox, WritablePathsAreResolved) {
   EXPECT_TRUE(inside_writable(dir + "-link/tools", w));
   EXPECT_FALSE(inside_writable(dir + "x", w));
   std::filesystem::remove(dir + "-link");
+}
+
+// Each way a path resolves: no link on it (the kernel's walk refusing links), a link in the
+// middle and a link then `..` (the kernel's name of where the walk ended), a magic link of /proc,
+// a tail that does not exist, and a dangling link followed only for a write's target.
+TEST(Paths, ResolvedAsTheKernelWalksThem) {
+  const auto dir = temp_dir("res");
+  std::filesystem::create_directories(dir + "/a/b");
+  std::filesystem::create_directory_symlink(dir + "/a/b", dir + "/link");
+  std::filesystem::create_symlink(dir + "/a/new", dir + "/dangling");
+  EXPECT_EQ(resolve_existing(dir + "/a/b"), dir + "/a/b");
+  EXPECT_EQ(resolve_existing(dir + "/a/b/../b/"), dir + "/a/b");
+  EXPECT_EQ(resolve_existing(dir + "/link"), dir + "/a/b");
+  EXPECT_EQ(resolve_existing(dir + "/link/.."), dir + "/a");
+  EXPECT_EQ(resolve_existing(dir + "/link/x/y"), dir + "/a/b/x/y");
+  EXPECT_EQ(resolve_existing("/proc/self/cwd"), std::filesystem::current_path().string());
+  EXPECT_EQ(resolve_existing(dir + "/dangling/f"), dir + "/dangling/f");
+  EXPECT_EQ(resolve_write_target(dir + "/dangling/f"), dir + "/a/new/f");
+  EXPECT_TRUE(no_link_on(dir + "/a/b"));
+  EXPECT_FALSE(no_link_on(dir + "/link/"));
+  EXPECT_FALSE(no_link_on(dir + "/a/c"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Override, Sha256) {
