@@ -320,6 +320,7 @@ class Adapter : public p9::FileServer {
     Buffer request;                       // Write payload, Rdwr pending request, StreamRdwr filter
     bool pending = false;                 // Rdwr: written since the last reply
     Reply reply;                          // Rdwr
+    std::optional<p9::Error> failed;      // Rdwr: the last request's error, its reply to every read
     std::size_t reply_pos = 0;
     std::shared_ptr<Run> running;         // Rdwr: the handler is running for a read
     std::string seen, delivered;          // BlockOnce
@@ -368,7 +369,9 @@ class Adapter : public p9::FileServer {
     if (!n.stream && !held)
       if (auto st = access_.gone(h->ctx); !st) return p9::Result<std::string>(st.error());
     if (n.rdwr) {
-      if (o.running || o.pending || (!o.reply && n.default_request)) return std::nullopt;
+      if (o.running || o.pending) return std::nullopt;
+      if (o.failed) return p9::Result<std::string>(*o.failed);  // re-read: the same Rerror (§1.7)
+      if (!o.reply && n.default_request) return std::nullopt;
       if (!o.reply) return std::string();  // never written, no default request
       return serve_reply(o, offset, count);
     }
@@ -419,6 +422,7 @@ class Adapter : public p9::FileServer {
     if (auto st = access_.gone(h->ctx); !st) return st.error();
     auto& o = *std::static_pointer_cast<Open>(fid.aux);
     if (h->node->stream && o.started) return p9::error("filter already set");
+    o.failed.reset();
     if (o.reply) {  // a new request after a reply: the old reply is gone
       o.reply.reset();
       o.reply_held.clear();
@@ -471,13 +475,12 @@ class Adapter : public p9::FileServer {
     std::string req = o.pending ? o.request.take() : *h.node->default_request;
     o.pending = false;
     auto r = co_await h.node->rdwr(h.ctx, std::move(req));
-    if (!r) {
+    if (r)
+      if (auto st = hold(o, o.reply_held, r->size()); !st) r = st.error();
+    if (!r) {  // the request's reply is its error: a read at offset 0 gets it again
+      if (!o.pending) o.failed = r.error();
       publish.run->outcome = p9::Result<Reply>(r.error());
       co_return r.error();
-    }
-    if (auto st = hold(o, o.reply_held, r->size()); !st) {
-      publish.run->outcome = p9::Result<Reply>(st.error());
-      co_return st.error();
     }
     o.reply = std::make_shared<const std::string>(std::move(*r));
     publish.run->outcome = o.reply;

@@ -173,6 +173,14 @@ TEST_F(Kinds, RdwrErrorIsTheReadError) {
   open(1, "ctl", ORDWR);
   c->write(1, 0, "bad");
   EXPECT_EQ(c->read(1, 0).ename, "unknown command: bad");
+  // The error is the request's reply: read again from the start, it is the same (§1.7), and the
+  // handler does not run again; a new request replaces it.
+  EXPECT_EQ(c->read(1, 0).ename, "unknown command: bad");
+  EXPECT_EQ(c->read(1, 5).ename, "unknown command: bad");
+  ASSERT_EQ(st->requests.size(), 1u);
+  c->write(1, 0, "good");
+  EXPECT_EQ(c->read(1, 0).data, "reply:GOOD");
+  EXPECT_EQ(c->read(1, 0).data, "reply:GOOD");
 }
 
 TEST_F(Kinds, RdwrDefaultRequest) {
