@@ -559,7 +559,7 @@ asio::awaitable<p9::Status> Bypass::answer(std::shared_ptr<Session> s, std::stri
   // The session policy's new rules are on disk before the reply (§7.7); a failed save keeps them
   // in memory and says so, as every change does.
   if (ruled) {
-    if (auto st = co_await save_now(hub_, s); !st && result) result = st;
+    if (auto st = co_await save_change(hub_, s); !st && result) result = st;
   }
   co_return result;
 }

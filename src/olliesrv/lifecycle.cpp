@@ -401,7 +401,7 @@ asio::awaitable<p9::Status> submit_goal(Hub& hub, std::shared_ptr<Session> s, st
     if (!conductor) co_return p9::error("conductor: " + (made ? std::string("killed at creation") : made.ename()));
   }
   if (auto st = write_goal(*s, text); !st) co_return st;
-  if (auto st = co_await save_now(hub, s); !st) co_return st;
+  if (auto st = co_await save_change(hub, s); !st) co_return st;
   Submission goal;
   goal.text = std::move(text);
   goal.origin = "goal";
@@ -413,6 +413,12 @@ asio::awaitable<p9::Status> save_now(Hub& hub, std::shared_ptr<Session> s) {
   auto save = [s] { return s->save(); };  // named: see off_io
   auto st = co_await off_io<p9::Status>(hub, save);
   if (!st) co_return p9::error("save: " + st.ename());
+  co_return st;
+}
+
+asio::awaitable<p9::Status> save_change(Hub& hub, std::shared_ptr<Session> s) {
+  auto st = co_await save_now(hub, std::move(s));
+  if (!st) co_return p9::error(st.ename() + " (the change is made, not saved)");
   co_return st;
 }
 

@@ -33,6 +33,10 @@ asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shar
 /// request makes reply only once the change is on disk, so kill -9 after a reply loses nothing
 /// it acknowledged. An error is logged (Session::save) and returned as `save: <reason>`.
 asio::awaitable<p9::Status> save_now(Hub& hub, std::shared_ptr<Session> s);
+/// save_now after a change that stays made when the save fails (a ctl verb, a cfg or name
+/// write): its error says so, `save: <reason> (the change is made, not saved)`, since an error
+/// otherwise tells a client that nothing changed.
+asio::awaitable<p9::Status> save_change(Hub& hub, std::shared_ptr<Session> s);
 /// Every persisted session, without starting any toolsrv. Returns the number restored.
 std::size_t restore(Hub& hub);
 /// Shutdown: interrupt every turn, wait (at most 2 s) for the interrupts to end, save every

@@ -50,7 +50,7 @@ virtfs::WriteCoFn<Ctx> saved(std::function<p9::Status(Ctx&, std::string)> f) {
   return [f = std::move(f)](Ctx& c, std::string text) -> asio::awaitable<p9::Status> {
     const p9::Status st = f(c, std::move(text));
     if (!st) co_return st;
-    co_return co_await save_now(c.srv->hub(), c.session);  // answered once saved (§7.7)
+    co_return co_await save_change(c.srv->hub(), c.session);  // answered once saved (§7.7)
   };
 }
 

@@ -112,7 +112,7 @@ Reply verb_compact(AgentCall& c, const virtfs::Command& cmd) {
   auto n = co_await compact(c.a, c.s);
   if (!n) co_return n.error();
   c.shown = true;  // step 7's info block says it
-  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();  // the compacted history, before the reply (§7.7)
+  if (auto st = co_await save_change(c.hub, c.s); !st) co_return st.error();  // the compacted history, before the reply (§7.7)
   co_return "compacted " + std::to_string(*n) + " messages\n";
 }
 
@@ -122,7 +122,7 @@ Reply verb_clear(AgentCall& c, const virtfs::Command& cmd) {
   c.a->clear();
   c.a->note("info", "cleared");
   c.shown = true;
-  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
+  if (auto st = co_await save_change(c.hub, c.s); !st) co_return st.error();
   co_return std::string("cleared\n");
 }
 
@@ -241,7 +241,7 @@ Reply verb_tool_load(AgentCall& c, const virtfs::Command& cmd) {
       out += t + "\n";
     }
   }
-  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
+  if (auto st = co_await save_change(c.hub, c.s); !st) co_return st.error();
   co_return out;
 }
 
@@ -266,7 +266,7 @@ Reply verb_cwd(AgentCall& c, const virtfs::Command& cmd) {
 Reply verb_name(AgentCall& c, const virtfs::Command& cmd) {
   if (!cmd.args.empty()) {
     if (auto st = set_agent_name(c.hub, c.s, c.a, cmd.args[0]); !st) co_return st.error();
-    if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
+    if (auto st = co_await save_change(c.hub, c.s); !st) co_return st.error();
   }
   co_return c.a->current_name() + "\n";
 }
@@ -292,7 +292,7 @@ Reply verb_peeradd(AgentCall& c, const virtfs::Command& cmd) {
     c.a->peers.push_back(p->id);
     if (std::find(p->peers.begin(), p->peers.end(), c.a->id) == p->peers.end()) p->peers.push_back(c.a->id);
   }
-  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
+  if (auto st = co_await save_change(c.hub, c.s); !st) co_return st.error();
   co_return "peer " + p->current_name() + "\n";
 }
 
@@ -305,7 +305,7 @@ Reply verb_peerdel(AgentCall& c, const virtfs::Command& cmd) {
     std::erase(c.a->peers, p->id);
     std::erase(p->peers, c.a->id);
   }
-  if (auto st = co_await save_now(c.hub, c.s); !st) co_return st.error();
+  if (auto st = co_await save_change(c.hub, c.s); !st) co_return st.error();
   co_return "unpeered " + p->current_name() + "\n";
 }
 

@@ -1127,6 +1127,14 @@ TEST(Conversation, AnAgentTheDiskDidNotTakeIsRefused) {
   EXPECT_EQ(made.ename().rfind("save: ", 0), 0u) << made.ename();
   EXPECT_EQ(w.read(s + "/agent/idx")->find("late"), std::string::npos) << *w.read(s + "/agent/idx");
   EXPECT_EQ(w.rdwr(s + "/ctl", "save").ename().rfind("save: ", 0), 0u);  // §3.2's own wording
+  // A change that stays made says so: an error alone tells a client nothing changed.
+  auto set = w.rdwr(s + "/agent/main/ctl", "model m2");
+  ASSERT_FALSE(set);
+  EXPECT_TRUE(set.ename().starts_with("save: ") && set.ename().ends_with(" (the change is made, not saved)")) << set.ename();
+  EXPECT_EQ(*w.rdwr(s + "/agent/main/ctl", "model"), "m2\n");
+  auto env = w.write(s + "/env", "K=v");
+  ASSERT_FALSE(env);
+  EXPECT_TRUE(env.ename().ends_with(" (the change is made, not saved)")) << env.ename();
   std::filesystem::remove(dir);
   std::filesystem::rename(dir + ".aside", dir);
   ASSERT_TRUE(w.rdwr(s + "/agent/new", "name=late"));
