@@ -61,6 +61,17 @@ asio::awaitable<void> Rpc::run() {
   pending_.clear();
 }
 
+namespace {
+
+// A notification's method sent with an id (ACP's session/cancel, as some editors send it): it
+// runs, and the answer is null, rather than that the method does not exist.
+asio::awaitable<json> answered_null(Rpc::Notification h, json params) {
+  co_await h(std::move(params));
+  co_return nullptr;
+}
+
+}  // namespace
+
 void Rpc::dispatch(const std::string& line) {
   if (line.find_first_not_of(" \t\r") == std::string::npos) return;
   json msg = json::parse(line, nullptr, false);
@@ -105,11 +116,14 @@ void Rpc::dispatch(const std::string& line) {
     return;
   }
   auto it = requests_.find(method);
-  if (it == requests_.end()) return fail(id, code::method_not_found, "method not found: " + method);
+  auto as_notification = notifications_.find(method);
+  if (it == requests_.end() && as_notification == notifications_.end())
+    return fail(id, code::method_not_found, "method not found: " + method);
   // Counted until answered: the end of stdin waits for it (main.cpp).
   const std::uint64_t n = ++handled_;
   handling_[n] = id;
-  asio::co_spawn(ex_, it->second(std::move(params)), [this, n, id, method](std::exception_ptr e, json result) {
+  auto run = it != requests_.end() ? it->second(std::move(params)) : answered_null(as_notification->second, std::move(params));
+  asio::co_spawn(ex_, std::move(run), [this, n, id, method](std::exception_ptr e, json result) {
     if (!handling_.erase(n)) return;  // abandoned: already answered
     if (!e) return answer(id, std::move(result));
     try {

@@ -34,6 +34,8 @@ const responses = [
   { reasoning: "The tool said hi.", text: "Done: hi-from-tool" },
   // the cancelled turn
   { text: slow, chunk: 4, delay_ms: 50 },
+  // the turn cancelled by a request
+  { text: slow, chunk: 4, delay_ms: 50, when: "Cancel me by request." },
   // the permission request
   { tool_calls: [{ id: "c2", name: "shell", arguments: { cmd: "echo outside-the-sandbox", bypass: true } }] },
   { text: "It ran." },
@@ -264,6 +266,17 @@ test("session/cancel stops the turn: the prompt ends cancelled", async () => {
   const r = await done;
   assert.equal(r.stopReason, "cancelled");
   assert.ok(text(main.updates, "agent_message_chunk").length < slow.length, "the answer was cut short");
+});
+
+// ACP's session/cancel is a notification; sent with an id (as some editors do), it still cancels,
+// and its answer is null, not "method not found".
+test("session/cancel sent as a request cancels the turn and is answered null", async () => {
+  main.updates.length = 0;
+  const done = main.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text: "Cancel me by request." }] });
+  await within(10, () => text(main.updates, "agent_message_chunk").length > 0, "the first chunk");
+  assert.equal(await main.agent.request("session/cancel", { sessionId }), null);
+  const r = await done;
+  assert.equal(r.stopReason, "cancelled");
 });
 
 // A !command runs at once, beside any turn; ctl stop ends it (its exec block says interrupted).
