@@ -349,7 +349,14 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
            {"openai", "sk-test", "http://127.0.0.1:1", "", ""},
            {"bogus", "", "http://127.0.0.1:1",
             unusable + "unknown backend: bogus (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)" + tail, ""},
-           {"openai", "", "http://127.0.0.1:1", unusable + "openai: missing key: set OLLIE_OPENAI_KEY" + tail, ""}}) {
+           {"openai", "", "http://127.0.0.1:1", unusable + "openai: missing key: set OLLIE_OPENAI_KEY" + tail, ""},
+           // A default ollama is a server that must answer, with the model an agent asks for.
+           {"ollama", "", "http://127.0.0.1:1", "default backend ollama: nothing answers at http://127.0.0.1:1 (", ""},
+           {"ollama", "", ollama.url(),
+            "default backend ollama at " + ollama.url() +
+                " has not pulled qwen3:8b: `ollama pull qwen3:8b`, or `model = fake-model` in its [ollama] section" + see,
+            ""},
+           {"ollama", "", ollama.url(), "", "fake-model"}}) {
     Child srv({built("bin/olliesrv"), "-a", addr},
               {"XDG_CONFIG_HOME=" + dir.path + "/config", "XDG_DATA_HOME=" + dir.path + "/data", "OLLIE_OLLAMA_URL=" + url,
                "OLLIE_MODEL=" + model, "OLLIE_BACKEND=" + backend, "OLLIE_OPENAI_KEY=" + key, "OPENAI_API_KEY="});
@@ -363,7 +370,7 @@ TEST(DaemonFlags, FirstRunWithoutABackendSaysHowToFixIt) {
     EXPECT_EQ(r.out, "ok\n") << r.err;
     ASSERT_TRUE(srv.wait());
     if (want.empty()) {
-      for (const char* said : {"no model backend", "default backend unusable"})
+      for (const char* said : {"no model backend", "default backend"})
         EXPECT_EQ(srv.err_text().find(said), std::string::npos) << srv.err_text();
     } else {
       EXPECT_NE(srv.err_text().find(want), std::string::npos) << srv.err_text();
