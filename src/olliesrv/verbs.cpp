@@ -344,7 +344,12 @@ asio::awaitable<void> exec_command(std::shared_ptr<Session> s, std::shared_ptr<A
   }
   const bool loaded = std::any_of(tools->begin(), tools->end(), [](const ToolInfo& t) { return t.name == "shell"; });
   if (!loaded) {
-    a->note("error", "!: shell tool not loaded (use /tool_load shell)");
+    // §3.4's words; with no shell tool to load at all (nothing installed), that advice fails.
+    auto all = co_await s->host->catalog();
+    const bool there = !all || std::any_of(all->begin(), all->end(), [](const ToolInfo& t) { return t.name == "shell"; });
+    a->note("error", there ? "!: shell tool not loaded (use /tool_load shell)"
+                           : "!: shell tool not loaded, and none is installed: `./dev.sh install` installs the shipped "
+                             "tools (doc/data.md)");
     co_return;
   }
   ToolCallRequest req;

@@ -441,6 +441,21 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   EXPECT_TRUE(wait_block(w, a, "error", "!: shell tool not loaded (use /tool_load shell)"));
 }
 
+// With no shell tool installed at all, §3.4's advice (`/tool_load shell`) would fail too: the
+// block says what does.
+TEST(AgentCtl, ABangCommandWithNoShellToolInstalledSaysHowToGetOne) {
+  World w;
+  const auto tools = w.own_dir("tools");
+  std::filesystem::remove(tools + "/shell");
+  std::filesystem::remove(tools + "/shell.meta");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.write(a + "/prompt", "!ls"));
+  EXPECT_TRUE(wait_block(w, a, "error",
+                         "!: shell tool not loaded, and none is installed: `./dev.sh install` installs the shipped tools "
+                         "(doc/data.md)"));
+}
+
 // The command goes to `shell` as JSON: bytes that are not UTF-8 become U+FFFD, as in a prompt,
 // and the command still runs (it was dropped without a block).
 TEST(AgentCtl, ABangCommandWithBytesThatAreNotUtf8RunsWithThemReplaced) {
