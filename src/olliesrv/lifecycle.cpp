@@ -500,7 +500,7 @@ std::size_t restore(Hub& hub) {
       s->backend = r.backend;
       s->model = r.model;
       for (const auto& [k, v] : r.env) {
-        if (auto why = env_entry_error(k, v)) spdlog::warn("restore: session {}: env entry dropped: {}", r.id, *why);
+        if (auto why = env_entry_error(k, v)) spdlog::warn("restore: session {} ({}): env entry dropped: {}", r.name, r.id, *why);
         else s->env[k] = v;
       }
       s->goal = r.goal;
@@ -518,7 +518,7 @@ std::size_t restore(Hub& hub) {
       if (known == profiles.end()) known = profiles.emplace(pname, load_profile(hub.config_root, pname)).first;
       auto profile = known->second;
       if (!profile) {
-        spdlog::warn("restore: agent {}: {}", ar.id, profile.ename());
+        spdlog::warn("restore: agent {}/{} ({}): {}", r.name, ar.name, ar.id, profile.ename());
         profile = Profile{};
         profile->name = ar.profile;
       }
@@ -549,7 +549,7 @@ std::size_t restore(Hub& hub) {
         a->cwd_override = ar.cwd;
         // A value a cfg write refuses is not served (a hand-edited file's `"maxTokens": -5`).
         a->overrides = checked_params(ar.params, [&](const std::string& why) {
-          spdlog::warn("restore: agent {}: cfg override dropped: {}", ar.id, why);
+          spdlog::warn("restore: agent {}/{} ({}): cfg override dropped: {}", r.name, ar.name, ar.id, why);
         });
         a->tools = want;
         a->plan = ar.plan;
@@ -564,7 +564,7 @@ std::size_t restore(Hub& hub) {
           a->stats.totals.cost_session += cut_cost;
         }
       }
-      if (auto st = a->make_backend(); !st) spdlog::warn("restore: agent {}: {}", ar.id, st.ename());
+      if (auto st = a->make_backend(); !st) spdlog::warn("restore: agent {}/{} ({}): {}", r.name, ar.name, ar.id, st.ename());
       s->host->want_tools(ar.id, want);
       if (!ar.cwd.empty()) s->host->set_agent_cwd(ar.id, ar.cwd);
       if (auto st = s->add(a); !st) {  // the whole session is skipped: a save would lose the agent
