@@ -518,16 +518,34 @@ void HttpEngine::cancel(TransferId id) {
 HttpResponse HttpEngine::fetch(HttpRequest req) {
   if (here())  // the transfer would be queued behind the wait itself
     return {{}, {}, {TransferEnd::Kind::network, "http: fetch on an HTTP loop's thread"}};
-  auto out = std::make_shared<HttpResponse>();
+  const HttpResponse stopped{{}, {}, {TransferEnd::Kind::network, "http: shutting down"}};
+  auto out = std::make_shared<HttpResponse>(stopped);
   auto done = std::make_shared<std::promise<void>>();
   auto fut = done->get_future();
-  // The handler alone holds the promise: a transfer dropped unrun (a shut-down engine) breaks it.
-  start(std::move(req), collect([out, done = std::move(done)](HttpResponse r) {
-          *out = std::move(r);
-          done->set_value();
-        }));
-  fut.wait();  // also returns when the engine stops first: the response is then empty
+  std::unique_lock lock(fetches_mu_);
+  if (fetches_stopped_) return stopped;
+  // The handler alone holds the promise: a transfer dropped unrun (a shut-down engine, a
+  // cancelled fetch) breaks it.
+  const TransferId id = start(std::move(req), collect([out, done = std::move(done)](HttpResponse r) {
+                                *out = std::move(r);
+                                done->set_value();
+                              }));
+  fetches_.insert(id);
+  lock.unlock();
+  fut.wait();  // also returns when the engine stops first or the fetch is stopped: `stopped` then
+  lock.lock();
+  fetches_.erase(id);
   return std::move(*out);
+}
+
+void HttpEngine::stop_fetches() {
+  std::set<TransferId> now;
+  {
+    std::lock_guard lock(fetches_mu_);
+    fetches_stopped_ = true;
+    now = fetches_;
+  }
+  for (const auto id : now) cancel(id);
 }
 
 }  // namespace ollie::backend

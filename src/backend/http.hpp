@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -101,6 +103,11 @@ class HttpEngine {
   /// Runs a request to completion, blocking the caller (never call it on a loop's thread).
   HttpResponse fetch(HttpRequest req);
 
+  /// Ends every fetch() waiting now, and makes later ones return at once, with an error: a
+  /// shutdown's first step, so that the threads blocked in fetches (a body that trickles in)
+  /// are free for the rest of it. Streamed transfers go on until shutdown().
+  void stop_fetches();
+
   /// Drops every transfer without callbacks and lets go of the loops' sockets and timers; start(),
   /// cancel() and fetch() return at once afterwards. Call it from a thread that runs no loop: a
   /// loop whose thread still runs closes there (posted: it is its context's last work, so the
@@ -120,6 +127,9 @@ class HttpEngine {
   std::unique_ptr<std::thread> own_thread_;
   std::atomic<std::size_t> next_loop_{0};
   std::atomic<TransferId> next_id_{1};
+  std::mutex fetches_mu_;
+  std::set<TransferId> fetches_;  // the fetches waiting now
+  bool fetches_stopped_ = false;
 };
 
 }  // namespace ollie::backend

@@ -228,8 +228,11 @@ void Olliesrv::shutdown() {
     }
     m.pool.release();
   };
-  if (m.hub) asio::post(m.hub->blocking, finish);
-  else finish();
+  if (!m.hub) return finish();
+  // The blocking pool may be held by fetches (a model list trickling in for minutes): they end
+  // first, or `finish` would wait behind them.
+  m.hub->http.stop_fetches();
+  asio::post(m.hub->blocking, finish);
 }
 
 void Olliesrv::wait() {

@@ -164,6 +164,26 @@ TEST(Conversation, AStalledWindowAskHoldsNeitherANewAgentNorStats) {
   EXPECT_EQ(asked, 1u);  // the read waited for the ask agent/new started
 }
 
+// §1.4: SIGTERM ends olliesrv at once even while model lists trickle in (a byte every 100 ms, for
+// a minute) on both threads of its blocking pool, an agent's window ask and a read of `models`:
+// the fetches end first, or the shutdown's own work would wait behind them.
+TEST(Conversation, ShutdownIsNotHeldByModelListsTricklingIn) {
+  World w(json{{"route_faults", {{"models", "stall"}}}});
+  auto s = w.session("work");
+  w.agent(s, "main");
+  testing_support::Child reader({testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "read", "models"}, w.env());
+  ASSERT_TRUE(eventually([&] {
+    std::size_t asked = 0;
+    for (auto& r : w.fake.requests()) asked += r.path.ends_with("/models");
+    return asked >= 2;
+  }));
+  const auto start = std::chrono::steady_clock::now();
+  w.stop_server(SIGTERM);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  ASSERT_TRUE(reader.wait());
+  EXPECT_NE(w.log_text().find("shutting down"), std::string::npos) << w.log_text();
+}
+
 // §8.5.1: a window the provider cannot tell is unknown (128000), cached like a known one: a models
 // endpoint that fails (here a 12 MiB list, refused) is asked once, not before every request (a
 // stalled one cost 60 s each time); `invalidate` asks again.
