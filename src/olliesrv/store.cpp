@@ -412,16 +412,17 @@ struct Parser {
         if (!it.value().is_string()) return fail("env." + it.key(), "expected a string");
         s.env[it.key()] = it.value().get<std::string>();
       }
+    // Required: a session restored without its agents would have their files removed as those of
+    // agents it no longer has (every save writes the list, empty or not).
     auto* agents = array(j, "agents", p);
     if (!err.empty()) return false;
-    if (agents) {
-      s.agents.resize(agents->size());
-      std::set<std::string> ids;
-      for (std::size_t i = 0; i < agents->size(); i++) {
-        std::string ap = "agents[" + std::to_string(i) + "].";
-        if (!agent((*agents)[i], ap, s.agents[i])) return false;
-        if (!ids.insert(s.agents[i].id).second) return fail(ap + "id", "duplicate");
-      }
+    if (!agents) return fail("agents", "missing");
+    s.agents.resize(agents->size());
+    std::set<std::string> ids;
+    for (std::size_t i = 0; i < agents->size(); i++) {
+      std::string ap = "agents[" + std::to_string(i) + "].";
+      if (!agent((*agents)[i], ap, s.agents[i])) return false;
+      if (!ids.insert(s.agents[i].id).second) return fail(ap + "id", "duplicate");
     }
     return true;
   }

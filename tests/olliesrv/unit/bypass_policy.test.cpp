@@ -213,7 +213,7 @@ TEST(BypassPolicy, ShownMarksAValueItCuts) {
 }
 
 TEST(BypassPolicy, ASessionSavedBeforePoliciesLoadsWithNoneAndCounterZero) {
-  auto s = ollie::parse_session(R"({"id":"x","name":"old","cwd":"/"})");
+  auto s = ollie::parse_session(R"({"id":"x","name":"old","cwd":"/","agents":[]})");
   ASSERT_TRUE(s) << s.ename();
   EXPECT_EQ(s->bypass, "");
   EXPECT_EQ(s->bypass_counter, 0u);

@@ -267,7 +267,7 @@ TEST(StoreJson, ToleratesMissingOptionalFields) {
   EXPECT_EQ(s->agents[0].block_counter, 0u);
   ASSERT_EQ(s->agents[0].messages.size(), 1u);
   EXPECT_EQ(s->agents[0].messages[0].msg.content, "");
-  auto unknown = parse_session(R"({"id":"x","future":{"a":1}})");
+  auto unknown = parse_session(R"({"id":"x","future":{"a":1},"agents":[]})");
   EXPECT_TRUE(unknown) << "unknown fields are ignored";
 }
 
@@ -279,6 +279,9 @@ TEST(StoreJson, WrongTypesNameTheField) {
   EXPECT_EQ(e("{bad"), "session.json: invalid json");
   EXPECT_EQ(e("[]"), "session.json: session: expected an object");
   EXPECT_EQ(e(R"({"name":"x"})"), "session.json: id: missing");
+  // Without its agents list, a restore would remove their blocks as no longer the session's.
+  EXPECT_EQ(e(R"({"id":"x"})"), "session.json: agents: missing");
+  EXPECT_EQ(e(R"({"id":"x","agents":[]})"), "ok");
   EXPECT_EQ(e(R"({"id":7})"), "session.json: id: expected a string");
   EXPECT_EQ(e(R"({"id":"x","bypassCounter":-1})"), "session.json: bypassCounter: expected a non-negative integer");
   EXPECT_EQ(e(R"({"id":"x","env":{"A":1}})"), "session.json: env.A: expected a string");
@@ -581,7 +584,7 @@ TEST(Store, ASessionThatFailsIsSkippedAndLeftUntouched) {
   // An id that differs from its directory.
   auto other = dir_of(t, "other");
   std::filesystem::create_directories(other);
-  spit(other + "/session.json", R"({"id":"not-other"})");
+  spit(other + "/session.json", R"({"id":"not-other","agents":[]})");
   // A directory without session.json, and a stray file.
   std::filesystem::create_directories(dir_of(t, "empty"));
   spit(t.path + "/sessions/stray.txt", "x");
