@@ -1,5 +1,9 @@
 #include "dial.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <string>
+
 #include "dirs.hpp"
 
 namespace p9 {
@@ -25,6 +29,10 @@ Result<Address> parse_address(std::string_view s) {
     a.kind = Address::Tcp;
     a.host = std::string(rest.substr(0, b2));
     a.port = std::string(rest.substr(b2 + 1));
+    // A number is a port: getaddrinfo takes 99999 as 34463 (modulo 65536), another service's.
+    if (std::all_of(a.port.begin(), a.port.end(), [](unsigned char c) { return std::isdigit(c); }) &&
+        (a.port.size() > 5 || std::stoul(a.port) > 65535))
+      return error("bad address: " + a.text + ": port out of range");
     if (a.host == "*") a.host = "0.0.0.0";
     return a;
   }

@@ -154,6 +154,13 @@ void put(const std::string& s) {
   if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) fail("stdout", std::strerror(errno));
 }
 
+// A reply as it comes (a stream's reader sees it at once); one that cannot be written ends the
+// program (`read chat > full-disk`), not the output alone.
+void put_now(const std::string& s) {
+  put(s);
+  if (std::fflush(stdout) != 0) fail("stdout", std::strerror(errno));
+}
+
 std::string read_stdin() {
   std::string all;
   char buf[65536];
@@ -278,8 +285,7 @@ int cmd_read(const p9::CFid& root, const std::vector<std::string>& args, bool fo
     if (again && (r->empty() || *r == first_of_last) && Clock::now() - start < std::chrono::seconds(1)) return 0;
     first_of_last = *r;
     while (!r->empty()) {
-      put(*r);
-      std::fflush(stdout);
+      put_now(*r);
       r = f.read();
       if (!r) fail(args[0], r.ename());
     }
@@ -300,16 +306,18 @@ int cmd_rdwr(const p9::CFid& root, const std::vector<std::string>& args, bool) {
   end_with_the_reader();
   // From the reply's start (§1.7); on a file that is a Read and a Write (cfg), its content whole.
   f.seek(0);
+  // A server that stops on this very request (root ctl `kill`) hangs up after its reply; any
+  // other hang-up (a crash halfway through a reply, during `rdwr event`) is an error.
+  const bool stopping = args[0].find_first_not_of('/') != std::string::npos &&
+                        args[0].substr(args[0].find_first_not_of('/')) == "ctl";
   bool replied = false;
   for (;;) {
     auto r = f.read();
-    // A server that stops on this very request (root `ctl kill`) hangs up after its reply.
-    if (!r && replied && r.ename() == p9::err::hung_up) return 0;
+    if (!r && replied && stopping && r.ename() == p9::err::hung_up) return 0;
     if (!r) fail(args[0], r.ename());
     if (r->empty()) break;
     replied = true;
-    put(*r);
-    std::fflush(stdout);
+    put_now(*r);
   }
   if (auto st = f.clunk(); !st) fail(args[0], st.ename());
   return 0;

@@ -62,6 +62,9 @@ TEST_F(Client9p, DialErrorsSayWhy) {
   ASSERT_FALSE(c);
   EXPECT_EQ(c.ename(), "dial /nonexistent/dir/sock: No such file or directory");
   EXPECT_EQ(Client::dial("udp!x!1").ename(), "unknown network: udp");
+  // A port past 65535 is refused, not wrapped round to another service's (99999 is 34463).
+  EXPECT_EQ(Client::dial("tcp!127.0.0.1!99999").ename(), "bad address: tcp!127.0.0.1!99999: port out of range");
+  EXPECT_EQ(Client::dial("tcp!127.0.0.1!0000065536").ename(), "bad address: tcp!127.0.0.1!0000065536: port out of range");
 }
 
 TEST_F(Client9p, ServesTcpToo) {

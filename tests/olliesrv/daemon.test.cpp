@@ -143,9 +143,38 @@ TEST_F(Daemon, AReaderThatGoesEndsTheStreamAndOutputErrorsAreSaid) {
   auto full = run({"/bin/sh", "-c", o9 + " ls / > /dev/full"});
   EXPECT_EQ(full.status, 1);
   EXPECT_EQ(full.err, "ollie-9p: stdout: No space left on device\n");
+  // So are those of read and rdwr, which print each reply as it comes (a stream into a full disk
+  // would run on printing nothing).
+  for (const std::string& cmd : {o9 + " read session/idx", "echo invalidate | " + o9 + " rdwr ctl"}) {
+    auto lost = run({"timeout", "10", "/bin/sh", "-c", cmd + " > /dev/full"});
+    EXPECT_EQ(lost.status, 1) << cmd;
+    EXPECT_EQ(lost.err, "ollie-9p: stdout: No space left on device\n") << cmd;
+  }
   auto dir_in = run({"/bin/sh", "-c", o9 + " write ctl < /"});
   EXPECT_EQ(dir_in.status, 1);
   EXPECT_EQ(dir_in.err, "ollie-9p: stdin: Is a directory\n");
+}
+
+// A server that stops on the root ctl's `kill` hangs up after its reply: rdwr ends well. One that
+// dies under another rdwr (a stream of events, a reply half read) is an error, said.
+TEST_F(Daemon, RdwrEndsWellOnlyWhenItsKillStoppedTheServer) {
+  Child events({built("bin/ollie-9p"), "-a", addr, "rdwr", "event"});
+  events.close_stdin();
+  // An event it has read: its stream runs.
+  for (int i = 0; i < 50 && events.read_until("session.", 200).find("session.") == std::string::npos; i++)
+    ASSERT_EQ(o9p({"rdwr", "session/new"}, "name=s" + std::to_string(i) + " cwd='" + dir.path + "'\n").status, 0);
+  ASSERT_NE(events.read_until("session.", 100).find("session."), std::string::npos);
+  ::kill(srv->pid(), SIGKILL);
+  ASSERT_TRUE(events.wait());
+  EXPECT_EQ(events.result().status, 1);
+  EXPECT_NE(events.result().err.find("ollie-9p: event: "), std::string::npos) << events.result().err;
+  srv = std::make_unique<Child>(std::vector<std::string>{built("bin/olliesrv"), "-a", addr},
+                                std::vector<std::string>{"XDG_DATA_HOME=" + dir.path + "/data"});
+  // Its socket is the dead one's until it listens.
+  for (int i = 0; i < 100 && o9p({"read", "help"}).status != 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto killed = o9p({"rdwr", "ctl"}, "kill\n");
+  EXPECT_EQ(killed.status, 0) << killed.err;
+  EXPECT_EQ(killed.out, "ok\n");
 }
 
 // rdwr prints the reply from its start (§1.7); on a file that is a Read and a Write (a session's
