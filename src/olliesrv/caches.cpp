@@ -62,12 +62,12 @@ asio::awaitable<p9::Result<std::vector<std::string>>> backend_models(Hub& hub, c
   auto it = hub.caches.models.find(name);
   if (it == hub.caches.models.end()) co_return check_backend(name).error();
   auto load = model_load(hub, name);
-  co_return co_await it->second.get(hub.blocking, std::move(load));
+  co_return co_await it->second.get(hub.asks, std::move(load));
 }
 
 void prefetch_models(Hub& hub, const std::string& name) {
   if (auto it = hub.caches.models.find(name); it != hub.caches.models.end())
-    it->second.prefetch(hub.blocking, model_load(hub, name));
+    it->second.prefetch(hub.asks, model_load(hub, name));
 }
 
 }  // namespace ollie

@@ -72,7 +72,7 @@ asio::awaitable<int> Compaction::context_length(std::shared_ptr<Agent> ap, std::
     return *r > 0 ? *r : 128000;
   };
   const auto memo = a.hub.caches.context_length(backend_name, model);
-  const auto got = co_await memo.get(a.hub.blocking, ask, patience);
+  const auto got = co_await memo.get(a.hub.asks, ask, patience);
   if (!got || !*got) co_return 128000;  // still asking, or the ask failed: unknown for now, not kept
   const int len = **got;
   std::lock_guard lock(a.mu);

@@ -48,6 +48,10 @@ struct Hub {
   /// The profiles' `!` entries (§7.5.1), up to 30 s each: apart from `blocking`, where agent/new,
   /// the saves and the stop run, so that two slow entries hold none of them.
   asio::thread_pool commands{2};
+  /// The providers' metadata (model lists, context windows), each ask up to a fetch's 60 s:
+  /// apart from `blocking`, so that a provider whose list stalls, asked for many models, holds
+  /// no save, agent/new or session/new of any session.
+  asio::thread_pool asks{2};
   Caches caches;                  ///< model lists, profiles, tool catalog: root `ctl invalidate` drops them
   std::string config_root;        ///< $XDG_CONFIG_HOME/ollie
   std::string toolsrv;            ///< the toolsrv executable

@@ -248,6 +248,7 @@ void Olliesrv::wait() {
   // killed): each posts its end to a context, which must still exist.
   impl_->hub->blocking.join();
   impl_->hub->commands.join();
+  impl_->hub->asks.join();
   // So do the toolsrv clients of the sessions the hub keeps after the contexts.
   for (const auto& s : impl_->hub->sessions()) s->host->release();
 }

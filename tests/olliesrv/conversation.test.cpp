@@ -184,6 +184,31 @@ TEST(Conversation, ShutdownIsNotHeldByModelListsTricklingIn) {
   EXPECT_NE(w.log_text().find("shutting down"), std::string::npos) << w.log_text();
 }
 
+// A provider whose model list stalls, asked for the windows of many models (a list each, up to
+// 60 s), holds no save: the asks wait among themselves, and another session is made at once.
+TEST(Conversation, ModelListsThatStallHoldNoSave) {
+  World w(json{{"route_faults", {{"models", "stall"}}}});
+  auto s = w.session("work");
+  std::vector<std::unique_ptr<testing_support::Child>> asking;
+  for (int i = 0; i < 4; i++) {
+    asking.push_back(std::make_unique<testing_support::Child>(
+        std::vector<std::string>{testing_support::built("bin/ollie-9p"), "-a", "unix!" + w.sock, "rdwr", s + "/agent/new"},
+        w.env()));
+    asking.back()->write_stdin("name=a" + std::to_string(i) + " model=m" + std::to_string(i) + "\n");
+    asking.back()->close_stdin();
+  }
+  ASSERT_TRUE(eventually([&] {
+    std::size_t asked = 0;
+    for (auto& r : w.fake.requests()) asked += r.path.ends_with("/models");
+    return asked >= 2;
+  }));
+  for (auto& a : asking) ASSERT_TRUE(a->wait());  // each waits its 2 s for its window, no more
+  const auto start = std::chrono::steady_clock::now();
+  w.session("other");
+  ASSERT_TRUE(w.rdwr(s + "/agent/a0/ctl", "name b0"));  // a verb that saves
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 // §8.5.1: a window the provider cannot tell is unknown (128000), cached like a known one: a models
 // endpoint that fails (here a 12 MiB list, refused) is asked once, not before every request (a
 // stalled one cost 60 s each time); `invalidate` asks again.
