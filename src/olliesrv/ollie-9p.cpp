@@ -308,8 +308,8 @@ int cmd_rdwr(const p9::CFid& root, const std::vector<std::string>& args, bool) {
   f.seek(0);
   // A server that stops on this very request (root ctl `kill`) hangs up after its reply; any
   // other hang-up (a crash halfway through a reply, during `rdwr event`) is an error.
-  const bool stopping = args[0].find_first_not_of('/') != std::string::npos &&
-                        args[0].substr(args[0].find_first_not_of('/')) == "ctl";
+  const auto name = args[0].find_first_not_of('/');
+  const bool stopping = name != std::string::npos && args[0].compare(name, std::string::npos, "ctl") == 0;
   bool replied = false;
   for (;;) {
     auto r = f.read();

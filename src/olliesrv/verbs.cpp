@@ -342,11 +342,13 @@ asio::awaitable<void> exec_command(std::shared_ptr<Session> s, std::shared_ptr<A
     a->note("error", "!: " + tools.ename());
     co_return;
   }
-  const bool loaded = std::any_of(tools->begin(), tools->end(), [](const ToolInfo& t) { return t.name == "shell"; });
-  if (!loaded) {
+  const auto has_shell = [](const std::vector<ToolInfo>& list) {
+    return std::any_of(list.begin(), list.end(), [](const ToolInfo& t) { return t.name == "shell"; });
+  };
+  if (!has_shell(*tools)) {
     // §3.4's words; with no shell tool to load at all (nothing installed), that advice fails.
     auto all = co_await s->host->catalog();
-    const bool there = !all || std::any_of(all->begin(), all->end(), [](const ToolInfo& t) { return t.name == "shell"; });
+    const bool there = !all || has_shell(*all);
     a->note("error", there ? "!: shell tool not loaded (use /tool_load shell)"
                            : "!: shell tool not loaded, and none is installed: `./dev.sh install` installs the shipped "
                              "tools (doc/data.md)");

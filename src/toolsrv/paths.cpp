@@ -58,11 +58,8 @@ namespace {
 // the walk ends at. realpath(3) instead reads every component as a link, a walk from / for each.
 std::optional<std::string> real_path(const std::string& path) {
   if (path.starts_with('/')) {
-    open_how how{.flags = O_PATH | O_CLOEXEC, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
-    if (UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how))); fd) {
-      return clean_path(path);
-    }
-    if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+    if (no_link_on(path)) return clean_path(path);
+    if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;  // the walk's own answer
   }
   if (UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC)); fd) {
     if (auto named = fd_path(fd.get()); !named.empty() && named.front() == '/' && !named.ends_with(" (deleted)")) return named;
