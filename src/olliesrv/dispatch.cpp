@@ -219,10 +219,12 @@ std::string with_dispatch_flags(const std::string& parameters) {
   if (p.is_discarded() || !p.is_object()) p = json{{"type", "object"}, {"properties", json::object()}};
   if (!p.contains("properties") || !p["properties"].is_object()) p["properties"] = json::object();
   auto& props = p["properties"];
-  props["timeout"] = {{"type", "integer"}, {"minimum", 0}, {"description", "seconds; 0 = none"}};
-  props["background"] = {{"type", "boolean"}, {"description", "run in the background"}};
-  props["bypass"] = {{"type", "boolean"}, {"description", "ask to run outside the sandbox"}};
-  props["sandbox"] = {{"type", "string"}, {"description", "ignored"}};
+  // Bare types: the system prompt says once what the flags do (data/prompts/system.md), where a
+  // description in each schema repeated it for every tool of every request (§6.8).
+  props["timeout"] = {{"type", "integer"}, {"minimum", 0}};
+  props["background"] = {{"type", "boolean"}};
+  props["bypass"] = {{"type", "boolean"}};
+  props["sandbox"] = {{"type", "string"}};
   return p.dump();
 }
 

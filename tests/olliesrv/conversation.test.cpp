@@ -94,6 +94,18 @@ TEST(Conversation, APromptIsAnsweredIntoChatLogAndBlocks) {
   bool has_read = false;
   for (auto& t : body["tools"]) has_read = has_read || t["function"]["name"] == "file_read";
   EXPECT_TRUE(has_read) << body["tools"].dump();
+  // Every schema carries §6.8's four dispatch flags with its table's types, bare: the system
+  // prompt says once what they do (a description in each schema repeated it per tool).
+  const json flags = {{"timeout", {{"type", "integer"}, {"minimum", 0}}},
+                      {"background", {{"type", "boolean"}}},
+                      {"bypass", {{"type", "boolean"}}},
+                      {"sandbox", {{"type", "string"}}}};
+  for (auto& t : body["tools"])
+    for (auto& [flag, schema] : flags.items())
+      EXPECT_EQ(t["function"]["parameters"]["properties"][flag], schema) << t["function"]["name"];
+  const auto system = body["messages"][0]["content"].get<std::string>();
+  for (const char* said : {"`timeout`", "`bypass: true`", "`background: true`"})
+    EXPECT_NE(system.find(said), std::string::npos) << said;
 }
 
 // §3.1: a model's window is asked of its provider once, not once per agent (a fan-out of
