@@ -34,6 +34,13 @@ inline int run_bench_parts(const char* name, int argc, char** argv, const char* 
                            const std::vector<std::pair<std::string, std::function<void()>>>& parts) {
   ::setenv("OLLIE_BUILD_DIR", build_dir, 0);
   ::setenv("OLLIE_SOURCE_DIR", source_dir, 0);
+  // Made absolute: the bench's world links the build's tools from a directory of its own, where a
+  // relative OLLIE_BUILD_DIR named nothing and the agents ran without tools.
+  for (const char* var : {"OLLIE_BUILD_DIR", "OLLIE_SOURCE_DIR"})
+    if (char* real = ::realpath(std::getenv(var), nullptr)) {
+      ::setenv(var, real, 1);
+      std::free(real);
+    }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<std::string> want(argv + 1, argv + argc);
   std::string names;
