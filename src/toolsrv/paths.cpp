@@ -109,14 +109,18 @@ std::string fd_path(int fd) {
   return n > 0 && static_cast<std::size_t>(n) < sizeof buf ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
-std::optional<UnixEntry> unix_entry(std::string_view allowed) {
+std::string unix_entry_path(std::string_view allowed) {
   const auto slash = allowed.rfind('/');
-  if (slash == std::string_view::npos) return std::nullopt;
+  if (slash == std::string_view::npos) return {};
   const std::string parent = resolve_existing(slash == 0 ? std::string_view("/") : allowed.substr(0, slash));
   const std::string_view name = allowed.substr(slash + 1);
+  return name.empty() ? parent : parent == "/" ? "/" + std::string(name) : parent + "/" + std::string(name);
+}
+
+std::optional<UnixEntry> unix_entry(std::string_view allowed) {
   UnixEntry e;
-  e.path = name.empty() ? parent : parent == "/" ? "/" + std::string(name) : parent + "/" + std::string(name);
-  if (::lstat(e.path.c_str(), &e.st) != 0 || S_ISLNK(e.st.st_mode)) return std::nullopt;
+  e.path = unix_entry_path(allowed);
+  if (e.path.empty() || ::lstat(e.path.c_str(), &e.st) != 0 || S_ISLNK(e.st.st_mode)) return std::nullopt;
   return e;
 }
 

@@ -44,6 +44,8 @@ struct UnixEntry {
   struct stat st;    ///< lstat of it
 };
 std::optional<UnixEntry> unix_entry(std::string_view allowed);
+/// UnixEntry::path, whether or not the entry exists.
+std::string unix_entry_path(std::string_view allowed);
 
 }  // namespace toolsrv
 

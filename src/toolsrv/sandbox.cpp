@@ -143,7 +143,13 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
       plan.skipped.push_back(templ + ": not absolute (" + expanded + ")");
       return;
     }
-    const auto path = clean_path(expanded);
+    const auto written = clean_path(expanded);
+    // As the file lists: a link the model can write on the way would let it choose the socket.
+    if (planted(written, writable, under)) {
+      plan.skipped.push_back(written + ": a link the sandbox can write is on the way");
+      return;
+    }
+    const auto path = unix_entry_path(written);  // where it leads now: the guard holds the call to it
     if (std::find(plan.unix_sockets.begin(), plan.unix_sockets.end(), path) != plan.unix_sockets.end()) return;
     plan.unix_sockets.push_back(path);
     if (const auto e = unix_entry(path)) plan.rules.push_back({e->path, Access::sock, e->st.st_dev, e->st.st_ino});
@@ -170,6 +176,56 @@ std::vector<std::string> writable_paths(const Policy& policy, const TemplateVars
     }
   }
   return out;
+}
+
+bool model_placed(const std::string& path, const std::vector<std::string>& writable) {
+  const auto in_writable = [&](const std::string& p) {
+    return std::any_of(writable.begin(), writable.end(), [&](const std::string& w) { return is_within(p, w); });
+  };
+  const auto written = clean_path(path);
+  if (written.empty() || written.front() != '/' || in_writable(written)) return true;
+  // Walked as the kernel walks it: `done` holds no link; a link's target is walked next.
+  std::string done = "/";
+  std::vector<std::string> rest;  // the names still to walk, the next one last
+  const auto push = [&rest](std::string_view p) {
+    std::vector<std::string> names;
+    for (std::size_t at = 0; at < p.size();) {
+      const auto slash = p.find('/', at);
+      const auto end = slash == std::string_view::npos ? p.size() : slash;
+      if (end > at) names.emplace_back(p.substr(at, end - at));
+      at = end + 1;
+    }
+    rest.insert(rest.end(), names.rbegin(), names.rend());
+  };
+  push(written);
+  for (int links = 0; !rest.empty();) {
+    const std::string name = std::move(rest.back());
+    rest.pop_back();
+    if (name == ".") continue;
+    if (name == "..") {
+      done = done == "/" ? done : done.substr(0, std::max<std::size_t>(done.rfind('/'), 1));
+      continue;
+    }
+    const std::string next = done == "/" ? "/" + name : done + "/" + name;
+    struct stat st {};
+    if (::lstat(next.c_str(), &st) != 0) {  // nothing further exists: where it would be counts
+      done = next;
+      for (; !rest.empty(); rest.pop_back()) done += "/" + rest.back();
+      break;
+    }
+    if (!S_ISLNK(st.st_mode)) {
+      done = next;
+      continue;
+    }
+    if (in_writable(done) || ++links > 40) return true;
+    char target[4096];
+    const auto n = ::readlink(next.c_str(), target, sizeof target);
+    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target) return true;
+    const std::string_view t(target, static_cast<std::size_t>(n));
+    if (t.front() == '/') done = "/";
+    push(t);
+  }
+  return in_writable(clean_path(done));
 }
 
 bool inside_writable(const std::string& path, const std::vector<std::string>& writable) {

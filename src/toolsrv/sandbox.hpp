@@ -59,9 +59,9 @@ struct SandboxPlan {
   std::vector<PathRule> rules;
   NetworkPolicy network;
   bool best_effort = false;
-  /// The `unix` list expanded (absolute, cleaned, not resolved: the check at connect time
-  /// resolves them), {OLLIE_ADDR}'s socket first when there is one. The `sock` rules among
-  /// `rules` are those of them that exist now.
+  /// The `unix` list expanded (absolute, cleaned, each parent directory resolved as the call
+  /// begins; one with a link the sandbox can write on the way is skipped), {OLLIE_ADDR}'s socket
+  /// first when there is one. The `sock` rules among `rules` are those of them that exist now.
   std::vector<std::string> unix_sockets;
   /// The policy names sockets beyond {OLLIE_ADDR}'s (the best_effort check of §7.3.2).
   bool unix_listed = false;
@@ -87,5 +87,11 @@ std::vector<std::string> writable_paths(const Policy& policy, const TemplateVars
 
 /// True when `path` (resolved) is or lies inside one of `writable`.
 bool inside_writable(const std::string& path, const std::vector<std::string>& writable);
+
+/// True when the model may have chosen what `path` names: as written or as it resolves it is or
+/// lies inside one of `writable` (resolved), or a symbolic link on its way, followed link by
+/// link, sits in one (the model can point it anywhere, also after this check). False means no
+/// step of the path can be changed from inside the sandbox.
+bool model_placed(const std::string& path, const std::vector<std::string>& writable);
 
 }  // namespace toolsrv

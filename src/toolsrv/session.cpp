@@ -430,7 +430,9 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     if (!p.fail.empty()) return end_early(ProcStatus::failed, p.fail);
     if (!p.request.bypass) return lock(false);
     for (const auto& path : {p.tool.exe_path, p.tool.meta_path}) {
-      if (!path.empty() && inside_writable(path, p.writable)) {
+      // As written and link by link: a tool directory that is a link in the cwd looks safe
+      // resolved, and the model retargets it between this check and the exec.
+      if (!path.empty() && model_placed(path, p.writable)) {
         return end_early(ProcStatus::denied, "bypass refused: tool inside a writable path: " + path);
       }
     }

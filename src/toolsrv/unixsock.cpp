@@ -608,17 +608,11 @@ class Server {
     struct stat st {};
     if (::fstat(out.get(), &st) != 0) return -EACCES;
     if (!S_ISSOCK(st.st_mode)) return listed() ? -ECONNREFUSED : -EACCES;
-    std::string real;  // where the socket is now, for directory entries
-    for (const auto& allowed : c.access.sockets) {
-      const auto e = unix_entry(allowed);
-      if (!e) continue;
-      if (!S_ISDIR(e->st.st_mode)) {
-        if (e->st.st_dev == st.st_dev && e->st.st_ino == st.st_ino) return 0;
-        continue;
-      }
-      if (real.empty()) real = fd_path(out.get());
-      if (is_within(real, e->path)) return 0;
-    }
+    // Where the socket really is, against the entries as they led when the call began: a link
+    // planted since on the way (the tool can write the cwd above `.run/app.sock`) leads nowhere.
+    const std::string real = fd_path(out.get());
+    for (const auto& allowed : c.access.sockets)
+      if (is_within(real, allowed)) return 0;
     spdlog::debug("toolsrv: unix socket refused for pid {}: {}", c.tid, path);
     return -EACCES;
   }

@@ -57,8 +57,9 @@ struct FileId {
 
 /// What one call's processes may reach.
 struct UnixAccess {
-  /// Absolute paths (SandboxPlan::unix_sockets): a socket, or a directory whose sockets
-  /// (beneath, at any depth) are allowed. Resolved at every check.
+  /// Absolute paths (SandboxPlan::unix_sockets, resolved as the call began): a socket, or a
+  /// directory whose sockets (beneath, at any depth) are allowed. A socket is allowed when the
+  /// kernel's own path of it is one of them or beneath one.
   std::vector<std::string> sockets;
   /// TCP connect ports Landlock would allow: nullopt = any, else only these (empty = none).
   std::optional<std::vector<std::uint16_t>> tcp_connect;

@@ -154,6 +154,38 @@ TEST(BypassCall, ToolInsideWritablePathRefused) {
   EXPECT_EQ(path.find(f.cwd), std::string::npos) << path;
 }
 
+// A tool directory that is a link the model can write (in the cwd) resolves outside every writable
+// path, but the model retargets it between the check and the exec: its tools are the model's to
+// choose, and so are those reached through a link that passes through such a link.
+TEST(BypassCall, ToolThroughALinkTheModelCanRetargetRefused) {
+  Fixture f;
+  const std::string outside = world().root + "/bypass-linked-tools";
+  write_file(outside + "/honest", "#!/bin/sh\necho honest\n", 0755);
+  write_file(outside + "/honest.meta", "{\"description\": \"honest\"}\n");
+  std::filesystem::remove_all(f.cwd + "/linked");
+  std::filesystem::remove_all(f.cwd + "/hop");
+  std::filesystem::create_directory_symlink(outside, f.cwd + "/linked");
+  std::filesystem::create_directory_symlink(outside, f.cwd + "/hop");
+  const std::string chain = world().root + "/bypass-chain";
+  std::filesystem::remove_all(chain);
+  std::filesystem::create_directory_symlink(f.cwd + "/hop", chain);  // outside the cwd, through it
+  for (const auto& dir : {f.cwd + "/linked", chain}) {
+    auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+    c.session_id = "bypass-linked";
+    c.tmpdir = world().root + "/run/ollie/tmp/bypass-linked";
+    c.tools_path = dir + ":" + fixture_tools;
+    c.bypass_timeout = 1s;  // asked (as it was), the call is denied for want of an answer
+    Session s(c);
+    ASSERT_TRUE(s.load("a1", {"honest"}));
+    auto req = parse_call_request("tool=honest\nagent=a1\nbypass=true\n\n{}");
+    std::promise<std::string> p;
+    ASSERT_TRUE(s.call(*req, [&](std::string r) { p.set_value(r); }));
+    const auto r = p.get_future().get();
+    EXPECT_EQ(header(r, "status"), "denied") << dir;
+    EXPECT_EQ(body_stderr(r), "bypass refused: tool inside a writable path: " + dir + "/honest\n");
+  }
+}
+
 TEST(BypassCall, CancelWithdraws) {
   Fixture f;
   f.load("shell");

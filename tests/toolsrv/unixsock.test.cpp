@@ -218,6 +218,26 @@ TEST_F(Unix, AnEntryTheToolReplacesByASymlinkAllowsNothing) {
   EXPECT_EQ(f.probe("stream " + lsp.path), "ok\n");
 }
 
+// An entry whose way passes through the tool's cwd (`{CWD}/run/app.sock`): a link the tool plants
+// on it, before the call or during it, reaches no other socket of that name (the parent was
+// resolved at every connect, so both reached it).
+TEST_F(Unix, ALinkPlantedOnTheWayToAnEntryAllowsNothing) {
+  UnixFixture f("\"{CWD}/run/app.sock\"");
+  Server no(f.socks + "/app.sock", SOCK_STREAM);
+  std::filesystem::create_directory_symlink(f.socks, f.cwd + "/run");
+  EXPECT_EQ(f.probe("stream run/app.sock"), "EACCES\n");
+  std::filesystem::remove(f.cwd + "/run");
+  std::filesystem::create_directory(f.cwd + "/run");  // a directory as the call begins, a link once it runs
+  const auto r = f.sh("rmdir run && ln -s " + f.socks + " run && /usr/bin/python3 unixprobe.py stream run/app.sock");
+  EXPECT_EQ(body_stdout(r), "EACCES\n") << r;
+  EXPECT_TRUE(no.connections().empty());
+  // The entry itself, in a directory that is one, works.
+  std::filesystem::remove(f.cwd + "/run");
+  std::filesystem::create_directory(f.cwd + "/run");
+  Server app(f.cwd + "/run/app.sock", SOCK_STREAM);
+  EXPECT_EQ(f.probe("stream run/app.sock"), "ok\n");
+}
+
 // toolsrv opens what Landlock hides from the tool: outside the list a connect fails EACCES
 // whether the file exists or not, is a socket or not; inside it says why (ENOENT, ECONNREFUSED).
 TEST_F(Unix, OutsideTheListAConnectTellsNothingOfWhatExists) {
