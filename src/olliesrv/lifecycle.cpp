@@ -22,6 +22,7 @@
 #include "hub.hpp"
 #include "ids.hpp"
 #include "off_io.hpp"
+#include "procs.hpp"
 #include "remote.hpp"
 #include "request.hpp"
 #include "session.hpp"
@@ -631,6 +632,7 @@ void stop_all(Hub& hub) {
   for (const auto& s : hub.sessions()) {
     (void)s->save();
     s->host->stop();
+    for (const auto& a : s->agents()) end_watches(*a);
   }
 }
 

@@ -17,15 +17,17 @@ using Text = p9::Result<std::string>;
 
 std::string path_of(const BgProc& p, const char* file) { return "proc/" + std::to_string(p.pid) + "/" + file; }
 
-/// The entry goes when toolsrv no longer has the pid (dismissed, expired, or toolsrv is gone).
-p9::Error no_such_process(const Ctx& c) {
+/// The entry goes when toolsrv no longer has the pid (dismissed, expired, past toolsrv's count of
+/// finished processes, or toolsrv is gone).
+p9::Error no_such_process(Agent& a, const std::shared_ptr<BgProc>& p) {
   {
-    std::lock_guard lock(c.agent->mu);
-    if (auto it = c.agent->procs.find(c.proc->pid); it != c.agent->procs.end() && it->second == c.proc)
-      c.agent->procs.erase(it);
+    std::lock_guard lock(a.mu);
+    if (auto it = a.procs.find(p->pid); it != a.procs.end() && it->second == p) a.procs.erase(it);
   }
-  return p9::Error{"no such process: " + std::to_string(c.proc->pid)};
+  return p9::Error{"no such process: " + std::to_string(p->pid)};
 }
+
+p9::Error no_such_process(const Ctx& c) { return no_such_process(*c.agent, c.proc); }
 
 std::shared_ptr<ToolHost> host_of(const Ctx& c) { return c.session->host; }
 
@@ -42,7 +44,7 @@ class RemoteStream : public virtfs::Cursor {
         places_(hostowner ? host_->owner_streams : host_->agent_streams) {}
 
   // Bytes come only through wait: nothing is buffered here.
-  virtfs::Chunk read(std::size_t) override { return {{}, eof_}; }
+  virtfs::Chunk read(std::size_t) override { return {{}, eof_, gone_}; }
   std::shared_ptr<virtfs::Signal> signal() override { return ended_; }
 
   asio::awaitable<virtfs::Chunk> wait(std::size_t max) override {
@@ -57,7 +59,15 @@ class RemoteStream : public virtfs::Cursor {
         place_.emplace(std::move(place));
       }
       auto f = co_await host_->open(proc_->instance, path_, p9::OREAD);
-      if (!f) co_return end();  // dismissed, expired or toolsrv gone: the stream has ended
+      if (!f) {
+        // Gone before a byte reached this fid: no process, as stat says, not an empty stream.
+        // Gone later (dismissed, expired, toolsrv lost), what was read stands: the stream ends.
+        if (pos_ > 0) co_return end();
+        auto a = agent_.lock();
+        if (!a) co_return end();
+        gone_ = no_such_process(*a, proc_).ename;
+        co_return end();
+      }
       remote_.emplace(std::move(*f));
       for (std::uint64_t skipped = 0; skipped < pos_;) {
         auto r = co_await read_remote(static_cast<std::uint32_t>(std::min<std::uint64_t>(pos_ - skipped, 65536)));
@@ -67,6 +77,13 @@ class RemoteStream : public virtfs::Cursor {
     }
     auto r = co_await read_remote(static_cast<std::uint32_t>(std::min<std::size_t>(max, 65536)));
     if (!r || r->empty()) co_return end();
+    // Flushed after toolsrv's reply came (its value is handed even to a cancelled read): this
+    // read gets no reply (§1.5), so its bytes are not delivered, and the next read takes them
+    // again from toolsrv.
+    if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
+      in_flight_ = true;
+      throw std::system_error(asio::error::operation_aborted);
+    }
     pos_ += r->size();
     co_return virtfs::Chunk{std::move(*r), false};
   }
@@ -83,7 +100,7 @@ class RemoteStream : public virtfs::Cursor {
     remote_.reset();
     place_.reset();
     ended_->notify();
-    return {{}, true};
+    return {{}, true, gone_};
   }
   bool killed() const {
     auto a = agent_.lock();
@@ -101,6 +118,7 @@ class RemoteStream : public virtfs::Cursor {
   std::optional<p9::AsyncFid> remote_;
   std::uint64_t pos_ = 0;  ///< bytes delivered
   bool eof_ = false, in_flight_ = false;
+  std::string gone_;  ///< the process was gone before a byte came: every read's error
   std::shared_ptr<virtfs::Gate> turn_ = std::make_shared<virtfs::Gate>();
   std::shared_ptr<virtfs::Signal> ended_ = std::make_shared<virtfs::Signal>();
 };

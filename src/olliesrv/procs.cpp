@@ -8,6 +8,8 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -155,10 +157,18 @@ asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> h
     }
   }
   // The entry lasts as long as toolsrv's directory: 10 minutes past the exit and the last read.
-  asio::steady_timer t(co_await asio::this_coro::executor);
+  const auto ex = co_await asio::this_coro::executor;
+  auto t = std::make_shared<asio::steady_timer>(ex);
+  if (!p->on_end_watch([ex, weak = std::weak_ptr<asio::steady_timer>(t)] {
+        asio::post(ex, [weak] {  // a timer is touched on its executor
+          if (auto t = weak.lock()) t->cancel();
+        });
+      }))
+    co_return;
   for (auto due = std::max(ended, p->last_read()) + toolsrv_keeps;;) {
-    t.expires_at(due + 1s);
-    co_await t.async_wait(asio::use_awaitable);
+    t->expires_at(due + 1s);
+    auto [ec] = co_await t->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    if (ec) co_return;  // end_watch
     auto a = wa.lock();
     if (!a) co_return;
     {
@@ -189,6 +199,32 @@ void BgProc::touch() {
 Clock::time_point BgProc::last_read() const {
   std::lock_guard lock(mu_);
   return last_read_;
+}
+
+void BgProc::end_watch() {
+  std::function<void()> end;
+  {
+    std::lock_guard lock(mu_);
+    watch_ended_ = true;
+    end = std::move(end_watch_);
+  }
+  if (end) end();
+}
+
+bool BgProc::on_end_watch(std::function<void()> end) {
+  std::lock_guard lock(mu_);
+  if (watch_ended_) return false;
+  end_watch_ = std::move(end);
+  return true;
+}
+
+void end_watches(Agent& a) {
+  std::vector<std::shared_ptr<BgProc>> procs;
+  {
+    std::lock_guard lock(a.mu);
+    for (const auto& [pid, p] : a.procs) procs.push_back(p);
+  }
+  for (const auto& p : procs) p->end_watch();
 }
 
 std::string proc_cmd(const std::string& tool, const std::string& args) {

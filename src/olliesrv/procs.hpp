@@ -8,6 +8,7 @@
 #include <asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,10 +31,21 @@ struct BgProc {
   void touch();
   std::chrono::steady_clock::time_point last_read() const;
 
+  /// Ends its watcher's wait for toolsrv's entry to go (olliesrv's shutdown: a wait of up to 10
+  /// minutes would hold the I/O threads' end), now or as the watcher comes to it.
+  void end_watch();
+  /// The watcher's: how to end its wait; false when end_watch came first.
+  bool on_end_watch(std::function<void()> end);
+
  private:
   mutable std::mutex mu_;
   std::chrono::steady_clock::time_point last_read_ = std::chrono::steady_clock::now();
+  std::function<void()> end_watch_;
+  bool watch_ended_ = false;
 };
+
+/// end_watch of each of the agent's processes.
+void end_watches(Agent& a);
 
 /// Runs a call through proc/new.bg (§6.10). The model's result: `background process <pid>
 /// started (<tool>)`, or the error (`error: bypass denied`, `error: start failed: …`). A started

@@ -390,6 +390,7 @@ class Adapter : public p9::FileServer {
         }
       }
       Chunk c = o.cursor->read(count);
+      if (!c.error.empty()) return p9::Result<std::string>(p9::error(std::move(c.error)));
       if (c.data.empty() && !c.eof) return std::nullopt;
       return std::move(c.data);
     }
@@ -503,6 +504,7 @@ class Adapter : public p9::FileServer {
   asio::awaitable<p9::Result<std::string>> wait_stream(Open& o, std::uint32_t count) {
     auto cursor = o.cursor;
     Chunk c = co_await cursor->wait(count);
+    if (!c.error.empty()) co_return p9::error(std::move(c.error));
     co_return std::move(c.data);
   }
 

@@ -14,7 +14,8 @@ namespace virtfs {
 
 struct Chunk {
   std::string data;
-  bool eof = false;  ///< the producer has ended and every byte was delivered
+  bool eof = false;   ///< the producer has ended and every byte was delivered
+  std::string error;  ///< the read fails with this Rerror, nothing delivered
 };
 
 /// One reader's position in a stream.

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
+#include <thread>
 
 #include "olliesrv/world.hpp"
 
@@ -349,6 +351,55 @@ TEST(AgentFiles, ProcessesOfAToolsrvThatIsGoneAreNoLongerListed) {
   EXPECT_EQ(w.read(a + "/proc/" + pids[0] + "/wait").ename(), pids[0] + ": file not found");
 }
 
+// §2.7: one that toolsrv let go of (it keeps the 64 background processes used last that ended)
+// is no process: its out and wait say so, as its stat does, and the entry goes. They read as
+// empty, finished streams, where the interrupt had pointed for the full output.
+TEST(AgentFiles, AProcessToolsrvLetGoOfIsNoProcess) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  json calls = json::array();
+  for (int i = 0; i < 65; i++) calls.push_back(background_shell("c" + std::to_string(i), "true"));
+  w.fake.push({{"tool_calls", calls}});
+  w.fake.push({{"text", "started"}});
+  for (int i = 0; i < 65; i++) w.fake.push({{"text", "one ended"}});  // the turns of the interrupts
+  ASSERT_TRUE(w.write(a + "/prompt", "start them"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 66; }, 120s));
+  const auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 65u);
+  std::vector<std::string> gone;
+  for (const auto& pid : pids) {
+    auto out = w.read(a + "/proc/" + pid + "/out");
+    if (out) {
+      EXPECT_EQ(*out, "") << pid;
+      continue;
+    }
+    EXPECT_EQ(out.ename(), "no such process: " + pid);
+    EXPECT_EQ(w.read(a + "/proc/" + pid + "/wait").ename(), pid + ": file not found") << "the entry went";
+    gone.push_back(pid);
+  }
+  ASSERT_EQ(gone.size(), 1u);
+  const auto listed = names_in(w, a + "/proc");
+  EXPECT_EQ(listed.size(), 64u);
+  EXPECT_EQ(std::find(listed.begin(), listed.end(), gone[0]), listed.end());
+}
+
+// §1.4: a SIGTERM is not held by a background process that ended: the wait of its entry for
+// toolsrv to let it go (10 minutes) ends with the shutdown. It held the I/O threads for their
+// 3 s of grace (`connections still busy after 3 s: stopping anyway`).
+TEST(AgentFiles, AnEndedBackgroundProcessHoldsNoShutdown) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "true")})}});
+  w.fake.push({{"text", "started"}});
+  w.fake.push({{"text", "it ended"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "run it in the background"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));
+  w.stop_server(SIGTERM);
+  EXPECT_EQ(w.log_text().find("still busy"), std::string::npos) << w.log_text();
+}
+
 TEST(AgentFiles, ProcCtlSignalsTheProcessAndRefusesWhatItCannotDo) {
   World w;
   auto s = w.session("work");
@@ -420,6 +471,54 @@ TEST(AgentFiles, AFlushedProcReadReachesToolsrvAndLosesNothing) {
   write_file(w.project + "/go", "");
   EXPECT_EQ(read_to_eof(out), "two\n");
   EXPECT_EQ(read_to_eof(out), "");
+}
+
+// §1.5: a flushed read gets no reply, so it takes no bytes. A reader whose reads are flushed at
+// any point (Linux's v9fs flushes a read a signal interrupts) gets every byte once; a read that
+// toolsrv had answered when the flush came lost its bytes (about one flush in 250).
+TEST(AgentFiles, ReadsFlushedAtAnyPointLoseNoProcOutput) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "seq 1 40000")})}});
+  w.fake.push({{"text", "started"}});
+  w.fake.push({{"text", "ended"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));  // it ended
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  std::string expected;
+  for (int i = 1; i <= 40000; i++) expected += std::to_string(i) + "\n";
+  Conn c(w);
+  auto out = c.open(a + "/proc/" + pids[0] + "/out", p9::OREAD);
+  std::string got;
+  std::mt19937 rng(8);
+  int flushed = 0;
+  for (int i = 0; i < 3000 && got.size() < expected.size(); i++) {
+    auto done = std::make_shared<std::promise<p9::Result<p9::Fcall>>>();
+    auto reply = done->get_future();
+    p9::Fcall t;
+    t.type = p9::Tread;
+    t.fid = out.num();
+    t.count = 64;
+    auto tag = c.c->start(t, [done](p9::Result<p9::Fcall> r) { done->set_value(std::move(r)); });
+    if (i % 2 == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400));
+      c.c->flush(tag);
+    }
+    auto r = reply.get();
+    if (r) {
+      got += r->data;  // answered before its flush came: its bytes are the reader's
+    } else {
+      ASSERT_EQ(r.ename(), "interrupted");
+      flushed++;
+    }
+  }
+  got += read_to_eof(out);
+  EXPECT_GT(flushed, 0);
+  ASSERT_EQ(got.size(), expected.size());
+  const auto diff = std::mismatch(got.begin(), got.end(), expected.begin()).first - got.begin();
+  EXPECT_TRUE(got == expected) << "first difference at byte " << diff << ": " << got.substr(std::max<long>(diff - 20, 0), 40);
 }
 
 // A client's waiting reads of proc/<pid>/wait each held a request on the session's one connection
