@@ -570,6 +570,15 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
       for (const auto& skipped : plan.skipped)
         s->warn_once("sandbox path skipped: " + skipped,
                      skipped.ends_with(": does not exist") ? spdlog::level::info : spdlog::level::warn);
+      // A tool directory behind a link the model can write is not granted (the model could point
+      // it anywhere), so its programs cannot run sandboxed: said here, not as exec's bare EACCES.
+      if (!p.tool.cmd && !p.tool.exe_path.empty()) {
+        static constexpr std::string_view planted = ": a link the sandbox can write is on the way";
+        for (const auto& skipped : plan.skipped)
+          if (skipped.ends_with(planted) && is_within(clean_path(p.tool.exe_path), skipped.substr(0, skipped.size() - planted.size())))
+            return end_early(ProcStatus::failed, "sandbox: tool directory " + skipped + ": " + p.request.tool +
+                                                     " cannot run sandboxed (a tool directory inside a writable path must be a directory, not a link)");
+      }
       const int abi = landlock_abi();
       if (auto why = sandbox_unavailable(plan, abi)) {
         if (!p.policy.best_effort) return end_early(ProcStatus::failed, *why);

@@ -186,6 +186,30 @@ TEST(BypassCall, ToolThroughALinkTheModelCanRetargetRefused) {
   }
 }
 
+// The same linked directory for a sandboxed call: it is not granted (the model could point the link
+// anywhere), and the call says why rather than exec's bare `Permission denied`.
+TEST(BypassCall, ASandboxedToolBehindALinkTheModelCanRetargetSaysWhyItCannotRun) {
+  Fixture f;
+  const std::string outside = world().root + "/sandboxed-linked-tools";
+  write_file(outside + "/honest", "#!/bin/sh\necho honest\n", 0755);
+  write_file(outside + "/honest.meta", "{\"description\": \"honest\"}\n");
+  std::filesystem::remove_all(f.cwd + "/linked");
+  std::filesystem::create_directory_symlink(outside, f.cwd + "/linked");
+  auto c = SessionConfig::from_environment(f.config, f.cwd, "/usr/bin");
+  c.session_id = "sandboxed-linked";
+  c.tmpdir = world().root + "/run/ollie/tmp/sandboxed-linked";
+  c.tools_path = f.cwd + "/linked:" + fixture_tools;
+  Session s(c);
+  ASSERT_TRUE(s.load("a1", {"honest"}));
+  auto req = parse_call_request("tool=honest\nagent=a1\n\n{}");
+  std::promise<std::string> p;
+  ASSERT_TRUE(s.call(*req, [&](std::string r) { p.set_value(r); }));
+  const auto r = p.get_future().get();
+  EXPECT_EQ(header(r, "status"), "failed") << r;
+  EXPECT_EQ(body_stderr(r), "sandbox: tool directory " + f.cwd + "/linked: a link the sandbox can write is on the way: honest "
+                            "cannot run sandboxed (a tool directory inside a writable path must be a directory, not a link)\n");
+}
+
 TEST(BypassCall, CancelWithdraws) {
   Fixture f;
   f.load("shell");
