@@ -213,11 +213,20 @@ void Agent::resolve_prompts_now(int cancel_fd) {
 void Agent::note(const std::string& role, const std::string& text) { transcript.append(make_block(role, text)); }
 
 void Agent::note_sandbox(const ToolOutcome& r) {
-  if (r.override_ignored.empty() && !r.unconfined) return;
   const std::string dir = effective_cwd();  // where the call ran, and looked for the override
+  // The config root in the cwd (a session in $HOME): the sandbox lets a tool rewrite the files
+  // that make the sandbox and the bypass policy, so it is the model's to widen. Said once.
+  const auto s = session.lock();
+  const auto& root = hub.config_root;
+  const bool config_writable = s && s->remote.empty() && !dir.empty() && root.starts_with(dir) &&
+                               (root.size() == dir.size() || dir == "/" || root[dir.size()] == '/');
+  if (r.override_ignored.empty() && !r.unconfined && !config_writable) return;
   std::vector<std::string> notes;
   {
     std::lock_guard lock(mu);
+    if (config_writable && sandbox_noted.insert("config").second)
+      notes.push_back("warning: the working directory " + dir + " holds the config root " + hub.config_root +
+                      ": tools can rewrite sandbox.yaml, bypass.policy and the agent profiles, and so widen their own sandbox");
     if (!r.override_ignored.empty() && sandbox_noted.insert("override " + r.override_ignored).second) {
       const std::string& hex = r.override_ignored;
       notes.push_back("project sandbox override " + dir + "/.ollie-sandbox.yaml ignored: not approved (sha256 " + hex +

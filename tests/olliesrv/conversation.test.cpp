@@ -482,6 +482,36 @@ TEST(Conversation, AnIgnoredProjectOverrideIsNotedOncePerHash) {
   EXPECT_EQ(*(tool + 1), "info");
 }
 
+// A cwd that holds the config root (a session in $HOME) lets the tools rewrite sandbox.yaml, the
+// bypass policy and the profiles: the agent is told once. (Here the config's tools/ is a link in
+// that cwd, so its tools do not run sandboxed at all, and say so.)
+TEST(Conversation, ACwdHoldingTheConfigRootIsWarnedOnce) {
+  World w;
+  ASSERT_TRUE(w.rdwr("session/new", "name=home cwd=" + w.home));
+  auto a = w.agent("session/home", "main");
+  for (int i = 1; i <= 2; i++) w.fake.push(shell_round("c" + std::to_string(i), "true"));
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(contents(w, a, "info"),
+            (std::vector<std::string>{"warning: the working directory " + w.home + " holds the config root " + w.config +
+                                      ": tools can rewrite sandbox.yaml, bypass.policy and the agent profiles, and so widen "
+                                      "their own sandbox"}));
+  const auto results = contents(w, a, "tool");
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].find("a link the sandbox can write is on the way: shell cannot run sandboxed"), std::string::npos)
+      << results[0];
+  // A session below it is not warned.
+  auto s2 = w.session("work");
+  auto b = w.agent(s2, "main");
+  w.fake.push(shell_round("c3", "true"));
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(b + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, b, "assistant").size() == 1; })) << w.log_text();
+  EXPECT_TRUE(contents(w, b, "info").empty());
+}
+
 TEST(Conversation, RetriesFollowTheTableWithRetryBlocks) {
   World w;
   auto s = w.session("work");
