@@ -10,6 +10,9 @@
 namespace acp {
 namespace {
 
+/// Largest reply read from olliesrv: its files are a 64 KiB log window, cfg, listings.
+constexpr std::size_t max_reply = 16u << 20;
+
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
@@ -113,7 +116,7 @@ asio::awaitable<p9::Result<p9::AsyncFid>> Ollie::open(std::string path, std::uin
 asio::awaitable<p9::Result<std::string>> Ollie::read(std::string path) {
   auto f = co_await open(path, p9::OREAD);
   if (!f) co_return f.error();
-  auto s = co_await f->read_all();
+  auto s = co_await f->read_all(max_reply);
   if (!s) check(s.ename());
   co_return s;
 }
@@ -133,7 +136,7 @@ asio::awaitable<p9::Status> Ollie::write(std::string path, std::string data) {
 asio::awaitable<p9::Result<std::string>> Ollie::call(std::string path, std::string request) {
   auto r = co_await root();
   if (!r) co_return r.error();
-  auto s = co_await r->call(path, request);
+  auto s = co_await r->call(path, request, max_reply);
   if (!s) check(s.ename());
   co_return s;
 }

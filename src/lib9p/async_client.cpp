@@ -302,12 +302,13 @@ asio::awaitable<Result<std::string>> AsyncFid::read(std::uint32_t count) {
   co_return r;
 }
 
-asio::awaitable<Result<std::string>> AsyncFid::read_all() {
+asio::awaitable<Result<std::string>> AsyncFid::read_all(std::size_t max) {
   std::string all;
   for (;;) {
     auto r = co_await read();
     if (!r) co_return r;
     if (r->empty()) co_return all;
+    if (r->size() > max - all.size()) co_return error("reply too large");
     all += *r;
   }
 }
@@ -341,14 +342,14 @@ asio::awaitable<Status> AsyncFid::clunk() {
   co_return Status{};
 }
 
-asio::awaitable<Result<std::string>> AsyncFid::call(std::string path, std::string request) const {
+asio::awaitable<Result<std::string>> AsyncFid::call(std::string path, std::string request, std::size_t max) const {
   AsyncClient& c = *c_;
   Walk w(path, fid_, c.mux_->new_fid(), qid_);
   if (!w.single()) {  // a path of more than 16 elements: walk there first
     c.mux_->release_fid(w.newfid());
     auto f = co_await walk(std::move(path));
     if (!f) co_return f.error();
-    co_return co_await f->call("", std::move(request));
+    co_return co_await f->call("", std::move(request), max);
   }
   std::vector<std::uint8_t> out;
   std::vector<AsyncClient::Sent> sent;
@@ -378,9 +379,10 @@ asio::awaitable<Result<std::string>> AsyncFid::call(std::string path, std::strin
   if (!st) co_return st.error();
   // The reply is held whole once the first read returns (spec §1.7): a read shorter than asked
   // for reached its end.
+  if (reply.size() > max) co_return error("reply too large");
   if (reply.size() < c.iounit()) co_return reply;
   f.seek(reply.size());
-  auto rest = co_await f.read_all();
+  auto rest = co_await f.read_all(max - reply.size());
   if (!rest) co_return rest;
   co_return reply + *rest;
 }

@@ -118,8 +118,8 @@ class AsyncFid {
   /// Reads at most count bytes (0: iounit) at the fid's offset and advances it; empty is EOF.
   asio::awaitable<Result<std::string>> read(std::uint32_t count = 0);
   asio::awaitable<Result<std::string>> pread(std::uint64_t offset, std::uint32_t count);
-  /// Reads until EOF.
-  asio::awaitable<Result<std::string>> read_all();
+  /// Reads until EOF; `reply too large` past `max` bytes (the server is not trusted to stop).
+  asio::awaitable<Result<std::string>> read_all(std::size_t max);
   /// Writes all of data at the fid's offset in iounit-sized pieces.
   asio::awaitable<Result<std::size_t>> write(std::string data);
   asio::awaitable<Result<Dir>> stat() const;
@@ -128,8 +128,9 @@ class AsyncFid {
   /// request and reads the reply, pipelined in one write to the socket (a 9P server takes a
   /// connection's requests in order, as lib9p and plan9port's do); a reply of an iounit or more
   /// is read on to EOF (an Rdwr reply is held whole from its first read, so a shorter read is
-  /// its end). Clunks without waiting. One round trip where one at a time takes six.
-  asio::awaitable<Result<std::string>> call(std::string path, std::string request) const;
+  /// its end), up to `max` bytes (`reply too large` past them). Clunks without waiting. One
+  /// round trip where one at a time takes six.
+  asio::awaitable<Result<std::string>> call(std::string path, std::string request, std::size_t max) const;
 
   std::uint32_t num() const { return fid_; }
   const Qid& qid() const { return qid_; }

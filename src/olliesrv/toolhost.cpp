@@ -66,6 +66,9 @@ constexpr auto start_limit = 20s;
 constexpr auto term_grace = 5s;
 /// Largest tools/info reply kept (toolsrv's own are far smaller).
 constexpr std::size_t max_listing = 16u << 20;
+/// Largest reply read from toolsrv: a proc/new reply carries the output toolsrv keeps (stdout
+/// and stderr, 10 MiB + 64 KiB each at most), with room; a remote toolsrv is not trusted to.
+constexpr std::size_t max_reply = 32u << 20;
 /// Longest line of toolsrv's stderr kept (logged, and the reason of a failed start).
 constexpr std::size_t max_err_line = 1024;
 /// What a request to an instance that hung up answers, and one that finds none that can start,
@@ -931,7 +934,7 @@ struct ToolHost::State : std::enable_shared_from_this<State> {
   /// answers none of its Rdwr files with nothing: an empty reply is its server ending the read
   /// as it stops, a loss like the hang-up that follows.
   asio::awaitable<p9::Result<std::string>> exchange(const std::shared_ptr<Instance>& i, std::string path, std::string request) {
-    auto r = co_await i->root->call(std::move(path), std::move(request));
+    auto r = co_await i->root->call(std::move(path), std::move(request), max_reply);
     if (r && !r->empty()) co_return r;
     std::string why;
     if (lost(i, r ? std::string(p9::err::shutting_down) : r.ename(), why)) co_return p9::error(lost_prefix + why);

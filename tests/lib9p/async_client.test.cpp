@@ -58,7 +58,11 @@ TEST_F(AsyncClient9p, ReadsWritesAndStatsFiles) {
     auto [c, root] = co_await mount(srv.addr());
     auto f = must(co_await root.walk("hello"), "walk");
     must(co_await f.open(OREAD), "open");
-    EXPECT_EQ(must(co_await f.read_all(), "read"), "hello, world\n");
+    EXPECT_EQ(must(co_await f.read_all(1u << 20), "read"), "hello, world\n");
+    // A server that sends more than the reader takes is cut off, not kept (a hostile toolsrv).
+    auto g = must(co_await root.walk("hello"), "walk");
+    must(co_await g.open(OREAD), "open");
+    EXPECT_EQ((co_await g.read_all(12)).ename(), "reply too large");
     EXPECT_EQ(must(co_await f.stat(), "stat").name, "hello");
     auto s = must(co_await root.walk("sink"), "walk sink");
     must(co_await s.open(OWRITE), "open sink");
@@ -72,15 +76,16 @@ TEST_F(AsyncClient9p, ReadsWritesAndStatsFiles) {
 TEST_F(AsyncClient9p, CallWalksOpensWritesAndReadsTheReplyOnOneFid) {
   t.run([&]() -> asio::awaitable<void> {
     auto [c, root] = co_await mount(srv.addr());
-    EXPECT_EQ(must(co_await root.call("ctl", "hi"), "call"), "reply:HI");
-    EXPECT_EQ((co_await root.call("nosuch", "hi")).ename(), "nosuch: file not found");
-    EXPECT_EQ((co_await root.call("ctl", "bad")).ename(), "unknown command: bad");
-    EXPECT_EQ((co_await root.call("hello", "x")).ename(), err::permission_denied);
+    EXPECT_EQ(must(co_await root.call("ctl", "hi", 1u << 20), "call"), "reply:HI");
+    EXPECT_EQ((co_await root.call("ctl", "hi", 7)).ename(), "reply too large");
+    EXPECT_EQ((co_await root.call("nosuch", "hi", 1u << 20)).ename(), "nosuch: file not found");
+    EXPECT_EQ((co_await root.call("ctl", "bad", 1u << 20)).ename(), "unknown command: bad");
+    EXPECT_EQ((co_await root.call("hello", "x", 1u << 20)).ename(), err::permission_denied);
     // The root fid is still usable, and the calls' fids were clunked: a walk to newfid 1 works.
-    EXPECT_EQ(must(co_await root.call("deflt", ""), "call"), "got status\n");
+    EXPECT_EQ(must(co_await root.call("deflt", "", 1u << 20), "call"), "got status\n");
   }());
   std::lock_guard lk(st->mu);
-  EXPECT_EQ(st->requests, (std::vector<std::string>{"hi", "bad"}));
+  EXPECT_EQ(st->requests, (std::vector<std::string>{"hi", "hi", "bad"}));
 }
 
 // The first read goes out with the walk, open and write; a reply of an iounit or more is read on.
@@ -90,7 +95,7 @@ TEST_F(AsyncClient9p, CallReadsAReplyOfAnIounitOrMoreToItsEnd) {
     const std::size_t unit = c->iounit();
     for (const std::size_t size : {unit - 7, unit - 6, unit - 5, 3 * unit}) {  // replies of iounit-1 ... 3 iounits+6
       const std::string request(size, 'q');
-      const auto reply = must(co_await root.call("ctl", request), "call");
+      const auto reply = must(co_await root.call("ctl", request, 1u << 20), "call");
       EXPECT_EQ(reply.size(), size + 6) << size;
       EXPECT_EQ(reply, "reply:" + std::string(size, 'Q')) << size;
     }
@@ -107,9 +112,9 @@ TEST_F(AsyncClient9p, WalksMoreThanSixteenElements) {
     for (int i = 0; i < 20; i++) path += "item/a/../../";
     auto f = must(co_await root.walk(path + "item/b/value"), "walk");
     must(co_await f.open(OREAD), "open");
-    EXPECT_EQ(must(co_await f.read_all(), "read"), "beta\n");
+    EXPECT_EQ(must(co_await f.read_all(1u << 20), "read"), "beta\n");
     EXPECT_EQ((co_await root.walk(path + "item/nosuch")).ename(), "nosuch: file not found");
-    EXPECT_EQ(must(co_await root.call(path + "ctl", "x"), "long call"), "reply:X");
+    EXPECT_EQ(must(co_await root.call(path + "ctl", "x", 1u << 20), "long call"), "reply:X");
   }());
 }
 
@@ -119,7 +124,7 @@ TEST_F(AsyncClient9p, AttachesWithASecretWrittenToTheAuthFid) {
     auto root = must(co_await c->attach_with_secret("agent1", "key-agent1"), "attach");
     auto f = must(co_await root.walk("item/a/value"), "walk");
     must(co_await f.open(OREAD), "open");
-    EXPECT_EQ(must(co_await f.read_all(), "read"), "alpha\n");
+    EXPECT_EQ(must(co_await f.read_all(1u << 20), "read"), "alpha\n");
     EXPECT_EQ((co_await c->attach_with_secret("agent2", "key-agent1")).ename(), err::auth_failed);
     EXPECT_EQ((co_await c->attach("agent1")).ename(), err::auth_required);
     EXPECT_EQ((co_await c->auth("glenda")).ename(), err::auth_not_required);
@@ -131,7 +136,7 @@ TEST_F(AsyncClient9p, DialsUnixAndTcpAndSaysWhyItCannot) {
   const std::string tcp = "tcp!127.0.0.1!" + std::to_string(srv.srv->tcp_port());
   t.run([&]() -> asio::awaitable<void> {
     auto [c, root] = co_await mount(tcp);
-    EXPECT_EQ(must(co_await root.call("ctl", "tcp"), "call"), "reply:TCP");
+    EXPECT_EQ(must(co_await root.call("ctl", "tcp", 1u << 20), "call"), "reply:TCP");
     EXPECT_EQ((co_await AsyncClient::dial(ex(), "unix!/nonexistent/dir/sock")).ename(),
               "dial /nonexistent/dir/sock: No such file or directory");
     EXPECT_EQ((co_await AsyncClient::dial(ex(), "udp!x!1")).ename(), "unknown network: udp");
@@ -148,7 +153,7 @@ TEST_F(AsyncClient9p, ManyAwaitersShareOneConnection) {
       asio::co_spawn(
           ex(),
           [&, i]() -> asio::awaitable<void> {
-            auto r = co_await root.call("ctl", "n" + std::to_string(i));
+            auto r = co_await root.call("ctl", "n" + std::to_string(i), 1u << 20);
             if (r && *r == "reply:N" + std::to_string(i)) right++;
           },
           [&](std::exception_ptr) {
@@ -177,7 +182,7 @@ TEST(AsyncClientOneThread, ServesItsOwnServerAndOtherConnectionsWhileRequestsWai
   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
     auto c = must(co_await AsyncClient::dial(io.get_executor(), "unix!" + sock), "dial");
     auto root = std::make_shared<AsyncFid>(must(co_await c->attach("glenda"), "attach"));
-    asio::co_spawn(io, [root]() -> asio::awaitable<void> { (void)co_await root->call("slow", "x"); },
+    asio::co_spawn(io, [root]() -> asio::awaitable<void> { (void)co_await root->call("slow", "x", 1u << 20); },
                    asio::bind_cancellation_slot(stop_waiting.slot(), [&](std::exception_ptr e) { waiting_ended.set_value(e); }));
     auto count = std::make_shared<std::atomic<int>>(0), ended = std::make_shared<std::atomic<int>>(0);
     auto all = std::make_shared<Handoff<bool>>();
@@ -185,10 +190,10 @@ TEST(AsyncClientOneThread, ServesItsOwnServerAndOtherConnectionsWhileRequestsWai
       asio::co_spawn(io, [root, count]() -> asio::awaitable<void> {
         auto f = co_await root->walk("item/a/value");
         if (f && co_await f->open(OREAD)) {
-          auto d = co_await f->read_all();
+          auto d = co_await f->read_all(1u << 20);
           if (d && *d == "alpha\n") (*count)++;
         }
-        auto r = co_await root->call("ctl", "x");
+        auto r = co_await root->call("ctl", "x", 1u << 20);
         if (r && *r == "reply:X") (*count)++;
       }, [ended, all](std::exception_ptr) {
         if (++*ended == 200) all->set(true);
@@ -261,12 +266,12 @@ TEST_F(AsyncClient9p, LosingARaceToATimerFlushesTheCallAndTheServerReleasesIt) {
     auto [c, root] = co_await mount(hs.addr());
     asio::steady_timer timer(ex(), 50ms);
     const auto began = std::chrono::steady_clock::now();
-    auto r = co_await (root.call("hold", "x") || timer.async_wait(asio::use_awaitable));
+    auto r = co_await (root.call("hold", "x", 1u << 20) || timer.async_wait(asio::use_awaitable));
     EXPECT_EQ(r.index(), 1u);
     EXPECT_LT(std::chrono::steady_clock::now() - began, 2s);
     // The connection goes on: a second call, cancelled the same way.
     timer.expires_after(50ms);
-    r = co_await (root.call("hold", "y") || timer.async_wait(asio::use_awaitable));
+    r = co_await (root.call("hold", "y", 1u << 20) || timer.async_wait(asio::use_awaitable));
     EXPECT_EQ(r.index(), 1u);
   }());
   EXPECT_TRUE(eventually([&] { return held->waiting == 0; })) << held->waiting << " handlers still wait";

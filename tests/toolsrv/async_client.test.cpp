@@ -39,7 +39,7 @@ TEST_F(ToolsrvAsync, AttachesWithTheSecretAndRunsProcNewAsOneCall) {
     auto root = co_await mount(c);
     auto wrong = co_await c->attach_with_secret("olliesrv", std::string(64, '0'));
     EXPECT_FALSE(wrong);
-    co_return must(co_await root.call("proc/new", "tool=shell\nagent=a1\n\n{\"cmd\":\"echo hi\"}"), "proc/new");
+    co_return must(co_await root.call("proc/new", "tool=shell\nagent=a1\n\n{\"cmd\":\"echo hi\"}", 1u << 20), "proc/new");
   }());
   EXPECT_NE(out.find("hi\n"), std::string::npos) << out;
 }
@@ -48,7 +48,7 @@ TEST_F(ToolsrvAsync, ACancelledCallIsFlushedAndToolsrvKillsItsProcess) {
   std::shared_ptr<p9::AsyncClient> c;
   auto root = t.run(mount(c));
   asio::cancellation_signal sig;
-  auto ended = t.start(root.call("proc/new", "tool=shell\nagent=a1\ntimeout=0\n\n{\"cmd\":\"echo started > child; sleep 1000\"}"), sig);
+  auto ended = t.start(root.call("proc/new", "tool=shell\nagent=a1\ntimeout=0\n\n{\"cmd\":\"echo started > child; sleep 1000\"}", 1u << 20), sig);
   ASSERT_TRUE(eventually([&] { return read_file(d.cwd + "/child") == "started\n"; }));
   t.cancel(sig);
   ASSERT_EQ(ended.wait_for(std::chrono::seconds(2)), std::future_status::ready);
@@ -56,7 +56,7 @@ TEST_F(ToolsrvAsync, ACancelledCallIsFlushedAndToolsrvKillsItsProcess) {
   auto wait = t.run([&]() -> asio::awaitable<std::string> {
     auto f = must(co_await root.walk("proc/1/wait"), "walk wait");
     must(co_await f.open(p9::OREAD), "open wait");
-    co_return must(co_await f.read_all(), "read wait");
+    co_return must(co_await f.read_all(1u << 20), "read wait");
   }());
   EXPECT_EQ(wait, "pid=1\nstatus=signaled\nsignal=9\nstdout=0\nstderr=0\n");
   t.run([&]() -> asio::awaitable<void> {  // dropped on the io thread
