@@ -239,11 +239,15 @@ struct Talk {
 asio::awaitable<void> pump_stderr(std::shared_ptr<asio::posix::stream_descriptor> d, std::string who,
                                   std::shared_ptr<Talk> talk) {
   Lines lines(std::move(d));
-  for (;;) {
+  // Logged up to a bound: the remote host writes there at will (its login scripts, a toolsrv
+  // replaced there), and its lines must not fill olliesrv's log. The last one is kept whatever.
+  constexpr int logged_max = 100;
+  for (int logged = 0;;) {
     auto line = co_await lines.next();
     if (!line) break;
     std::string shown = p9::valid_utf8(*line);
-    spdlog::warn("{}: {}", who, shown);
+    if (logged < logged_max) spdlog::warn("{}: {}", who, shown);
+    if (++logged == logged_max) spdlog::warn("{}: more lines on its stderr are not logged", who);
     std::lock_guard lk(talk->mu);
     talk->last = shown;
   }
@@ -320,7 +324,10 @@ std::vector<std::string> ssh_command(const std::vector<std::string>& env) {
   struct stat st{};
   if (!home.empty() && home != pw_home && ::stat((home + "/.ssh/config").c_str(), &st) == 0)
     a.insert(a.end(), {"-F", home + "/.ssh/config"});
-  a.insert(a.end(), {"-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindUnlink=yes"});
+  // ConnectTimeout: a host that does not answer at all (unplugged) fails a start in 30 s, where
+  // TCP's own retries held each need of a turn for the bootstrap's whole 120 s.
+  a.insert(a.end(), {"-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindUnlink=yes",
+                     "-o", "ConnectTimeout=30"});
   return a;
 }
 
@@ -398,7 +405,10 @@ S=$R/$sid.$n.toolsrv.sock
 [ ${#S} -lt 100 ] || fail "socket path too long: $S"
 case $cwd in '~') cwd=$HOME ;; '~/'*) cwd=$HOME/${cwd#??} ;; esac
 [ -d "$cwd" ] || fail "cwd: $cwd: not a directory"
-cwd=$(cd -P -- "$cwd" && pwd -P) || fail "cwd: $cwd: not a directory"  # resolved: toolsrv holds no other
+r=$(cd -P -- "$cwd" && pwd -P && echo .) || fail "cwd: $cwd: not a directory"  # resolved: toolsrv holds no other
+cwd=${r%?.}  # pwd's newline and the dot: a name that ends in a newline keeps it, and is refused
+case $cwd in *'	'*|*'
+'*) fail "cwd: invalid character" ;; esac  # a line of its own for olliesrv, a field of idx (§4.1)
 mkdir -p "$C" || fail "cannot create $C"
 if [ -x "$D/bin/toolsrv" ]; then
   head -c "$len" >/dev/null
