@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <regex>
@@ -382,7 +383,9 @@ std::string Session::resolve_dirs(const std::string& agent, const std::vector<st
     const int base = absolute || !held ? AT_FDCWD : held->fd->get();
     const std::string path = absolute || held ? (q.empty() ? "." : q) : agent_cwd(agent) + "/" + q;
     const UniqueFd d(::openat(base, path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    const std::string real = d ? fd_path(d.get()) : std::string();
+    std::string real = d ? fd_path(d.get()) : std::string();
+    // A newline would end the line early: a TAB in its place is refused as one (§4.1).
+    std::replace(real.begin(), real.end(), '\n', '\t');
     out += p + "\t" + (real.empty() || real.front() != '/' ? "-" : real) + "\n";
   }
   return out;

@@ -504,6 +504,14 @@ TEST(AgentCtl, CwdSetsTheToolsDirectoryAndClearsBackToTheSessions) {
   }
   auto b = w.agent(s, "other", "cwd=" + w.home + "/link");
   EXPECT_EQ(cfg_value(w, b, "cwd"), "");
+  // A link to a name with a TAB or a newline is refused as the name itself is (§4.1); the
+  // newline one was `bad resolve reply`, toolsrv's answer cut in two.
+  for (const std::string odd : {"a\ttab", "a\nnl"}) {
+    std::filesystem::create_directories(w.home + "/" + odd);
+    std::filesystem::remove(w.home + "/odd");
+    std::filesystem::create_directory_symlink(w.home + "/" + odd, w.home + "/odd");
+    EXPECT_EQ(w.rdwr(a + "/ctl", "cwd " + w.home + "/odd").ename(), "cwd: invalid character") << odd;
+  }
 }
 
 // A session's cwd is kept as its symlinks resolve when it is made, and toolsrv holds it only
