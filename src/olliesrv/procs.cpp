@@ -166,6 +166,7 @@ asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> h
       }))
     co_return;
   for (auto due = std::max(ended, p->last_read()) + toolsrv_keeps;;) {
+    if (p->watch_ended()) co_return;
     t->expires_at(due + 1s);
     auto [ec] = co_await t->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
     if (ec) co_return;  // end_watch
@@ -216,6 +217,11 @@ bool BgProc::on_end_watch(std::function<void()> end) {
   if (watch_ended_) return false;
   end_watch_ = std::move(end);
   return true;
+}
+
+bool BgProc::watch_ended() const {
+  std::lock_guard lock(mu_);
+  return watch_ended_;
 }
 
 void end_watches(Agent& a) {

@@ -36,6 +36,9 @@ struct BgProc {
   void end_watch();
   /// The watcher's: how to end its wait; false when end_watch came first.
   bool on_end_watch(std::function<void()> end);
+  /// Whether end_watch has come (the watcher looks before each wait: the end posted to its
+  /// executor finds no wait while it is between two).
+  bool watch_ended() const;
 
  private:
   mutable std::mutex mu_;
