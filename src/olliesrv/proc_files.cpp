@@ -62,24 +62,18 @@ class RemoteStream : public virtfs::Cursor {
         place_.emplace(std::move(place));
       }
       auto f = co_await host_->open(proc_->instance, path_, p9::OREAD);
-      if (!f) {
-        // Gone before a byte reached this fid: no process, as stat says, not an empty stream.
-        // Gone later (dismissed, expired, toolsrv lost), what was read stands: the stream ends.
-        if (pos_ > 0) co_return end();
-        auto a = agent_.lock();
-        if (!a) co_return end();
-        gone_ = no_such_process(*a, proc_).ename;
-        co_return end();
-      }
+      if (!f) co_return gone();
       remote_.emplace(std::move(*f));
       for (std::uint64_t skipped = 0; skipped < pos_;) {
         auto r = co_await read_remote(static_cast<std::uint32_t>(std::min<std::uint64_t>(pos_ - skipped, 65536)));
-        if (!r || r->empty()) co_return end();
+        if (!r) co_return gone();
+        if (r->empty()) co_return end();
         skipped += r->size();
       }
     }
     auto r = co_await read_remote(static_cast<std::uint32_t>(std::min<std::size_t>(max, 65536)));
-    if (!r || r->empty()) co_return end();
+    if (!r) co_return gone();
+    if (r->empty()) co_return end();
     // Flushed after toolsrv's reply came (its value is handed even to a cancelled read): this
     // read gets no reply (§1.5), so its bytes are not delivered, and the next read takes them
     // again from toolsrv.
@@ -97,6 +91,14 @@ class RemoteStream : public virtfs::Cursor {
     auto r = co_await remote_->read(count);
     in_flight_ = false;
     co_return r;
+  }
+  // toolsrv has no such process any more (dismissed, expired, or toolsrv lost): before a byte
+  // reached this fid it is no process, as stat says, not an empty stream; after, what was read
+  // stands and the stream ends.
+  virtfs::Chunk gone() {
+    if (pos_ == 0)
+      if (auto a = agent_.lock()) gone_ = no_such_process(*a, proc_).ename;
+    return end();
   }
   virtfs::Chunk end() {
     eof_ = true;

@@ -400,6 +400,29 @@ TEST(AgentFiles, AnEndedBackgroundProcessHoldsNoShutdown) {
   EXPECT_EQ(w.log_text().find("still busy"), std::string::npos) << w.log_text();
 }
 
+// A read of `wait` waiting when toolsrv is lost, before a byte came: no such process, as its stat
+// says. It ended as an empty, finished stream, which a script waiting on `wait` took for an end.
+TEST(AgentFiles, AWaitReadWhenToolsrvIsLostSaysNoSuchProcess) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "sleep 300")})}});
+  w.fake.push({{"text", "started"}});
+  w.fake.push({{"text", "it was lost"}});  // the interrupt's turn
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  Conn c(w);
+  auto wait = c.open(a + "/proc/" + pids[0] + "/wait", p9::OREAD);
+  auto waiting = std::async(std::launch::async, [&] { return wait.read(100); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the read waits at toolsrv
+  w.kill_toolsrvs();
+  const auto r = waiting.get();
+  ASSERT_FALSE(r) << *r;
+  EXPECT_EQ(r.ename(), "no such process: " + pids[0]);
+}
+
 TEST(AgentFiles, ProcCtlSignalsTheProcessAndRefusesWhatItCannotDo) {
   World w;
   auto s = w.session("work");
