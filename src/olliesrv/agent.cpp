@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "compaction.hpp"
+#include "containment.hpp"
 #include "eventfd.hpp"
 #include "hub.hpp"
 #include "ids.hpp"
@@ -217,9 +218,7 @@ void Agent::note_sandbox(const ToolOutcome& r) {
   // The config root in the cwd (a session in $HOME): the sandbox lets a tool rewrite the files
   // that make the sandbox and the bypass policy, so it is the model's to widen. Said once.
   const auto s = session.lock();
-  const auto& root = hub.config_root;
-  const bool config_writable = s && s->remote.empty() && !dir.empty() && root.starts_with(dir) &&
-                               (root.size() == dir.size() || dir == "/" || root[dir.size()] == '/');
+  const bool config_writable = s && s->remote.empty() && !dir.empty() && at_or_below(hub.config_root, dir);
   if (r.override_ignored.empty() && !r.unconfined && !config_writable) return;
   std::vector<std::string> notes;
   {

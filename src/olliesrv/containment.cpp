@@ -6,14 +6,10 @@
 
 namespace ollie {
 
-namespace {
-
 bool at_or_below(const std::string& path, const std::string& base) {
   if (path == base || base == "/") return true;
   return path.size() > base.size() && path.compare(0, base.size(), base) == 0 && path[base.size()] == '/';
 }
-
-}  // namespace
 
 p9::Result<std::shared_ptr<Agent>> new_agent_caller(const Session& s, const virtfs::Principal& who, const std::string& parent) {
   if (who.hostowner) return std::shared_ptr<Agent>();

@@ -15,6 +15,9 @@ namespace ollie {
 class Session;
 class Agent;
 
+/// Whether `path` is `base` or lies beneath it (both absolute and cleaned).
+bool at_or_below(const std::string& path, const std::string& base);
+
 /// The agent that sends an `agent/new` request to session `s`, or null for the hostowner (who is
 /// not contained). `parent` is the request's `parent=` (id or name; empty when absent); one that
 /// names no agent is left to the request (`no such agent`). Errors:

@@ -15,9 +15,6 @@ namespace {
 using D = virtfs::Dsl<Ctx>;
 using Text = p9::Result<std::string>;
 
-/// A process's stat, and its wait's status lines: a few hundred bytes from toolsrv.
-constexpr std::size_t max_status = 64u << 10;
-
 std::string path_of(const BgProc& p, const char* file) { return "proc/" + std::to_string(p.pid) + "/" + file; }
 
 /// The entry goes when toolsrv no longer has the pid (dismissed, expired, past toolsrv's count of
@@ -144,7 +141,7 @@ asio::awaitable<Text> read_stat(Ctx& c) {
   c.proc->touch();
   auto f = co_await host_of(c)->open(c.proc->instance, path_of(*c.proc, "stat"), p9::OREAD);
   if (!f) co_return no_such_process(c);
-  co_return co_await f->read_all(max_status);
+  co_return co_await f->read_all(max_proc_status);
 }
 
 asio::awaitable<p9::Status> write_ctl(Ctx& c, std::string text) {

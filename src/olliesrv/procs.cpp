@@ -123,7 +123,7 @@ asio::awaitable<Ending> follow(std::shared_ptr<ToolHost> host, std::shared_ptr<B
     e.output += *r;
     if (e.output.size() > 2 * interrupt_bytes) e.output.erase(0, e.output.size() - interrupt_bytes);
   }
-  auto w = co_await wait->read_all(64u << 10);  // its status lines: a few hundred bytes
+  auto w = co_await wait->read_all(max_proc_status);
   if (!w) co_return e;
   auto kv = header_of(*w);
   if (!kv.count("status")) co_return e;

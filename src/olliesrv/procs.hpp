@@ -19,6 +19,9 @@ namespace ollie {
 
 class Agent;
 
+/// Largest `stat` or `wait` text read from toolsrv for a process: a few hundred bytes there.
+inline constexpr std::size_t max_proc_status = 64u << 10;
+
 /// One background process of an agent, in the toolsrv instance that runs it (pids are
 /// per instance: after a toolsrv restart the same number is another process).
 struct BgProc {

@@ -115,6 +115,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     }
     if (planted(path, writable, under)) {
       plan.skipped.push_back(path + ": a link the sandbox can write is on the way");
+      plan.redirectable.push_back(path);
       return;
     }
     if (::stat(path.c_str(), &st) != 0) {

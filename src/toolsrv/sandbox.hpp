@@ -68,6 +68,9 @@ struct SandboxPlan {
   /// Paths that were skipped (`<path>: does not exist` / `<template>: not absolute`), for the
   /// caller's log (once per path).
   std::vector<std::string> skipped;
+  /// The file paths among them skipped because a link the sandbox can write is on the way (a
+  /// tool directory that is such a link: its tools cannot run sandboxed).
+  std::vector<std::string> redirectable;
 };
 
 /// Expands the policy for a call: rules for ro, rox, rw, rwx; rox for every tool directory; rox

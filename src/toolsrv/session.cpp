@@ -576,10 +576,10 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
       // A tool directory behind a link the model can write is not granted (the model could point
       // it anywhere), so its programs cannot run sandboxed: said here, not as exec's bare EACCES.
       if (!p.tool.cmd && !p.tool.exe_path.empty()) {
-        static constexpr std::string_view planted = ": a link the sandbox can write is on the way";
-        for (const auto& skipped : plan.skipped)
-          if (skipped.ends_with(planted) && is_within(clean_path(p.tool.exe_path), skipped.substr(0, skipped.size() - planted.size())))
-            return end_early(ProcStatus::failed, "sandbox: tool directory " + skipped + ": " + p.request.tool +
+        for (const auto& dir : plan.redirectable)
+          if (is_within(clean_path(p.tool.exe_path), dir))
+            return end_early(ProcStatus::failed, "sandbox: tool directory " + dir + ": a link the sandbox can write is on the way: " +
+                                                     p.request.tool +
                                                      " cannot run sandboxed (a tool directory inside a writable path must be a directory, not a link)");
       }
       const int abi = landlock_abi();
