@@ -156,6 +156,8 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
       }
       section_name = std::string(trim(line.substr(1, line.size() - 2)));
       in_unknown = !find_defaults(section_name);
+      if (!in_unknown && conf.sections.contains(section_name))
+        warn("[" + section_name + "] again: its keys join the first [" + section_name + "]'s, a key given twice takes the later value");
       section = in_unknown ? nullptr : &conf.sections[section_name];
       if (in_unknown) warn("unknown backend [" + section_name + "], ignored");
       continue;

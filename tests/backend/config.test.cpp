@@ -71,6 +71,19 @@ TEST(BackendConfig, UnknownSectionsKeysAndBadLinesWarnWithFileAndLine) {
   EXPECT_FALSE(c.sections.count("mistral"));
 }
 
+// A section given twice is one section (the later value of a key wins), and the log says so: a
+// second [ollama] pasted at the end of the file silently changed the first one's url before.
+TEST(BackendConfig, ASectionGivenTwiceIsMergedWithAWarning) {
+  auto c = parse_backends_conf("[ollama]\nurl = http://a:1\nmodel = m1\n[openai]\nmodel = o\n[ollama]\nurl = http://b:2\n",
+                               "/cfg/backends.conf");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_EQ(c.warnings[0], "/cfg/backends.conf:6: [ollama] again: its keys join the first [ollama]'s, a key given twice "
+                           "takes the later value");
+  EXPECT_EQ(c.sections.at("ollama").url, "http://b:2");
+  EXPECT_EQ(c.sections.at("ollama").model, "m1");
+  EXPECT_EQ(c.sections.at("openai").model, "o");
+}
+
 // A header line is sent as written: one whose name is no HTTP token (a blank, a separator) or whose
 // value holds a control character would reach the server as something else, so it is refused.
 TEST(BackendConfig, AHeaderThatIsNoHttpHeaderIsIgnored) {
