@@ -107,6 +107,9 @@ Call make_call(const backend::ToolCall& tc, const std::string& cwd, const std::v
   if (c.args_ok)
     if (auto it = args.find("path"); it != args.end() && it->is_string()) c.path = clean_path(it->get<std::string>(), cwd);
   if (c.scope == "write" && c.path.empty()) c.scope = "global";
+  // A read without a path reads the cwd (file_grep and file_glob default to it): a write below it
+  // makes its cached result stale (§8.3.3 speaks only of calls that name one).
+  c.within = c.path.empty() ? clean_path(".", cwd) : c.path;
   if (c.name.empty()) {
     c.preset = "error: empty tool name";
     return c;

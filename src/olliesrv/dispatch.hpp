@@ -26,6 +26,7 @@ struct Call {
   bool background = false;     ///< the `background` flag: proc/new.bg, no lock (§6.10), batched by its scope
   bool bypass = false;         ///< the `bypass` flag: run unsandboxed once approved (§6.9)
   std::string path;            ///< the `path` argument made absolute and clean ("" = none)
+  std::string within;          ///< what a read is about, for the result cache: `path`, else the cwd
   std::optional<std::string> preset;  ///< a result decided without running anything
   std::optional<ToolOutcome> result;
 };

@@ -6,7 +6,7 @@ namespace {
 
 /// `dir` is `path` or one of its ancestor directories (both absolute and clean).
 bool covers(const std::string& dir, const std::string& path) {
-  if (dir.empty()) return false;  // an entry without a path
+  if (dir.empty()) return false;
   if (dir == path || dir == "/") return true;
   return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/';
 }
@@ -40,7 +40,7 @@ void ResultCache::put(const std::string& key, Entry e) {
 
 void ResultCache::drop_path(const std::string& path) {
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (covers(it->second.e.path, path)) {
+    if (covers(it->second.e.within, path)) {
       by_age_.erase(it->second.age);
       it = entries_.erase(it);
     } else {

@@ -31,13 +31,15 @@ class ResultCache {
     ToolOutcome result;
     std::string path;  ///< the call's `path`, absolute and clean ("" = none: no staleness check)
     FileStamp stamp;   ///< the path as it was just before the call ran
+    std::string within;  ///< the call's `within`: a write on it or below it drops the entry
   };
 
   /// The entry of `key`, or nullptr.
   const Entry* find(const std::string& key) const;
   /// Stores (or replaces) the entry of `key`.
   void put(const std::string& key, Entry e);
-  /// A write-scope call on `path` ran: drops the entries of `path` and of its ancestor directories.
+  /// A write-scope call on `path` ran: drops the entries about `path` or one of its ancestor
+  /// directories (a read without a path is about its cwd).
   void drop_path(const std::string& path);
   /// A global-scope call ran.
   void clear();

@@ -998,7 +998,7 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch, bool last) {
         auto& c = batch[delivered];
         c.result = *(*outcomes)[source[delivered]];
         if (store[delivered] && !c.result->error)
-          cache_.put(keys[delivered], {*c.result, c.path, stamp[delivered].value_or(FileStamp{})});
+          cache_.put(keys[delivered], {*c.result, c.path, stamp[delivered].value_or(FileStamp{}), c.within});
         deliver(c, last && delivered + 1 == n);
         delivered++;
       }

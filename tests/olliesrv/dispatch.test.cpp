@@ -143,6 +143,33 @@ TEST(ResultCache, AReadIsServedAgainUntilAWriteOnItsPathOrAGlobalCall) {
   EXPECT_EQ(p.runs(), 4u);
 }
 
+// file_grep and file_glob without a `path` search the cwd: an edit or a new file below it makes
+// their cached results stale. The second search answered from the cache before (the edit looked
+// undone, and the model would redo it).
+TEST(ResultCache, ASearchWithoutAPathIsNotServedAfterAWriteBelowTheCwd) {
+  ProbeWorld p;
+  write_file(p.w.project + "/a.txt", "foo\n");
+  const json grep = call("g", "file_grep", {{"pattern", "foo"}});
+  const json glob = call("l", "file_glob", {{"pattern", "**/*.txt"}});
+  auto again = [](json c, const std::string& id) {
+    c["id"] = id;
+    return round(json::array({c}));
+  };
+  p.turn({again(grep, "g1"), again(glob, "l1"),
+          round(json::array({call("e1", "file_edit", {{"path", "a.txt"}, {"old_string", "foo"}, {"new_string", "bar"}})})),
+          again(grep, "g2"),
+          round(json::array({call("w1", "file_write", {{"path", "sub/new.txt"}, {"content", "x"}})})),
+          again(glob, "l2")});
+  const auto greps = contents(p.w, p.a, "tool", "file_grep");
+  ASSERT_EQ(greps.size(), 2u);
+  EXPECT_EQ(greps[0], "a.txt:1:foo\n");
+  EXPECT_EQ(greps[1].find("a.txt:1:foo"), std::string::npos) << greps[1];
+  const auto globs = contents(p.w, p.a, "tool", "file_glob");
+  ASSERT_EQ(globs.size(), 2u);
+  EXPECT_EQ(globs[0].find("new.txt"), std::string::npos) << globs[0];
+  EXPECT_NE(globs[1].find("new.txt"), std::string::npos) << globs[1];
+}
+
 TEST(ResultCache, AFileChangedBehindTheAgentsBackIsReadAgain) {
   ProbeWorld p;
   write_file(p.w.project + "/a.txt", "alpha\n");

@@ -18,7 +18,9 @@ Call make(const std::string& name, const std::string& args) {
   return make_call(backend::ToolCall{.id = "c", .name = name, .arguments = args}, "/p", tools);
 }
 
-ResultCache::Entry entry(const std::string& text, const std::string& path) { return {{text, false}, path, {true, "1", "2"}}; }
+ResultCache::Entry entry(const std::string& text, const std::string& path, const std::string& within = "") {
+  return {{text, false}, path, {true, "1", "2"}, within.empty() ? path : within};
+}
 
 }  // namespace
 
@@ -94,6 +96,8 @@ TEST(ResultCacheTable, AWriteDropsThePathAndItsAncestorsOnly) {
   c.put("k5", entry("prefix", "/p/dd"));
   c.put("k6", entry("below", "/p/d/f/x"));
   c.put("k7", entry("no path", ""));
+  c.put("k8", entry("no path, run in /p/d", "", "/p/d"));
+  c.put("k9", entry("no path, run in /q", "", "/q"));
   c.drop_path("/p/d/f");
   EXPECT_EQ(c.find("k1"), nullptr);
   EXPECT_EQ(c.find("k2"), nullptr);
@@ -103,6 +107,8 @@ TEST(ResultCacheTable, AWriteDropsThePathAndItsAncestorsOnly) {
   EXPECT_NE(c.find("k5"), nullptr);
   EXPECT_NE(c.find("k6"), nullptr);
   EXPECT_NE(c.find("k7"), nullptr);
+  EXPECT_EQ(c.find("k8"), nullptr);  // a read of its cwd
+  EXPECT_NE(c.find("k9"), nullptr);
   c.clear();
   EXPECT_EQ(c.size(), 0u);
 }
