@@ -82,6 +82,24 @@ TEST_F(FileGrep, ContentWithLineNumbersSkippingIgnoredAndBinary) {
   EXPECT_EQ(grep(R"({"pattern":"nothing here"})").out, "no matches for nothing here in .\n");
 }
 
+// A NUL past rg's first block: rg prints the lines it matched before it, then a warning on stdout
+// that was glued to the next file's record (`a.dat: WARNING: …\n./b.txt":1:…`), and lists the file
+// in files mode. Either engine now skips the file, as a binary one, in every mode.
+TEST_F(FileGrep, AFileWithANulPastItsFirstBlockIsSkippedAsBinaryByEitherEngine) {
+  write_file(at("late.dat"), "foo\n" + std::string(70000, 'z') + std::string("\0\n", 2));
+  for (const char* q : {R"({"pattern":"foo"})", R"({"pattern":"foo","output":"files"})", R"({"pattern":"foo","output":"count"})"}) {
+    const auto r = grep(q);
+    ASSERT_TRUE(r.ok()) << q << r.out << r.err;
+    EXPECT_EQ(r.out.find("late.dat"), std::string::npos) << q << r.out;
+    EXPECT_EQ(r.out.find("WARNING"), std::string::npos) << q << r.out;
+    EXPECT_NE(r.out.find("src/a.c"), std::string::npos) << q << r.out;
+    EXPECT_EQ(direct(q), r.out) << q;
+    if (have_rg()) {
+      EXPECT_EQ(direct(q, true), r.out) << q;
+    }
+  }
+}
+
 // Two context groups in one file. rg --crlf ends its `--` separator with a CR too; the separator
 // was taken for part of the next line, and every group after a file's first was lost.
 TEST_F(FileGrep, EveryContextGroupOfAFileIsShown) {

@@ -12,6 +12,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "fsutil.hpp"
 #include "grep.hpp"
@@ -22,6 +24,22 @@ extern char** environ;
 namespace filetool {
 
 namespace {
+
+// rg's notices about a binary file, on stdout among the records: `<path>: WARNING: stopped
+// searching binary file after match (found "\0" byte around offset <n>)` after the lines it
+// printed before the NUL (a NUL past its first buffer), `<path>: binary file matches (found …)`
+// instead of the lines of a file named on its command line. They carry no NUL.
+constexpr std::string_view binary_notices[] = {": WARNING: stopped searching binary file after match (found ",
+                                               ": binary file matches (found "};
+
+/// The path a binary-file notice names, or nullopt when `line` is none.
+std::optional<std::string_view> binary_notice(std::string_view line) {
+  if (line.ends_with('\r')) line.remove_suffix(1);
+  if (!line.ends_with(")") || line.find('\0') != std::string_view::npos) return std::nullopt;
+  for (const auto notice : binary_notices)
+    if (const auto at = line.find(notice); at != std::string_view::npos) return line.substr(0, at);
+  return std::nullopt;
+}
 
 struct Parser {
   const Query& q;
@@ -45,18 +63,20 @@ struct Parser {
     path.clear();
     hits = {};
   }
-  // One record: a line (content, count) or a NUL-terminated path (files).
+  // One record: a line (content; count, which files mode runs as), or a notice.
   void record(std::string_view r) {
-    if (q.mode == Mode::files) {
-      if (!r.empty()) out.add(clean(r), FileHits{1, {}});
+    const auto nul = r.find('\0');
+    if (nul == std::string_view::npos) {  // "--" separators, notices
+      // A binary file is skipped, as the own engine skips it: the lines rg printed before it met
+      // the NUL go (they are the record just before; rg writes each file's output whole).
+      if (const auto p = binary_notice(r); p && clean(*p) == path) path.clear(), hits = {};
       return;
     }
-    const auto nul = r.find('\0');
-    if (nul == std::string_view::npos) return;  // "--" separators, warnings
     std::string p = clean(r.substr(0, nul));
     std::string_view rest = r.substr(nul + 1);
-    if (q.mode == Mode::count) {
-      out.add(std::move(p), FileHits{std::strtoull(std::string(rest).c_str(), nullptr, 10), {}});
+    if (q.mode != Mode::content) {
+      const auto n = std::strtoull(std::string(rest).c_str(), nullptr, 10);
+      if (n > 0) out.add(std::move(p), FileHits{q.mode == Mode::files ? 1 : n, {}});
       return;
     }
     std::size_t digits = 0;
@@ -71,16 +91,16 @@ struct Parser {
   }
 };
 
-/// Where the record that starts at `from` ends (its separator), npos when it is not whole yet.
-/// A line record is `path NUL rest LF`: the path may hold a LF (a file name can), the rest
-/// cannot, so its end is the first LF after the NUL; a record without a NUL is rg's `--` line
-/// between context groups.
-std::size_t record_end(const std::string& s, std::size_t from, char sep) {
-  if (sep == '\0') return s.find('\0', from);
+/// Where the record that starts at `from` ends (its LF), npos when it is not whole yet. A line
+/// record is `path NUL rest LF`: the path may hold a LF (a file name can), the rest cannot, so
+/// its end is the first LF after the NUL; a record without a NUL is rg's `--` line between
+/// context groups or a binary-file notice.
+std::size_t record_end(const std::string& s, std::size_t from) {
   const auto lf = s.find('\n', from);
   if (lf == std::string::npos) return lf;
   // With --crlf rg ends its separator `--\r\n` too.
-  if (const auto sep_line = std::string_view(s).substr(from, lf - from); sep_line == "--" || sep_line == "--\r") return lf;
+  if (const auto line = std::string_view(s).substr(from, lf - from); line == "--" || line == "--\r" || binary_notice(line))
+    return lf;
   const auto nul = s.find('\0', from);
   return nul == std::string::npos ? nul : s.find('\n', nul);
 }
@@ -93,8 +113,9 @@ void grep_rg(const Query& q, Collector& out) {
                                 "--color", "never", "--no-require-git", "--hidden", "--glob", "!.git", "--no-ignore-dot",
                                 "--no-ignore-global", "--no-ignore-exclude", "--no-messages", "--crlf"};
   if (q.ignore_case) args.push_back("--ignore-case");
-  if (q.mode == Mode::files) args.push_back("--files-with-matches");
-  if (q.mode == Mode::count) args.push_back("--count");
+  // Files mode is a count: with --files-with-matches rg lists a binary file whose NUL it met only
+  // after a match, where --count leaves it out.
+  if (q.mode != Mode::content) args.push_back("--count");
   if (q.mode == Mode::content && q.context > 0) args.insert(args.end(), {"--context", std::to_string(q.context)});
   if (!q.glob.empty()) args.insert(args.end(), {"--type-add", "sel:" + q.glob, "--type", "sel"});
   if (q.shallow) args.insert(args.end(), {"--max-depth", "1"});
@@ -122,7 +143,6 @@ void grep_rg(const Query& q, Collector& out) {
   }
 
   Parser parser{q, out, where == "."};
-  const char sep = q.mode == Mode::files ? '\0' : '\n';
   std::string pending, err;
   std::vector<char> buf(1 << 16);
   pollfd fds[2] = {{o[0], POLLIN, 0}, {e[0], POLLIN, 0}};
@@ -148,7 +168,7 @@ void grep_rg(const Query& q, Collector& out) {
       }
       pending.append(buf.data(), static_cast<std::size_t>(r));
       std::size_t from = 0;
-      for (std::size_t at; (at = record_end(pending, from, sep)) != std::string::npos; from = at + 1)
+      for (std::size_t at; (at = record_end(pending, from)) != std::string::npos; from = at + 1)
         parser.record(std::string_view(pending).substr(from, at - from));
       pending.erase(0, from);
     }
