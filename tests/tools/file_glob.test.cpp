@@ -62,6 +62,15 @@ TEST_F(FileGlob, HonoursGitignoreAndSkipsDotGit) {
   EXPECT_EQ(glob(R"({"pattern":"*.log"})").out, "important.log\n");
 }
 
+// `logs/**` is what lies inside logs, not logs itself: the negations after it re-include a
+// directory and its files, as git does (`git ls-files --others --exclude-standard`). The
+// directory was taken as ignored, never walked, and logs/keep/k was lost.
+TEST_F(FileGlob, ATrailingStarStarRuleLeavesTheDirectoryForNegationsInside) {
+  files({"logs/keep/k", "logs/other/o", "logs/top", "src/a"});
+  write_file(at(".gitignore"), "logs/**\n!logs/keep/\n!logs/keep/**\n");
+  EXPECT_EQ(glob(R"({"pattern":"**/*"})").out, ".gitignore\nsrc/a\nlogs/keep/k\n");
+}
+
 TEST_F(FileGlob, CapsTheListAndCountsTheRest) {
   for (int i = 0; i < 1100; i++) write_file(at("n/" + std::to_string(i)), "");
   auto r = glob(R"({"pattern":"n/*"})");

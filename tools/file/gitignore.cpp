@@ -49,6 +49,10 @@ void Ignores::enter(const std::string& abs) {
       bool dir_only = false;
       while (!line.empty() && line.back() == '/') dir_only = true, line.pop_back();
       if (line.empty()) continue;
+      // A trailing `/**` is what lies inside the directory, not the directory itself (a glob's
+      // `**` may match nothing): `logs/**` must leave `logs` to walk into, or `!logs/keep/` after
+      // it could re-include nothing.
+      if (line.size() > 3 && line.ends_with("/**")) line.insert(line.size() - 2, "*/");
       const bool anchored = line.find('/') != std::string::npos;
       if (!anchored) line = "**/" + line;
       f.rules.push_back({Glob(line, false), negate, dir_only});
