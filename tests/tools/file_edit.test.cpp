@@ -135,6 +135,12 @@ TEST_F(FileEdit, EmptyOldStringCreatesOnlyAMissingFile) {
   EXPECT_EQ(r.out, "old_string is empty but new/file.txt is not: give the text to replace, or use file_write to replace the whole file\n");
   r = edit("absent.txt", "x", "y");
   EXPECT_EQ(r.out, "file not found: absent.txt; to create a file, use file_write (or file_edit with an empty old_string)\n");
+  // An empty new_string too makes an empty file (it was refused as nothing to change).
+  r = edit("empty.txt", "", "");
+  ASSERT_TRUE(r.ok()) << r.out;
+  EXPECT_EQ(r.out.rfind("created empty.txt: 0 lines\n", 0), 0u) << r.out;
+  EXPECT_EQ(read_file(at("empty.txt")), "");
+  EXPECT_EQ(edit("empty.txt", "", "").out, "old_string and new_string are the same: there is nothing to change\n");
 }
 
 TEST_F(FileEdit, RefusalsAndBadArguments) {

@@ -149,11 +149,16 @@ TEST(Memory, BadArguments) {
 
 TEST(Memory, TextSizeAndHitLimits) {
   Memory m;
-  const std::string big(16 * 1024, 'x');
+  // At most 6 KiB, so that recall shows a note whole (its output stays under 7 KiB, within the
+  // 8192 bytes olliesrv keeps of a result); 16 KiB notes came back without their middle.
+  const std::string big(6 * 1024, 'x');
   ASSERT_TRUE(m.remember(R"({"text":")" + big + "\"}").ok());
   const Reply over = m.remember(R"({"text":")" + big + "y\"}");
   EXPECT_EQ(over.exit(), 1);
-  EXPECT_EQ(over.out, "invalid text: 16385 bytes, the limit is 16384; store a shorter summary\n");
+  EXPECT_EQ(over.out, "invalid text: 6145 bytes, the limit is 6144; store a shorter summary\n");
+  const Reply whole = m.recall(R"({"query":"xxxx*"})");
+  EXPECT_NE(whole.out.find(big + "\n"), std::string::npos);
+  EXPECT_LT(whole.out.size(), 7u * 1024);
   for (int i = 0; i < 12; i++) ASSERT_TRUE(m.remember(R"({"text":"limit note )" + std::to_string(i) + "\"}").ok());
   const Reply r = m.recall(R"({"query":"limit note","limit":3})");
   ASSERT_TRUE(r.ok()) << r.out;

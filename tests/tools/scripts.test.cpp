@@ -132,10 +132,11 @@ class Skills : public Scripts {
 
 TEST_F(Skills, ListShowsNameAndFirstLine) {
   write_file(host.config + "/skills/another.md", "Another skill.\nmore\n");
+  write_file(host.config + "/skills/crlf.md", "Written on Windows.\r\nmore\r\n");  // its CR is not shown
   write_file(host.config + "/skills/not-a-skill.txt", "x\n");
   const Reply r = host.call("skill_list", "{}");
   ASSERT_TRUE(r.ok()) << r.out << r.err;
-  EXPECT_EQ(r.out, "another: Another skill.\ntiny: Say hello politely.\n");
+  EXPECT_EQ(r.out, "another: Another skill.\ncrlf: Written on Windows.\ntiny: Say hello politely.\n");
 }
 
 TEST_F(Skills, ListWithoutSkillsSaysSo) {
@@ -173,12 +174,26 @@ TEST_F(Skills, ARelativeConfigHomeIsIgnored) {
   one_line_error(host.call("skill_load", R"({"name":"evil"})"), "unknown skill: evil; available: tiny\n");
 }
 
-TEST_F(Skills, AHugeSkillIsCut) {
-  write_file(host.config + "/skills/huge.md", "Huge.\n" + std::string(200000, 'x'));
+// A skill longer than 7 KiB is cut at a line, under the 8192 bytes olliesrv keeps of a result
+// (§8.3.4: past that its middle goes), and says where file_read finds the rest. It was cut at
+// 64 KiB, so the model got its first and last 4 KiB and never the middle.
+TEST_F(Skills, AHugeSkillIsCutAtALineWithinWhatTheEngineKeeps) {
+  std::string text = "Huge.\n";
+  for (int i = 2; i <= 2000; i++) text += "line " + std::to_string(i) + "\n";
+  write_file(host.config + "/skills/huge.md", text);
   const Reply r = host.call("skill_load", R"({"name":"huge"})");
   ASSERT_TRUE(r.ok());
-  EXPECT_LT(r.out.size(), 70000u);
-  EXPECT_NE(r.out.find("[skill cut: 65536 of 200006 bytes shown]"), std::string::npos);
+  EXPECT_LT(r.out.size(), 8192u);
+  const std::string shown = r.out.substr(0, r.out.find("[skill cut"));
+  EXPECT_EQ(text.compare(0, shown.size(), shown), 0);
+  const int lines = static_cast<int>(std::count(shown.begin(), shown.end(), '\n'));
+  EXPECT_NE(r.out.find("[skill cut: lines 1-" + std::to_string(lines) + " of 2000 shown; read the rest with file_read of " +
+                       host.config + "/skills/huge.md from offset " + std::to_string(lines + 1) + "]\n"),
+            std::string::npos)
+      << r.out.substr(shown.size());
+  // A name with a blank is listed whole among those available.
+  write_file(host.config + "/skills/two words.md", "Spaced.\n");
+  EXPECT_NE(host.call("skill_load", R"({"name":"nope"})").out.find(", two words"), std::string::npos);
 }
 
 TEST_F(Scripts, TheShippedSkillsAreListed) {

@@ -73,8 +73,10 @@ std::string call(const tool::Args& args) {
   const std::string abs = file_to_write(args.string("path"));
   std::string old_s = args.string("old_string"), new_s = args.string("new_string");
   const bool all = args.flag("replace_all", false);
-  if (old_s == new_s) throw tool::Error("old_string and new_string are the same: there is nothing to change");
   const Target t = resolve_target(abs);
+  // Both empty on a missing file: an empty file made, as the prompt promises.
+  if (old_s == new_s && (t.st || !old_s.empty()))
+    throw tool::Error("old_string and new_string are the same: there is nothing to change");
   const std::string name = shown(abs);
 
   if (!t.st) {

@@ -13,7 +13,7 @@
 
 namespace memory {
 
-inline constexpr std::size_t max_text = 16 * 1024;
+inline constexpr std::size_t max_text = 6 * 1024;  // a recalled note fits the 7 KiB of recall's output whole
 inline constexpr long long max_memories = 10000;
 
 /// The project of the working directory: the git root found by stat() alone, else the cwd.
