@@ -831,13 +831,24 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, bool round) {
     }
     co_await run_batch(batch, round && &batch == &batches.back());
     for (const auto& c : batch) a_->note_sandbox(*c.result);  // after the batch's tool blocks
+    bool wrote = false;
     for (const auto& c : batch) {
       all_failed = all_failed && c.result->error;
       if (c.preset) continue;  // ran nothing
       // §8.3.3: what the batch may have changed is no longer known.
       if (c.scope == "global") cache_.clear();
       else if (c.scope == "write") cache_.drop_path(c.path);
+      wrote = wrote || c.scope != "read";
     }
+    // The session's other agents (a sub-agent's parent among them) share the files: their caches
+    // go whole at their next batch, as after `invalidate`. A stamp does not see a file changed
+    // below a directory that was searched, nor does a search without a path have one.
+    if (wrote)
+      for (const auto& other : s_->agents())
+        if (other != a_) {
+          std::lock_guard lock(other->mu);
+          other->results_epoch++;
+        }
   }
   co_return all_failed;
 }

@@ -97,6 +97,37 @@ TEST(Subagents, ParallelOnesEachCallToolsrvAndTheParentsStatsIncludeTheirCost) {
   EXPECT_NEAR(stat(stats, "costSession"), 6.5, 1e-9) << stats;
 }
 
+// §8.3.3 across agents: the parent's cached search goes stale when a sub-agent edits a file below
+// it. The parent's second file_grep (no path: no stamp to check) was answered from its cache with
+// the line the sub-agent had just changed.
+TEST(Subagents, ASubAgentsEditIsSeenByTheParentsNextSearch) {
+  World w;
+  write_file(w.project + "/a.txt", "foo\n");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  ASSERT_TRUE(w.rdwr(a + "/ctl", "tool_load subagent_spawn"));
+  auto grep = [](const std::string& id) {
+    return json::array({{{"id", id}, {"name", "file_grep"}, {"arguments", {{"pattern", "foo|bar"}}}}});
+  };
+  w.fake.push({{"when", "search-edit-search"}, {"tool_calls", grep("g1")}});
+  w.fake.push({{"when", "a.txt:1:foo"}, {"tool_calls", json::array({spawn("p1", "task-edit")})}});
+  w.fake.push({{"when", "task-edit"},
+               {"tool_calls", json::array({{{"id", "e1"},
+                                            {"name", "file_edit"},
+                                            {"arguments", {{"path", "a.txt"}, {"old_string", "foo"}, {"new_string", "bar"}}}}})}});
+  w.fake.push({{"when", "+bar"}, {"text", "sub-edited"}});
+  w.fake.push({{"when", "sub-edited"}, {"tool_calls", grep("g2")}});
+  w.fake.push({{"text", "all done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "search-edit-search\n"));
+  ASSERT_TRUE(eventually([&] { return w.fake.answered() >= 6; }, 30s)) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  EXPECT_EQ(read_file(w.project + "/a.txt"), "bar\n");
+  const auto results = contents(w, a, "tool", "file_grep");
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0], "a.txt:1:foo\n");
+  EXPECT_EQ(results[1], "a.txt:1:bar\n");
+}
+
 TEST(Subagents, BeyondTheCapTheFourthWaitsInLineAndStillAnswers) {
   World w;
   write_file(w.config + "/backends.conf", "subagents = 3\n");
