@@ -630,6 +630,7 @@ void stop_all(Hub& hub) {
     while (a->running() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   for (const auto& s : hub.sessions()) {
+    for (const auto& a : s->agents()) report_lost_at_stop(*a);
     (void)s->save();
     s->host->stop();
     for (const auto& a : s->agents()) end_watches(*a);

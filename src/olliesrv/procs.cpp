@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "agent.hpp"
 #include "backend/json.hpp"
@@ -138,16 +139,16 @@ void forget(const std::shared_ptr<Agent>& a, const std::shared_ptr<BgProc>& p) {
   if (auto it = a->procs.find(p->pid); it != a->procs.end() && it->second == p) a->procs.erase(it);
 }
 
-asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p,
-                            std::string cmd) {
+asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p) {
   Ending e = co_await follow(host, p);
   const auto ended = Clock::now();
+  if (!p->claim_interrupt()) co_return;  // olliesrv's shutdown told of it
   {
     auto a = wa.lock();
     if (!a) co_return;
     // Delivered like any prompt: a turn at once when idle, else queued (§6.10).
     Submission interrupt;
-    interrupt.text = proc_interrupt(p->pid, cmd, e.status, e.code, redacted(e.output, a->secret), e.total);
+    interrupt.text = proc_interrupt(p->pid, p->cmd, e.status, e.code, redacted(e.output, a->secret), e.total);
     interrupt.origin = "proc";
     if (auto st = a->submit(std::move(interrupt)); !st)
       spdlog::warn("agent {}: interrupt of process {} not delivered: {}", a->id, p->pid, st.ename());
@@ -224,6 +225,11 @@ bool BgProc::watch_ended() const {
   return watch_ended_;
 }
 
+bool BgProc::claim_interrupt() {
+  std::lock_guard lock(mu_);
+  return !std::exchange(interrupt_claimed_, true);
+}
+
 void end_watches(Agent& a) {
   std::vector<std::shared_ptr<BgProc>> procs;
   {
@@ -231,6 +237,26 @@ void end_watches(Agent& a) {
     for (const auto& [pid, p] : a.procs) procs.push_back(p);
   }
   for (const auto& p : procs) p->end_watch();
+}
+
+void report_lost_at_stop(Agent& a) {
+  std::vector<std::shared_ptr<BgProc>> procs;
+  {
+    std::lock_guard lock(a.mu);
+    for (const auto& [pid, p] : a.procs) procs.push_back(p);
+  }
+  for (const auto& p : procs) {
+    if (!p->claim_interrupt()) continue;  // it ended: its watcher delivered it
+    const std::string text = proc_interrupt(p->pid, p->cmd, "lost", "", "", 0);
+    {
+      std::lock_guard lock(a.mu);
+      HistoryMessage m;
+      m.msg.role = backend::Role::user;
+      m.msg.content = text;
+      a.history.push_back(std::move(m));
+    }
+    a.transcript.append(make_block("user", text, "proc"));
+  }
 }
 
 std::string proc_cmd(const std::string& tool, const std::string& args) {
@@ -271,18 +297,19 @@ asio::awaitable<ToolOutcome> start_background(std::shared_ptr<Agent> a, ToolCall
   auto s = a->session.lock();
   if (!s) co_return ToolOutcome{"error: session killed", true};
   auto host = s->host;
-  const std::string cmd = proc_cmd(req.tool, req.args);
+  auto cmd = proc_cmd(req.tool, req.args);
   auto started = co_await host->start_background(req);
   if (!started) co_return ToolOutcome{"error: " + started.ename(), true};
   auto p = std::make_shared<BgProc>();
   p->pid = started->pid;
   p->instance = started->instance;
   p->tool = req.tool;
+  p->cmd = std::move(cmd);
   {
     std::lock_guard lock(a->mu);
     a->procs[p->pid] = p;
   }
-  asio::co_spawn(a->ex, watch(a, host, p, cmd), asio::detached);
+  asio::co_spawn(a->ex, watch(a, host, p), asio::detached);
   co_return ToolOutcome{"background process " + std::to_string(p->pid) + " started (" + req.tool + ")", false};
 }
 

@@ -28,6 +28,7 @@ struct BgProc {
   int pid = 0;
   std::uint64_t instance = 0;
   std::string tool;
+  std::string cmd;  ///< the interrupt's `cmd` attribute (proc_cmd)
 
   /// When a client last read one of its files (toolsrv keeps an exited process 10 minutes past
   /// its exit and past the last read, §6.5.3: the entry goes when toolsrv's does).
@@ -43,15 +44,25 @@ struct BgProc {
   /// executor finds no wait while it is between two).
   bool watch_ended() const;
 
+  /// The right to deliver the process's interrupt: true for the first to ask, its watcher at
+  /// the process's end or olliesrv's shutdown while it still runs.
+  bool claim_interrupt();
+
  private:
   mutable std::mutex mu_;
   std::chrono::steady_clock::time_point last_read_ = std::chrono::steady_clock::now();
   std::function<void()> end_watch_;
   bool watch_ended_ = false;
+  bool interrupt_claimed_ = false;
 };
 
 /// end_watch of each of the agent's processes.
 void end_watches(Agent& a);
+
+/// olliesrv stops (SIGTERM): the agent's background processes still running die with its
+/// toolsrv. Each one's `lost` interrupt (§6.10) goes into the history and the log at once, since
+/// no turn runs to take it and the prompt queue is not kept (§7.7): the next request carries it.
+void report_lost_at_stop(Agent& a);
 
 /// Runs a call through proc/new.bg (§6.10). The model's result: `background process <pid>
 /// started (<tool>)`, or the error (`error: bypass denied`, `error: start failed: …`). A started

@@ -400,6 +400,32 @@ TEST(AgentFiles, AnEndedBackgroundProcessHoldsNoShutdown) {
   EXPECT_EQ(w.log_text().find("still busy"), std::string::npos) << w.log_text();
 }
 
+// olliesrv stopped (SIGTERM) while a background process runs: the process dies with toolsrv, and
+// its `lost` interrupt is in the history and the log after the restart, so the model that said
+// it would report the result hears of it at the next prompt. Nothing told of it before.
+TEST(AgentFiles, ABackgroundProcessLostToAStopIsToldAfterTheRestart) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  w.fake.push({{"tool_calls", json::array({background_shell("c1", "sleep 300")})}});
+  w.fake.push({{"text", "started; I will report when it ends"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }));
+  const auto pids = started_pids(w, a);
+  ASSERT_EQ(pids.size(), 1u);
+  w.restart_with({});
+  const std::string lost = "<system-proc-interrupt id=\"" + pids[0] + "\" cmd=\"sleep 300\" status=\"lost\">\n</system-proc-interrupt>";
+  EXPECT_EQ(contents(w, a, "user", "proc"), std::vector<std::string>{lost});
+  w.fake.push({{"text", "it was lost"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "status?"));
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 2; }));
+  const auto body = w.fake.requests().back().body;
+  const auto at = body.find(json(lost).dump());
+  ASSERT_NE(at, std::string::npos) << body;
+  EXPECT_LT(at, body.find("status?"));
+}
+
 // A read of `wait` waiting when toolsrv is lost, before a byte came: no such process, as its stat
 // says. It ended as an empty, finished stream, which a script waiting on `wait` took for an end.
 TEST(AgentFiles, AWaitReadWhenToolsrvIsLostSaysNoSuchProcess) {
