@@ -2,6 +2,8 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/post.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -123,13 +125,26 @@ asio::awaitable<p9::Result<std::string>> new_session(Hub& hub, std::string reque
     s->cwd = s->host->cwd();  // a remote `~/…` as its bootstrap expanded it; no one else sees s yet
     made = hub.add(s);
   }
-  // Answered only once saved (§7.7): a session the disk did not take is not made.
+  // Answered only once saved (§7.7): a session the disk did not take is not made. Nor is one
+  // whose request was flushed meanwhile (§1.5): its client is told nothing, and would find the
+  // name taken by a session it never learnt the id of.
+  bool flushed = false;
   if (made) {
-    made = co_await save_now(hub, s);
+    try {
+      made = co_await save_now(hub, s);
+    } catch (const std::system_error&) {
+      flushed = true;
+    }
+    flushed = flushed || (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none;
+    if (flushed) made = p9::error("interrupted");
     if (!made) hub.remove(id);
   }
   if (!made) {
     s->kill();
+    if (flushed) {
+      asio::post(hub.blocking, remove);  // a co_await would end at once, cancelled
+      co_return made.error();
+    }
     co_await off_io<void>(hub, remove);
     co_return made.error();
   }
@@ -376,7 +391,23 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);
   // Answered only once saved (§7.7): an agent the disk did not take is undone, or the next
   // start would find its files without it and remove them.
-  if (auto st = co_await save_now(hub, s); !st) co_return st.error();
+  // Flushed meanwhile (§1.5): its client is told nothing, so nothing is made, and the save it
+  // had is replaced by one without it.
+  p9::Status saved;
+  bool flushed = false;
+  try {
+    saved = co_await save_now(hub, s);
+  } catch (const std::system_error&) {
+    flushed = true;
+  }
+  flushed = flushed || (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none;
+  if (flushed) {
+    destroy_agent(hub, s, a);
+    destroy.release();
+    s->save_soon();
+    co_return p9::error("interrupted");
+  }
+  if (!saved) co_return saved.error();
   destroy.release();
   co_return id + "\n";
 }

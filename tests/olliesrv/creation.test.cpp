@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <csignal>
 #include <future>
+#include <random>
+#include <thread>
 
 #include "olliesrv/world.hpp"
 
@@ -392,6 +394,40 @@ TEST(Creation, AFlushedAgentNewLeavesNoAgentBehind) {
   const std::string id = again->substr(0, again->size() - 1);
   const auto seen = World::read_until(ev, "agent." + id + ".new");
   EXPECT_EQ(seen.find("agent."), seen.find("agent." + id + ".new")) << seen;
+}
+
+// §1.5: a flushed session/new or agent/new is answered by no reply, so it must leave nothing. A
+// flush that came while the new session or agent was being saved left it made: the client's
+// retry found its name taken, under an id it never learnt. Whatever the flush's moment, a
+// creation exists exactly when its reply came.
+TEST(Creation, AFlushedCreationThatGotNoReplyMadeNothing) {
+  World w;
+  auto s = w.session("work");
+  // How long each creation takes here, unflushed: the flushes below land around its end, where
+  // the save is.
+  std::chrono::microseconds took[2];
+  for (const bool agent : {false, true}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(agent ? w.rdwr(s + "/agent/new", "name=timed") : w.rdwr("session/new", "name=timed cwd=" + w.project));
+    took[agent] = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+  }
+  std::mt19937 rng(7);
+  std::vector<std::pair<std::string, bool>> made;  // where, answered
+  for (int i = 0; i < 40; i++) {
+    const bool agent = i % 2 == 1;
+    const std::string name = (agent ? "fa" : "fs") + std::to_string(i);
+    auto f = w.walk(agent ? s + "/agent/new" : "session/new");
+    ASSERT_TRUE(f);
+    ASSERT_TRUE(f->open(p9::ORDWR));
+    ASSERT_TRUE(f->write(agent ? "name=" + name : "name=" + name + " cwd=" + w.project));
+    auto held = start_read(*f);
+    std::this_thread::sleep_for(took[agent] * (50 + rng() % 60) / 100);
+    f->client().flush(held.tag);
+    made.emplace_back(agent ? s + "/agent/" + name : "session/" + name, static_cast<bool>(held.reply.get()));
+  }
+  std::this_thread::sleep_for(2s);  // the creations still under way end, made or undone
+  for (const auto& [where, answered] : made)
+    EXPECT_EQ(static_cast<bool>(w.walk(where)), answered) << where << (answered ? " answered, not made" : " made, though its request got no reply");
 }
 
 // §7.5.1: a `!` entry may run for its whole 30 s. Two of them at once (two agents made with a
