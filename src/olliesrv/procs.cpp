@@ -139,9 +139,14 @@ void forget(const std::shared_ptr<Agent>& a, const std::shared_ptr<BgProc>& p) {
   if (auto it = a->procs.find(p->pid); it != a->procs.end() && it->second == p) a->procs.erase(it);
 }
 
-asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::shared_ptr<ToolHost> host, std::shared_ptr<BgProc> p) {
+asio::awaitable<void> watch(std::weak_ptr<Agent> wa, std::weak_ptr<Session> ws, std::shared_ptr<ToolHost> host,
+                            std::shared_ptr<BgProc> p) {
   Ending e = co_await follow(host, p);
   const auto ended = Clock::now();
+  if (auto s = ws.lock()) {  // what it wrote is seen from now on (§8.3.3)
+    s->background_running--;
+    s->drop_results();
+  }
   if (!p->claim_interrupt()) co_return;  // olliesrv's shutdown told of it
   {
     auto a = wa.lock();
@@ -309,7 +314,8 @@ asio::awaitable<ToolOutcome> start_background(std::shared_ptr<Agent> a, ToolCall
     std::lock_guard lock(a->mu);
     a->procs[p->pid] = p;
   }
-  asio::co_spawn(a->ex, watch(a, host, p), asio::detached);
+  s->background_running++;
+  asio::co_spawn(a->ex, watch(a, s, host, p), asio::detached);
   co_return ToolOutcome{"background process " + std::to_string(p->pid) + " started (" + req.tool + ")", false};
 }
 

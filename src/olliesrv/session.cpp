@@ -75,6 +75,14 @@ std::shared_ptr<Agent> Session::find(const std::string& key) const {
   return it == agents_.end() || hidden_.count(key) ? nullptr : it->second;
 }
 
+void Session::drop_results(const Agent* except) const {
+  for (const auto& a : agents())
+    if (a.get() != except) {
+      std::lock_guard lock(a->mu);
+      a->results_epoch++;
+    }
+}
+
 std::vector<std::shared_ptr<Agent>> Session::agents() const {
   std::vector<std::pair<std::string, std::shared_ptr<Agent>>> v;
   {

@@ -2,6 +2,7 @@
 /// A session (spec §2.5, §4.1): a directory of agents sharing a cwd, an environment and one
 /// toolsrv (its ToolHost).
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
@@ -73,6 +74,15 @@ class Session : public std::enable_shared_from_this<Session> {
   /// was not or was already removed.
   bool remove(const std::string& agent_id);
   p9::Status rename_agent(const std::shared_ptr<Agent>& a, const std::string& name);
+
+  /// The session's files may have changed (another agent's write, a `!` command, a background
+  /// process that ended): every agent's result cache but `except`'s goes at its next batch
+  /// (§8.3.3; a stamp sees neither a file changed below a searched directory nor a search
+  /// without a path).
+  void drop_results(const Agent* except = nullptr) const;
+  /// Background processes of the session running now: while one runs it may write at any
+  /// moment, so no turn serves or keeps a cached result.
+  std::atomic<int> background_running{0};
 
   SessionRecord record() const;
   /// Writes session.json now (errors logged and returned); blocking: `ctl save` and shutdown.

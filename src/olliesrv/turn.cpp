@@ -840,15 +840,8 @@ asio::awaitable<bool> Turn::dispatch(std::vector<Call> calls, bool round) {
       else if (c.scope == "write") cache_.drop_path(c.path);
       wrote = wrote || c.scope != "read";
     }
-    // The session's other agents (a sub-agent's parent among them) share the files: their caches
-    // go whole at their next batch, as after `invalidate`. A stamp does not see a file changed
-    // below a directory that was searched, nor does a search without a path have one.
-    if (wrote)
-      for (const auto& other : s_->agents())
-        if (other != a_) {
-          std::lock_guard lock(other->mu);
-          other->results_epoch++;
-        }
+    // The session's other agents (a sub-agent's parent among them) share the files.
+    if (wrote) s_->drop_results(a_.get());
   }
   co_return all_failed;
 }
@@ -970,7 +963,7 @@ asio::awaitable<void> Turn::run_batch(std::vector<Call>& batch, bool last) {
       continue;
     }
     if (source[i] != i) continue;
-    if (cacheable(batch[i]) && (batch[i].path.empty() || stamp[i])) {
+    if (cacheable(batch[i]) && (batch[i].path.empty() || stamp[i]) && s_->background_running.load() == 0) {
       const auto* hit = cache_.find(keys[i]);
       if (hit && hit->path == batch[i].path && (hit->path.empty() || hit->stamp == *stamp[i])) {
         (*outcomes)[i] = hit->result;

@@ -366,6 +366,7 @@ asio::awaitable<void> exec_command(std::shared_ptr<Session> s, std::shared_ptr<A
     ~Locking() { a.locking_calls--; }
   } locking{*a};
   auto out = co_await s->host->call(std::move(req), ToolHost::For::terminal);
+  s->drop_results();  // a global-scope call (§8.3.3), a turn's meanwhile too
   a->transcript.append(make_block("exec", out.text, command));
   a->note_sandbox(out);
 }

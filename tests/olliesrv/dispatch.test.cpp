@@ -170,6 +170,35 @@ TEST(ResultCache, ASearchWithoutAPathIsNotServedAfterAWriteBelowTheCwd) {
   EXPECT_NE(globs[1].find("new.txt"), std::string::npos) << globs[1];
 }
 
+// What changes files outside the turn's own calls drops its cache too: a `!` command run in the
+// middle of the turn (a global-scope shell call, §3.4), and a background process, which writes
+// while it runs and is seen once it ends. Both searches after them were answered from the cache.
+TEST(ResultCache, ABangCommandOrABackgroundProcessMidTurnDropsIt) {
+  World w;
+  write_file(w.project + "/f.txt", "line1\n");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  auto grep = [](const std::string& id) { return round(json::array({call(id, "file_grep", {{"pattern", "line"}})})); };
+  w.fake.push(grep("g1"));
+  json slow = grep("g2");
+  slow["delay_ms"] = 300;  // between its frames: the model thinks; the user's `!` runs meanwhile
+  w.fake.push(slow);
+  w.fake.push(round(json::array(
+      {call("b1", "shell", {{"cmd", "sleep 0.3; echo line3 >> f.txt"}, {"background", true}})})));
+  json later = grep("g3");
+  later["delay_ms"] = 300;  // between its frames: the background process has ended by then
+  w.fake.push(later);
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "tool", "file_grep").size() == 1; }));
+  ASSERT_TRUE(w.write(a + "/prompt", "!echo line2 >> f.txt"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "tool", "file_grep").size() == 3; }, 20s)) << *w.read(a + "/log") << w.read_state(a) << " answered " << w.fake.answered() << " requests " << w.fake.requests().size();
+  const auto greps = contents(w, a, "tool", "file_grep");
+  EXPECT_EQ(greps[0], "f.txt:1:line1\n");
+  EXPECT_EQ(greps[1], "f.txt:1:line1\nf.txt:2:line2\n");
+  EXPECT_EQ(greps[2], "f.txt:1:line1\nf.txt:2:line2\nf.txt:3:line3\n");
+}
+
 TEST(ResultCache, AFileChangedBehindTheAgentsBackIsReadAgain) {
   ProbeWorld p;
   write_file(p.w.project + "/a.txt", "alpha\n");
