@@ -100,6 +100,26 @@ TEST_F(FileGrep, AFileWithANulPastItsFirstBlockIsSkippedAsBinaryByEitherEngine) 
   }
 }
 
+// A file name may hold a newline, and its first line may read as one of rg's binary-file notices:
+// it is a file all the same. Taken for a notice, it dropped the matches of the file rg printed
+// before it and gave its own lines to a path that does not exist (`q`).
+TEST_F(FileGrep, AFileNamedLikeABinaryNoticeIsAFile) {
+  write_file(at("victim.txt"), "x secret\n");
+  write_file(at("victim.txt: binary file matches (found \"\\0\" byte around offset 5)\nq"), "x decoy\n");
+  for (const char* q : {R"j({"pattern":"x (secret|decoy)"})j", R"j({"pattern":"x (secret|decoy)","output":"files"})j"})
+    for (int run = 0; run < 3; run++) {  // rg's order varies with its threads
+      const auto r = grep(q);
+      ASSERT_TRUE(r.ok()) << r.out << r.err;
+      EXPECT_NE(r.out.find("victim.txt"), std::string::npos) << q << r.out;
+      EXPECT_NE(r.out.find("\"victim.txt: binary file matches"), std::string::npos) << q << r.out;
+      EXPECT_EQ(r.out.find("\nq"), std::string::npos) << q << r.out;
+      EXPECT_EQ(direct(q), r.out) << q;
+      if (have_rg()) {
+        EXPECT_EQ(direct(q, true), r.out) << q;
+      }
+    }
+}
+
 // Two context groups in one file. rg --crlf ends its `--` separator with a CR too; the separator
 // was taken for part of the next line, and every group after a file's first was lost.
 TEST_F(FileGrep, EveryContextGroupOfAFileIsShown) {

@@ -159,6 +159,12 @@ TEST(Memory, TextSizeAndHitLimits) {
   const Reply whole = m.recall(R"({"query":"xxxx*"})");
   EXPECT_NE(whole.out.find(big + "\n"), std::string::npos);
   EXPECT_LT(whole.out.size(), 7u * 1024);
+  // A long query is echoed cut, so it cannot push the note out of what the engine keeps.
+  std::string query = "xxxx*";
+  for (int i = 0; i < 300; i++) query += " xxxx*";
+  const Reply long_query = m.recall(R"({"query":")" + query + "\"}");
+  EXPECT_NE(long_query.out.find(big + "\n"), std::string::npos) << long_query.out.substr(0, 400) << long_query.err;
+  EXPECT_LT(long_query.out.size(), 7u * 1024);
   for (int i = 0; i < 12; i++) ASSERT_TRUE(m.remember(R"({"text":"limit note )" + std::to_string(i) + "\"}").ok());
   const Reply r = m.recall(R"({"query":"limit note","limit":3})");
   ASSERT_TRUE(r.ok()) << r.out;

@@ -191,6 +191,21 @@ TEST_F(Skills, AHugeSkillIsCutAtALineWithinWhatTheEngineKeeps) {
                        host.config + "/skills/huge.md from offset " + std::to_string(lines + 1) + "]\n"),
             std::string::npos)
       << r.out.substr(shown.size());
+  // A first line longer than the limit: its first 7 KiB, ended on a whole character, and no
+  // pointer file_read could not follow. A last line without a newline is counted.
+  write_file(host.config + "/skills/wide.md", "a" + [] {
+    std::string s;
+    for (int i = 0; i < 5000; i++) s += "\xc3\xa9";
+    return s;
+  }() + "\nsecond line\n");
+  const Reply wide = host.call("skill_load", R"({"name":"wide"})");
+  ASSERT_TRUE(wide.ok()) << wide.out << wide.err;
+  EXPECT_EQ(wide.err, "");
+  EXPECT_EQ(wide.out.find("\xef\xbf\xbd"), std::string::npos);  // no U+FFFD: no character cut
+  EXPECT_NE(wide.out.find("\n[skill cut: 7168 of 10014 bytes shown; its first line alone is longer]\n"), std::string::npos)
+      << wide.out.substr(7000);
+  write_file(host.config + "/skills/open.md", text + "no newline at the end");
+  EXPECT_NE(host.call("skill_load", R"({"name":"open"})").out.find(" of 2001 shown;"), std::string::npos);
   // A name with a blank is listed whole among those available.
   write_file(host.config + "/skills/two words.md", "Spaced.\n");
   EXPECT_NE(host.call("skill_load", R"({"name":"nope"})").out.find(", two words"), std::string::npos);

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,6 +66,7 @@ struct Parser {
   }
   // One record: a line (content; count, which files mode runs as), or a notice.
   void record(std::string_view r) {
+    if (r.ends_with('\n')) r.remove_suffix(1);  // the last one, taken whole at the end
     const auto nul = r.find('\0');
     if (nul == std::string_view::npos) {  // "--" separators, notices
       // A binary file is skipped, as the own engine skips it: the lines rg printed before it met
@@ -98,9 +100,17 @@ struct Parser {
 std::size_t record_end(const std::string& s, std::size_t from) {
   const auto lf = s.find('\n', from);
   if (lf == std::string::npos) return lf;
+  const auto line = std::string_view(s).substr(from, lf - from);
   // With --crlf rg ends its separator `--\r\n` too.
-  if (const auto line = std::string_view(s).substr(from, lf - from); line == "--" || line == "--\r" || binary_notice(line))
-    return lf;
+  if (line == "--" || line == "--\r") return lf;
+  if (binary_notice(line)) {
+    // Or the first line of a file name made to read as one (`a: binary file matches (…)\nb`),
+    // whose record goes on to its NUL: a notice only when no file has that name.
+    const auto nul = s.find('\0', lf);
+    if (nul == std::string::npos) return nul;  // told by what follows, or the output's end
+    struct stat st {};
+    if (::lstat(s.substr(from, nul - from).c_str(), &st) != 0) return lf;
+  }
   const auto nul = s.find('\0', from);
   return nul == std::string::npos ? nul : s.find('\n', nul);
 }

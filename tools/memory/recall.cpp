@@ -85,9 +85,16 @@ int main() {
     if (!done) r = search(*db, quoted(words), limit);
 
     const std::string where = "(project " + db->project() + ")";
+    // The query as echoed: its first 100 bytes, so that the first hit, up to 6 KiB, still fits.
+    std::string echoed = query;
+    if (echoed.size() > 100) {
+      std::size_t cut = 100;
+      while (cut > 0 && (static_cast<unsigned char>(echoed[cut]) & 0xC0) == 0x80) cut--;  // a whole character
+      echoed = echoed.substr(0, cut) + "…";
+    }
     if (r.hits.empty())
-      return "no memories match \"" + query + "\" " + where + "; " + std::to_string(db->count()) + " stored";
-    std::string out = std::to_string(r.total) + (r.total == 1 ? " memory matches" : " memories match") + " \"" + query +
+      return "no memories match \"" + echoed + "\" " + where + "; " + std::to_string(db->count()) + " stored";
+    std::string out = std::to_string(r.total) + (r.total == 1 ? " memory matches" : " memories match") + " \"" + echoed +
                       "\" " + where;
     if (r.total > static_cast<long long>(r.hits.size())) out += ", best " + std::to_string(r.hits.size()) + " shown";
     out += ":\n";
