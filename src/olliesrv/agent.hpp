@@ -121,7 +121,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::string agent_text, user_prompts;  ///< resolved prompt entries
   std::vector<ToolInfo> last_tools;      ///< the tool list the system prompt was rendered with
   bool render_due = true;                ///< render again at the next use: prompts or names changed (§7.6)
-  std::uint64_t results_epoch = 0;       ///< bumped by session `invalidate` and by another agent's writes: turns drop their result cache (§3.2)
+  std::uint64_t results_epoch = 0;       ///< bumped by Session::drop_results (`invalidate`, others' writes): turns drop their result cache
   bool prompts_ready = false;            ///< prompt entries resolved (at creation; restore defers it)
   /// The turn tree this agent spends in: a persistent agent's is new at each turn, a sub-agent's
   /// is its issuer's at its creation.

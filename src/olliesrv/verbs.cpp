@@ -52,10 +52,7 @@ Reply session_save(SessionCall& c, const virtfs::Command&) {
 // its tool list fetched again and its system prompt rendered again; a running turn serves
 // nothing from its result cache after it.
 Reply session_invalidate(SessionCall& c, const virtfs::Command&) {
-  for (const auto& a : c.s->agents()) {
-    std::lock_guard lock(a->mu);
-    a->results_epoch++;
-  }
+  c.s->drop_results();
   if (auto st = co_await c.s->host->resync(); !st) spdlog::warn("session {}: invalidate: {}", c.s->id, st.ename());
   (void)co_await c.s->host->catalog();  // `tools *` rescans the tool directories
   for (const auto& a : c.s->agents()) {
