@@ -35,17 +35,13 @@ std::string fd_path(int fd);
 /// True when `path` is `dir` or lies below it (both absolute and cleaned; compared by components).
 bool is_within(std::string_view path, std::string_view dir);
 
-/// An entry of the `unix` list (absolute, cleaned) as it is now: its parent directory resolved,
+/// Where an entry of the `unix` list (absolute, cleaned) is now: its parent directory resolved,
 /// the entry itself not followed, so that a symlink a tool plants where entries such as
 /// {TMPDIR}/lsp live (the tool can write there) cannot widen the list to `/` or to
-/// ~/.ssh/agent.sock. None when it does not exist or is a symlink.
-struct UnixEntry {
-  std::string path;  ///< the entry with its parent resolved
-  struct stat st;    ///< lstat of it
-};
-std::optional<UnixEntry> unix_entry(std::string_view allowed);
-/// UnixEntry::path, whether or not the entry exists.
+/// ~/.ssh/agent.sock. The same whether or not the entry exists.
 std::string unix_entry_path(std::string_view allowed);
+/// The lstat of an entry at a unix_entry_path; none when it does not exist or is a symlink.
+std::optional<struct stat> unix_entry(const std::string& path);
 
 }  // namespace toolsrv
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "toolsrv/smallfile.hpp"
@@ -27,11 +28,14 @@ struct ParseError {
 
 void check_keys(const YAML::Node& map, const std::string& where, std::initializer_list<const char*> keys) {
   if (!map.IsMap()) fail(map, (where.empty() ? std::string("document") : where) + ": expected a mapping");
+  std::set<std::string> seen;
   for (const auto& kv : map) {
     const auto key = kv.first.as<std::string>();
-    if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; })) {
-      fail(kv.first, "unknown key: " + (where.empty() ? key : where + "." + key));
-    }
+    const auto name = where.empty() ? key : where + "." + key;
+    if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; })) fail(kv.first, "unknown key: " + name);
+    // yaml-cpp keeps both and a lookup finds the first: a line appended to tighten the policy
+    // (`network: {enabled: false}`) would be ignored without a word.
+    if (!seen.insert(key).second) fail(kv.first, "duplicate key: " + name);
   }
 }
 

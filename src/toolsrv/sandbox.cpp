@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -75,6 +76,9 @@ bool trusted_link(const std::string& exe, const std::vector<std::string>& writab
 bool planted(const std::string& path, const std::vector<std::string>& writable, const std::vector<std::string>& under) {
   if (std::none_of(under.begin(), under.end(), [&](const std::string& w) { return is_within(path, w); })) return false;
   if (no_link_on(path)) return false;
+  // The kernel's walk stopped at a name that does not exist (or at a file where a directory
+  // should be) before meeting any link: nothing there leads anywhere.
+  if (errno == ENOENT || errno == ENOTDIR) return false;
   for (auto slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
     const auto prefix = path.substr(0, slash);
     struct stat st {};
@@ -86,13 +90,13 @@ bool planted(const std::string& path, const std::vector<std::string>& writable, 
 
 }  // namespace
 
-SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
-                         const std::string& data_root, const std::string& exe, const std::string& ollie_socket) {
+SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& writable,
+                         const std::vector<std::string>& tool_dirs, const std::string& data_root,
+                         const std::string& exe, const std::string& ollie_socket) {
   SandboxPlan plan;
   plan.network = policy.network;
   plan.best_effort = policy.best_effort;
   const auto held_cwd = vars.expand("{CWD}");  // granted through the held descriptor
-  const auto writable = writable_paths(policy, vars);  // resolved once per call, for every check below
   auto under = writable;  // as resolved, and as written
   for (const auto* list : {&policy.rw, &policy.rwx})
     for (const auto& templ : *list)
@@ -153,7 +157,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     const auto path = unix_entry_path(written);  // where it leads now: the guard holds the call to it
     if (std::find(plan.unix_sockets.begin(), plan.unix_sockets.end(), path) != plan.unix_sockets.end()) return;
     plan.unix_sockets.push_back(path);
-    if (const auto e = unix_entry(path)) plan.rules.push_back({e->path, Access::sock, e->st.st_dev, e->st.st_ino});
+    if (const auto st = unix_entry(path)) plan.rules.push_back({path, Access::sock, st->st_dev, st->st_ino});
   };
   if (!ollie_socket.empty()) add_socket(ollie_socket);
   for (const auto& p : policy.unix_sockets) add_socket(p);

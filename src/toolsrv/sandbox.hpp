@@ -80,9 +80,11 @@ struct SandboxPlan {
 /// from a file the model may have written), never on a directory and never on a file inside a
 /// writable path (already granted there). A missing rw path under `data_root` is created (0700).
 /// Every path is stat'ed now (one system call each) and its rule records the file it resolved to.
+/// `writable` is writable_paths(policy, vars), resolved by the caller for this call.
 /// `ollie_socket` is the path of {OLLIE_ADDR}'s socket ("" = none), always allowed.
-SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& tool_dirs,
-                         const std::string& data_root, const std::string& exe, const std::string& ollie_socket = "");
+SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& writable,
+                         const std::vector<std::string>& tool_dirs, const std::string& data_root,
+                         const std::string& exe, const std::string& ollie_socket = "");
 
 /// The rw and rwx paths of the policy expanded for a call, cleaned and symlink-resolved: the
 /// paths the model can write (tool directories inside them are not trusted for bypass or PATH).

@@ -132,8 +132,8 @@ struct Session::Prepared {
   Policy policy;
   TemplateVars vars;
   std::vector<std::string> tool_dirs;  // every absolute tool directory (rox)
-  std::vector<std::string> trusted;    // those outside every writable path (PATH)
-  std::vector<std::string> writable;   // the rw and rwx paths, resolved
+  std::vector<std::string> trusted;    // those outside every writable path (PATH); set at the spawn
+  std::vector<std::string> writable;   // the rw and rwx paths, resolved at the spawn
   std::map<std::string, std::string> session_env;
 };
 
@@ -432,10 +432,11 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
   void begin() {
     if (!p.fail.empty()) return end_early(ProcStatus::failed, p.fail);
     if (!p.request.bypass) return lock(false);
+    const auto writable = writable_paths(p.policy, p.vars);
     for (const auto& path : {p.tool.exe_path, p.tool.meta_path}) {
       // As written and link by link: a tool directory that is a link in the cwd looks safe
       // resolved, and the model retargets it between this check and the exec.
-      if (!path.empty() && model_placed(path, p.writable)) {
+      if (!path.empty() && model_placed(path, writable)) {
         return end_early(ProcStatus::denied, "bypass refused: tool inside a writable path: " + path);
       }
     }
@@ -552,6 +553,13 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
 
   void run(bool bypass, std::shared_ptr<LockHold> hold) {
     if (cancelled()) return end_early(ProcStatus::failed, "cancelled");  // forgotten or flushed meanwhile
+    // The paths the model can write, resolved once, now that the call no longer waits: PATH, the
+    // bypass search path and the sandbox plan all see the same answer.
+    p.writable = writable_paths(p.policy, p.vars);
+    for (const auto& d : p.tool_dirs) {
+      if (inside_writable(d, p.writable)) s->warn_once("tool directory inside a writable path, kept off PATH: " + d);
+      else p.trusted.push_back(d);
+    }
     Launch l;
     l.tool = p.request.tool;
     l.agent = p.request.agent;
@@ -566,7 +574,7 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     else l.spec.argv = {p.tool.exe_path};
     l.spec.no_new_privs = !bypass;
     if (!bypass) {
-      const auto plan = plan_sandbox(p.policy, p.vars, p.tool_dirs, s->config_.data_root, p.tool.exe_path,
+      const auto plan = plan_sandbox(p.policy, p.vars, p.writable, p.tool_dirs, s->config_.data_root, p.tool.exe_path,
                                      ollie_socket(l.spec.env));
       // The shipped policy names optional paths (~/.config/git, skills/): one that is missing is
       // normal, a template that is not absolute is a mistake in sandbox.yaml.
@@ -707,11 +715,6 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
   if (cwd_error.empty()) p.vars.cwd_fd = p.held.fd->get();
   std::vector<std::string> warnings;
   p.tool_dirs = tool_dirs(config_.tools_path, config_.config_root, &warnings);
-  p.writable = writable_paths(p.policy, p.vars);
-  for (const auto& d : p.tool_dirs) {
-    if (inside_writable(d, p.writable)) warn_once("tool directory inside a writable path, kept off PATH: " + d);
-    else p.trusted.push_back(d);
-  }
   {
     std::lock_guard lock(mu_);
     p.session_env = env_;

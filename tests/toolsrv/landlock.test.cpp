@@ -452,7 +452,8 @@ TEST(SandboxPlan, ARulePathBehindALinkTheSandboxCanWriteIsSkipped) {
   policy.rw = {"{OLLIE_DATA_PATH}/optmem"};
   policy.rwx = {"{CWD}"};
   const auto data = home + "/.local/share/ollie";
-  const auto plan = plan_sandbox(policy, TemplateVars::for_call(home, dir, dir, data, dir), {}, data, "");
+  const auto vars = TemplateVars::for_call(home, dir, dir, data, dir);
+  const auto plan = plan_sandbox(policy, vars, writable_paths(policy, vars), {}, data, "");
   std::vector<std::string> granted;
   for (const auto& r : plan.rules) granted.push_back(r.path);
   EXPECT_EQ(granted, (std::vector<std::string>{home + "/plain", secret, home})) << ::testing::PrintToString(plan.skipped);
@@ -471,27 +472,27 @@ TEST(LandlockAbi, RulesetCacheReusesOnlyAnEqualPlan) {
   policy.rwx = {"{CWD}"};
   const auto vars = TemplateVars::for_call(dir, dir, dir, dir, dir);
   RulesetCache cache;
-  auto a = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
-  auto b = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
+  auto a = cache.get(plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", ""), abi);
+  auto b = cache.get(plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", ""), abi);
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->get(), b->get());
   EXPECT_EQ(cache.built(), 1u);
   // Same path, another file: a new ruleset.
   write_file(dir + "/g", "y");
   std::filesystem::rename(dir + "/g", dir + "/f");
-  auto c = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
+  auto c = cache.get(plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", ""), abi);
   ASSERT_TRUE(c);
   EXPECT_NE(a->get(), c->get());
   EXPECT_EQ(cache.built(), 2u);
   // Another cwd, another network section: new rulesets; the first cwd's is still kept.
   const auto other = TemplateVars::for_call("/tmp", dir, dir, dir, dir);
-  EXPECT_TRUE(cache.get(plan_sandbox(policy, other, {}, "", ""), abi));
+  EXPECT_TRUE(cache.get(plan_sandbox(policy, other, writable_paths(policy, other), {}, "", ""), abi));
   EXPECT_EQ(cache.built(), 3u);
   policy.network.unrestricted = false;
-  EXPECT_TRUE(cache.get(plan_sandbox(policy, vars, {}, "", ""), abi));
+  EXPECT_TRUE(cache.get(plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", ""), abi));
   EXPECT_EQ(cache.built(), 4u);
   policy.network.unrestricted = true;
-  auto d = cache.get(plan_sandbox(policy, vars, {}, "", ""), abi);
+  auto d = cache.get(plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", ""), abi);
   ASSERT_TRUE(d);
   EXPECT_EQ(c->get(), d->get());
   EXPECT_EQ(cache.built(), 4u);
@@ -640,7 +641,7 @@ TEST_F(LandlockTest, LddOfACraftedExecutableNamingRootGrantsNoDirectory) {
   policy.rox = {"/usr", "/bin", "/lib", "/lib64"};
   policy.ldd = true;
   const auto vars = TemplateVars::for_call(temp_dir("cwd"), "/tmp", "/cfg", "/data", "/usr/bin");
-  const auto plan = plan_sandbox(policy, vars, {}, "", tools + "/crafted");
+  const auto plan = plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", tools + "/crafted");
   for (const auto& r : plan.rules) EXPECT_NE(r.path, "/") << "a directory named by an ELF file was granted";
   auto ruleset = build_ruleset(plan, landlock_abi());
   ASSERT_TRUE(ruleset) << ruleset.ename();
@@ -657,11 +658,11 @@ TEST_F(LandlockTest, LddReadsNoExecutableInsideAWritablePath) {
   policy.ldd = true;
   const auto vars = TemplateVars::for_call(cwd, "/tmp", "/cfg", "/data", "/usr/bin");
   EXPECT_TRUE(linked_libraries(cwd + "/mytrue", writable_paths(policy, vars)).empty());
-  const auto plan = plan_sandbox(policy, vars, {}, "", cwd + "/mytrue");
+  const auto plan = plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", cwd + "/mytrue");
   ASSERT_EQ(plan.rules.size(), 1u);
   EXPECT_EQ(plan.rules[0].path, cwd);
   // The same file outside every writable path is read as before.
-  EXPECT_GT(plan_sandbox(policy, vars, {}, "", "/usr/bin/true").rules.size(), 1u);
+  EXPECT_GT(plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", "/usr/bin/true").rules.size(), 1u);
 }
 
 // ---- network ----

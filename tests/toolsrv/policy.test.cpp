@@ -33,6 +33,9 @@ TEST(Policy, ErrorsNameKeyAndLine) {
   EXPECT_EQ(parse_policy("general: {best_effort: maybe}\n").ename(), "line 1: general.best_effort: expected true or false");
   EXPECT_EQ(parse_policy("filesystem: [unclosed\n").ename().rfind("line ", 0), 0u);
   EXPECT_TRUE(parse_policy(""));
+  // A key given twice is refused, at any depth: the second would be ignored, not applied.
+  EXPECT_EQ(parse_policy("network:\n  enabled: true\nnetwork: {enabled: false}\n").ename(), "line 3: duplicate key: network");
+  EXPECT_EQ(parse_policy("filesystem:\n  ro: []\n  ro: [/etc]\n").ename(), "line 3: duplicate key: filesystem.ro");
 }
 
 TEST(Policy, MissingFileIsAnError) {
@@ -75,7 +78,7 @@ TEST(Sandbox, MissingPathsSkippedDataPathsCreated) {
   p.rw = {"{OLLIE_DATA_PATH}/optmem", "/dev/null"};
   const auto data = temp_dir("data");
   auto v = TemplateVars::for_call("/", "/tmp", "/cfg", data, "/usr/bin");
-  const auto plan = plan_sandbox(p, v, {"/usr/bin"}, data, "");
+  const auto plan = plan_sandbox(p, v, writable_paths(p, v), {"/usr/bin"}, data, "");
   std::vector<std::string> paths;
   for (const auto& r : plan.rules) paths.push_back(r.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"/etc", data + "/optmem", "/dev/null", "/usr/bin"}));
@@ -119,6 +122,17 @@ TEST(Paths, ResolvedAsTheKernelWalksThem) {
   EXPECT_FALSE(no_link_on(dir + "/link/"));
   EXPECT_FALSE(no_link_on(dir + "/a/c"));
   std::filesystem::remove_all(dir);
+}
+
+// Lexically, as path.Clean does; a path already clean comes back as it is.
+TEST(Paths, CleanedLexically) {
+  const std::vector<std::pair<std::string, std::string>> table = {
+      {"/", "/"},          {"/a/b", "/a/b"},   {"a/b", "a/b"},         {".", "."},
+      {"", "."},           {"//", "/"},        {"/a//b/", "/a/b"},     {"/a/./b", "/a/b"},
+      {"/a/b/..", "/a"},   {"/..", "/"},       {"/a/../../b", "/b"},   {"a/../..", ".."},
+      {"./a", "a"},        {"a/.", "a"},       {"/a/.b/..c", "/a/.b/..c"}, {"/a/b/", "/a/b"},
+  };
+  for (const auto& [in, want] : table) EXPECT_EQ(clean_path(in), want) << in;
 }
 
 TEST(Override, Sha256) {

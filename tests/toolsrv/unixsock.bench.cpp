@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   auto policy = effective_policy(*policy_file, nullptr);
   policy.unix_sockets = {sock};
   const auto vars = TemplateVars::for_call(root, root, root, root, "/usr/bin");
-  const auto plan = plan_sandbox(policy, vars, {std::filesystem::path(self).parent_path().string()}, "", self);
+  const auto plan = plan_sandbox(policy, vars, writable_paths(policy, vars), {std::filesystem::path(self).parent_path().string()}, "", self);
   auto ruleset = build_ruleset(plan, abi);
   if (!ruleset) throw std::runtime_error(ruleset.ename());
   auto access = std::make_shared<UnixAccess>();

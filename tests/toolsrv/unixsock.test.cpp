@@ -138,12 +138,12 @@ TEST(UnixPolicy, PlanExpandsAndPutsOllieAddrFirst) {
   p.unix_sockets = {"{HOME}/s.sock", "relative.sock", "/run/a/../b.sock"};
   TemplateVars vars;
   vars.vars["HOME"] = "/home/u";
-  const auto plan = plan_sandbox(p, vars, {}, "", "", "/run/ollie.sock");
+  const auto plan = plan_sandbox(p, vars, writable_paths(p, vars), {}, "", "", "/run/ollie.sock");
   EXPECT_EQ(plan.unix_sockets, (std::vector<std::string>{"/run/ollie.sock", "/home/u/s.sock", "/run/b.sock"}));
   EXPECT_TRUE(plan.unix_listed);
   ASSERT_EQ(plan.skipped.size(), 1u);
   EXPECT_EQ(plan.skipped[0], "relative.sock: not absolute (relative.sock)");
-  EXPECT_FALSE(plan_sandbox(Policy{}, vars, {}, "", "", "/run/ollie.sock").unix_listed);
+  EXPECT_FALSE(plan_sandbox(Policy{}, vars, writable_paths(Policy{}, vars), {}, "", "", "/run/ollie.sock").unix_listed);
 }
 
 TEST_F(Unix, StreamConnectOutsideTheListIsRefused) {
