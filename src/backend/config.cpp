@@ -126,6 +126,15 @@ void top_level(BackendsConf& conf, const std::string& key, const std::string& va
 
 }  // namespace
 
+namespace {
+
+bool env_name(std::string_view v) {
+  if (v.empty() || std::isdigit(static_cast<unsigned char>(v.front()))) return false;
+  return std::all_of(v.begin(), v.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+}  // namespace
+
 BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
   BackendsConf conf;
   BackendSection* section = nullptr;
@@ -173,7 +182,9 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
     }
     if (key == "url") section->url = value;
     else if (key == "model") section->model = value;
-    else if (key == "key_env") section->key_env = value;
+    else if (key == "key_env" && env_name(value)) section->key_env = value;
+    // A key pasted where its variable's name goes: named in no warning, error or log (§7.4).
+    else if (key == "key_env") warn("key_env must name an environment variable ([A-Za-z_][A-Za-z0-9_]*), ignored");
     else if (key == "header" && header_line(value) && (section_name == "openai" || section_name == "openrouter"))
       section->headers.push_back(value);
     else if (key == "header") warn("header needs 'Name: value' in an openai-compatible section, ignored");

@@ -16,11 +16,10 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <vector>
 
+#include "backend/config.hpp"
 #include "hub.hpp"
 #include "lib9p/fcall.hpp"
 #include "lifecycle.hpp"
@@ -198,9 +197,16 @@ json audit_record(const Session& s, std::uint64_t reqid, const std::string& agen
 Bypass::Bypass(Hub& hub, const std::string& data_root)
     : hub_(hub), audit_(hub.blocking, data_root + "/bypass.audit.jsonl") {
   file_->path = hub.config_root + "/bypass.policy";
-  std::ifstream in(file_->path, std::ios::binary);
-  if (!in) return;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // As every configuration file: a FIFO or a link to /dev/zero put there cannot hold the start.
+  std::string text, err;
+  switch (backend::read_config_file(file_->path, 1u << 20, text, err)) {
+    case backend::ReadStatus::ok: break;
+    case backend::ReadStatus::missing: return;
+    case backend::ReadStatus::too_large: err = "larger than 1 MiB"; [[fallthrough]];
+    case backend::ReadStatus::failed:
+      spdlog::error("{}: {}; none of it applies: every bypass request asks the hostowner", file_->path, err);
+      return;
+  }
   auto p = bypass::parse(text, bypass::Scope::global);
   if (!p) spdlog::error("{}: {}; none of it applies: every bypass request asks the hostowner", file_->path, p.ename());
   else policy_ = std::move(*p);

@@ -475,7 +475,10 @@ asio::awaitable<void> kill_agent(Hub& hub, std::shared_ptr<Session> s, std::shar
   // The save, its files and the event on the blocking pool (a flushed `ctl kill` still ends
   // with them).
   auto remove = [&hub, s, aid = a->id, path, shown] {
-    (void)s->save();  // first: a kill -9 between the two must not restore the agent without its blocks
+    // The mark, the save, the files: a kill -9 between two neither restores the agent without
+    // its blocks nor leaves them behind for good (Store::mark_killed).
+    if (auto st = hub.store.mark_killed(s->id, aid); !st) spdlog::error("agent {}: mark: {}", aid, st.ename());
+    (void)s->save();
     if (auto st = hub.store.remove_agent(s->id, aid); !st) spdlog::error("agent {}: remove: {}", aid, st.ename());
     if (shown) hub.bus.publish("agent." + aid + ".kill", path);
   };
@@ -543,6 +546,7 @@ std::size_t restore(Hub& hub) {
     if (!hub.addr.empty()) s->host->set_env("OLLIE_ADDR", hub.addr);
     for (const auto& [k, v] : s->env) s->host->set_env(k, v);
     std::vector<std::shared_ptr<Agent>> agents;
+    std::vector<std::pair<std::size_t, std::string>> profile_notes;  // agent index, note
     for (auto& ar : r.agents) {
       auto a = std::make_shared<Agent>(hub, s, ar.id, s->ex);
       const std::string pname = ar.profile.empty() ? "default" : ar.profile;
@@ -551,6 +555,8 @@ std::size_t restore(Hub& hub) {
       auto profile = known->second;
       if (!profile) {
         spdlog::warn("restore: agent {}/{} ({}): {}", r.name, ar.name, ar.id, profile.ename());
+        // Said in the agent's transcript too (§7.5: warnings are `info` blocks), once restored.
+        profile_notes.emplace_back(agents.size(), profile.ename() + ": restored without its prompt entries and autoLoad tools");
         profile = Profile{};
         profile->name = ar.profile;
       }
@@ -637,7 +643,8 @@ std::size_t restore(Hub& hub) {
       agents[i]->note("info", std::string(interrupted_note));
       cut_off = true;
     }
-    if (cut_off) s->save_soon();
+    for (const auto& [i, text] : profile_notes) agents[i]->note("info", text);
+    if (cut_off || !profile_notes.empty()) s->save_soon();
     for (const auto& a : agents) ids_in_use.insert(a->id);
     n++;
     hub.bus.publish("session." + r.id + ".new", "session/" + r.name);

@@ -3,6 +3,7 @@
 #include "backend/json.hpp"
 #include "backend/wire.hpp"
 #include "ids.hpp"
+#include "toolsrv/meta.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -41,6 +42,7 @@ T bounded(T n) {
 }
 /// An agent's files in its session's directory: `<agent id><suffix>` (§7.7).
 constexpr const char* agent_files[] = {".blocks.jsonl", ".compaction.jsonl"};
+constexpr const char* killed_mark = ".killed";  // `<agent id>.killed`: a kill under way (mark_killed)
 /// The largest session.json restored, and so the largest a save writes: every agent's history
 /// is compacted within its context window long before, but 256 agents' plans of 1 MiB of control
 /// bytes (6 bytes each in JSON) are not. A save over it is refused, the file before it kept: a
@@ -543,7 +545,10 @@ int open_append(const std::string& path) {
 }
 
 std::string open_error(const std::string& name) {
-  return name + ": " + (errno == EINVAL ? std::string("not a regular file") : std::strerror(errno));
+  // O_NOFOLLOW's ELOOP is a link at the name itself, as the session directory's check words it.
+  return name + ": " + (errno == EINVAL   ? std::string("not a regular file")
+                        : errno == ELOOP ? std::string("a symbolic link, not followed")
+                                         : std::strerror(errno));
 }
 
 /// The blocks of one agent: whole lines, without an incomplete or torn last line; `cut` is set to the
@@ -677,7 +682,14 @@ p9::Result<SessionRecord> parse_session(std::string_view text) {
   // writes (the engine's 128 levels under the session's own 7) would overflow the stack.
   if (backend::too_deep(text, 512)) return p9::error("session.json: nested deeper than 512 levels");
   auto j = ojson::parse(text, nullptr, false);
-  if (j.is_discarded()) return p9::error("session.json: invalid json");
+  if (j.is_discarded()) {  // parsed again for where: "parse error at line 3, column 7: …", no byte of the file
+    try {
+      [[maybe_unused]] const auto again = ojson::parse(text);
+    } catch (const std::exception& e) {
+      return p9::error("session.json: " + toolsrv::parse_error_text(e.what()));
+    }
+    return p9::error("session.json: invalid json");
+  }
   SessionRecord s;
   Parser p;
   if (!p.session(j, s)) return p9::error("session.json: " + p.err);
@@ -845,6 +857,15 @@ p9::Status Store::remove_session(const std::string& session_id) {
   return {};
 }
 
+p9::Status Store::mark_killed(const std::string& session_id, const std::string& agent_id) {
+  if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
+  if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
+  const std::string path = root_ + "/" + session_id + "/" + agent_id + killed_mark;
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
+  if (!fd && errno != ENOENT) return sys_error(path);  // ENOENT: no directory, nothing to mark
+  return {};
+}
+
 p9::Status Store::remove_agent(const std::string& session_id, const std::string& agent_id) {
   if (!plain_component(session_id)) return p9::error("invalid session id: " + session_id.substr(0, 64));
   if (!plain_component(agent_id)) return p9::error("invalid agent id: " + agent_id.substr(0, 64));
@@ -853,6 +874,8 @@ p9::Status Store::remove_agent(const std::string& session_id, const std::string&
     std::string path = root_ + "/" + session_id + "/" + agent_id + suffix;
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error(path);
   }
+  const std::string mark = root_ + "/" + session_id + "/" + agent_id + killed_mark;  // last: the kill is done
+  if (::unlink(mark.c_str()) != 0 && errno != ENOENT) return sys_error(mark);
   return {};
 }
 
@@ -988,26 +1011,39 @@ void Store::settle(const LoadedSession& ls) const {
   if (!dir) return;
   if (::fchmod(dir.fd, 0700) != 0) spdlog::error("session {}: chmod: {}", name, std::strerror(errno));
   if (DIR* d = ::fdopendir(::dup(dir.fd))) {
-    // Temp files of saves a crash cut short, and the files of agents the session no longer has:
-    // an agent kill saves the session, then removes its files (remove_agent), and a crash can
-    // fall between the two. Only names olliesrv makes: `<agent id>.blocks.jsonl`, not a copy
-    // someone put beside them.
-    std::set<std::string> agents;
+    // Temp files of saves a crash cut short, and the kills a crash cut short: an agent kill marks
+    // the agent's files, saves the session, then removes them with the mark (Store::mark_killed).
+    // A mark whose agent the session still has is a kill cut before its save: the agent is back.
+    // Files of an agent the session does not have and no mark names are kept: a hand edit of
+    // session.json dropped it, and they may be all that is left of its work. Only names olliesrv
+    // makes: `<agent id>.blocks.jsonl`, not a copy someone put beside them.
+    std::set<std::string> agents, marked, orphans;
     for (const auto& a : ls.record.agents) agents.insert(a.id);
-    std::vector<std::pair<std::string, const char*>> stale;
-    while (auto* e = ::readdir(d)) {
-      std::string_view n = e->d_name;
-      if (n.starts_with(".session.json.tmp.")) stale.emplace_back(n, "left by a save cut short");
-      for (std::string_view suffix : agent_files)
-        if (const auto id = n.substr(0, n.size() - suffix.size());
-            n.ends_with(suffix) && looks_like_uuid(id) && !agents.contains(std::string(id)))
-          stale.emplace_back(n, "of an agent the session no longer has");
-    }
+    std::vector<std::string> names;
+    while (auto* e = ::readdir(d)) names.emplace_back(e->d_name);
     ::closedir(d);
+    for (std::string_view n : names)
+      if (const auto id = n.substr(0, n.size() - std::string_view(killed_mark).size());
+          n.ends_with(killed_mark) && looks_like_uuid(id))
+        marked.emplace(id);
+    std::vector<std::pair<std::string, const char*>> stale;
+    for (std::string_view n : names) {
+      if (n.starts_with(".session.json.tmp.")) stale.emplace_back(n, "left by a save cut short");
+      for (std::string_view suffix : agent_files) {
+        const std::string id(n.substr(0, n.size() - suffix.size()));
+        if (!n.ends_with(suffix) || !looks_like_uuid(id) || agents.contains(id)) continue;
+        if (marked.contains(id)) stale.emplace_back(n, "of an agent whose kill a stop cut short");
+        else orphans.emplace(n);
+      }
+    }
+    for (const auto& id : marked) stale.emplace_back(id + killed_mark, agents.contains(id) ? "a kill cut short before its save: the agent stays"
+                                                                                           : "the kill's mark");
     for (const auto& [t, why] : stale) {
       spdlog::warn("session {}: removing {}, {}", name, t, why);
       (void)::unlinkat(dir.fd, t.c_str(), 0);
     }
+    for (const auto& t : orphans)
+      spdlog::warn("session {}: keeping {}: of an agent session.json does not have (put it back there to restore it)", name, t);
   }
   for (const auto& [file, len] : ls.torn) {
     spdlog::warn("session {}: {}: cutting off an incomplete or torn last line", name, file);

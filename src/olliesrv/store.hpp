@@ -109,7 +109,11 @@ class Store {
                                const std::vector<HistoryMessage>& messages);
   /// Deletes the session's directory (session kill, §3.2).
   p9::Status remove_session(const std::string& session_id);
-  /// Deletes an agent's files (agent kill, §3.3).
+  /// An agent kill (§3.3) in three steps: its files marked (`<agent>.killed`), the session saved
+  /// without it, then its files and the mark deleted. A restart between two steps finishes the
+  /// kill from the mark (settle); an agent's files without a mark (a hand edit of session.json
+  /// dropped the agent) are kept.
+  p9::Status mark_killed(const std::string& session_id, const std::string& agent_id);
   p9::Status remove_agent(const std::string& session_id, const std::string& agent_id);
 
   /// Every session directory (§7.7 restore): histories cleaned of calls without results (and

@@ -84,6 +84,16 @@ TEST(BackendConfig, ASectionGivenTwiceIsMergedWithAWarning) {
   EXPECT_EQ(c.sections.at("openai").model, "o");
 }
 
+// A secret pasted where its variable's name goes is refused without a word of it: §7.4 keeps
+// secrets out of errors and logs, and `missing key: set <key_env>` would have said it.
+TEST(BackendConfig, AKeyEnvThatIsNoVariableNameIsIgnoredUnsaid) {
+  auto c = parse_backends_conf("[openai]\nkey_env = sk-SECRET123\n[anthropic]\nkey_env = MY_KEY_2\n", "/cfg/backends.conf");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_EQ(c.warnings[0], "/cfg/backends.conf:2: key_env must name an environment variable ([A-Za-z_][A-Za-z0-9_]*), ignored");
+  EXPECT_EQ(c.sections.at("openai").key_env, "");
+  EXPECT_EQ(c.sections.at("anthropic").key_env, "MY_KEY_2");
+}
+
 // A header line is sent as written: one whose name is no HTTP token (a blank, a separator) or whose
 // value holds a control character would reach the server as something else, so it is refused.
 TEST(BackendConfig, AHeaderThatIsNoHttpHeaderIsIgnored) {

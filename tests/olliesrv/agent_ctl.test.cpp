@@ -169,6 +169,25 @@ TEST(AgentCtl, ModelBackendAndToolLoadChangeWhatTheNextRequestUses) {
   EXPECT_EQ(models.rfind("error: ollama: ", 0), 0u) << models;
 }
 
+// A profile broken while olliesrv was stopped: the agent is restored without it, and its
+// transcript says so (§7.5: warnings are info blocks), not only the server's log.
+TEST(AgentCtl, AProfileBrokenWhileStoppedIsSaidInTheTranscriptAtRestore) {
+  World w;
+  const auto agents = w.own_dir("agents");
+  write_file(agents + "/mine.json", "{\"autoLoad\": [\"shell\"]}");
+  auto s = w.session("work");
+  auto a = w.agent(s, "main", "agent=mine");
+  ASSERT_EQ(ctl(w, a, "tools").rfind("shell\t", 0), 0u);
+  w.stop_server(SIGTERM);
+  write_file(agents + "/mine.json", "{\"autoLoad\": [\"shell\"],}");
+  w.start();
+  const auto infos = contents(w, a, "info");
+  ASSERT_FALSE(infos.empty());
+  EXPECT_EQ(infos.back().rfind("agent profile mine: parse error at line 1, ", 0), 0u) << infos.back();
+  EXPECT_TRUE(infos.back().ends_with(": restored without its prompt entries and autoLoad tools")) << infos.back();
+  EXPECT_EQ(ctl(w, a, "agent"), "mine\n");
+}
+
 TEST(AgentCtl, IdleOnlyVerbsAreRefusedDuringATurn) {
   World w;
   auto s = w.session("work");

@@ -463,6 +463,17 @@ TEST(Bypass, PoliciesAndTheCounterSurviveARestart) {
   ASSERT_TRUE(w.wait_state(a, "idle"));
 }
 
+// bypass.policy is read at start as every configuration file is: a FIFO put there (a cwd that
+// holds ~/.config lets a tool do it) is refused at once, not waited on with the listener down.
+TEST(Bypass, AFifoInPlaceOfThePolicyFileIsRefusedNotWaitedOn) {
+  World w;
+  w.stop_server(SIGTERM);
+  ASSERT_EQ(::mkfifo((w.config + "/bypass.policy").c_str(), 0600), 0);
+  w.start();
+  EXPECT_EQ(*w.read("bypass/policy"), "");
+  EXPECT_NE(w.log_text().find("bypass.policy: not a regular file; none of it applies"), std::string::npos) << w.log_text();
+}
+
 // §6.9.2: the decision comes first, then what the call does. The broker appends the decision
 // block before it sends the decision to toolsrv, so the block precedes the call's result (and
 // the model's next call) every time, not only when the broker wins a race. Many rounds, one

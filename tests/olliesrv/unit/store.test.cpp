@@ -276,7 +276,10 @@ TEST(StoreJson, WrongTypesNameTheField) {
     auto r = parse_session(text);
     return r ? std::string("ok") : r.ename();
   };
-  EXPECT_EQ(e("{bad"), "session.json: invalid json");
+  // Where, for a person editing it by hand; no byte of the file.
+  EXPECT_EQ(e("{bad"), "session.json: parse error at line 1, column 2: syntax error while parsing object key - invalid "
+                       "literal; expected string literal");
+  EXPECT_EQ(e("{\n  \"id\": \"x\",\n}").rfind("session.json: parse error at line 3, column 1: ", 0), 0u) << e("{\n  \"id\": \"x\",\n}");
   EXPECT_EQ(e("[]"), "session.json: session: expected an object");
   EXPECT_EQ(e(R"({"name":"x"})"), "session.json: id: missing");
   // Without its agents list, a restore would remove their blocks as no longer the session's.
@@ -593,7 +596,7 @@ TEST(Store, ASessionThatFailsIsSkippedAndLeftUntouched) {
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].record.id, good.id);
   ASSERT_EQ(skipped.size(), 3u);
-  EXPECT_EQ(skipped[0], "bad-session: session.json: invalid json");
+  EXPECT_EQ(skipped[0].rfind("bad-session: session.json: parse error at line 1, column ", 0), 0u) << skipped[0];
   EXPECT_EQ(skipped[1].rfind("empty: session.json: ", 0), 0u) << skipped[1];
   EXPECT_EQ(skipped[2], "other: session.json: id differs from the directory name");
   EXPECT_EQ(slurp(bad + "/session.json"), "{\"id\":\"bad-session\",");
@@ -697,10 +700,14 @@ TEST(Store, SettlingRemovesStaleTempFilesAndASymlinkedSessionIsNamed) {
   ::chmod(dir.c_str(), 0755);
   std::filesystem::create_directories(t.path + "/elsewhere");
   std::filesystem::create_directory_symlink(t.path + "/elsewhere", t.path + "/sessions/linked");
+  std::filesystem::create_directories(t.path + "/sessions/linkedfile");
+  std::filesystem::create_symlink(dir + "/session.json", t.path + "/sessions/linkedfile/session.json");
   std::vector<std::string> skipped;
   auto all = st.load_all(&skipped);
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_EQ(skipped, std::vector<std::string>{"linked: a symbolic link, not followed"});
+  std::sort(skipped.begin(), skipped.end());
+  EXPECT_EQ(skipped, (std::vector<std::string>{"linked: a symbolic link, not followed",
+                                               "linkedfile: session.json: a symbolic link, not followed"}));
   st.settle(all[0]);
   EXPECT_FALSE(std::filesystem::exists(dir + "/.session.json.tmp.4242.0"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/session.json"));
@@ -805,7 +812,10 @@ TEST(Store, AppendsCompactionsAndRemoves) {
   EXPECT_EQ(j["messages"].size(), s.agents[0].messages.size());
   EXPECT_EQ(mode_of(file), 0600u);
   ASSERT_TRUE(st.append_block(s.id, aid, "{}"));
+  ASSERT_TRUE(st.mark_killed(s.id, aid));
+  EXPECT_TRUE(std::filesystem::exists(dir_of(t, s.id) + "/" + aid + ".killed"));
   ASSERT_TRUE(st.remove_agent(s.id, aid));
+  EXPECT_FALSE(std::filesystem::exists(dir_of(t, s.id) + "/" + aid + ".killed"));
   EXPECT_FALSE(std::filesystem::exists(file));
   EXPECT_FALSE(std::filesystem::exists(dir_of(t, s.id) + "/" + aid + ".blocks.jsonl"));
   ASSERT_TRUE(st.remove_session(s.id));
@@ -834,6 +844,12 @@ TEST(Store, KillsACrashCutShortLeaveNothingBehindAfterTheNextStart) {
   ASSERT_TRUE(st.append_block(kept.id, kept.agents[0].id, "{}"));
   spit(dir + "/0ff1ce00-0000-4000-8000-000000000000.blocks.jsonl", "{}\n");  // an agent killed before
   spit(dir + "/0ff1ce00-0000-4000-8000-000000000000.compaction.jsonl", "{}\n");
+  spit(dir + "/0ff1ce00-0000-4000-8000-000000000000.killed", "");  // its kill's mark (mark_killed)
+  // A kill cut before its save: the agent stays, with its blocks; the mark goes.
+  spit(dir + "/" + kept.agents[0].id + ".killed", "");
+  // An agent a hand edit of session.json dropped, no kill under way: its work is kept.
+  const std::string dropped = dir + "/0ff1ce00-0000-4000-8000-0000000000aa.blocks.jsonl";
+  spit(dropped, "{\"role\":\"user\"}\n");
   // Names olliesrv never makes are someone's own files: a copy, a note, a directory.
   const std::string copy = dir + "/" + kept.agents[0].id + ".backup.blocks.jsonl", note = dir + "/notes.compaction.jsonl",
                     aside = t.path + "/sessions/.old.killed";
@@ -849,6 +865,9 @@ TEST(Store, KillsACrashCutShortLeaveNothingBehindAfterTheNextStart) {
   st.settle(all[0]);
   EXPECT_FALSE(std::filesystem::exists(dir + "/0ff1ce00-0000-4000-8000-000000000000.blocks.jsonl"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/0ff1ce00-0000-4000-8000-000000000000.compaction.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/0ff1ce00-0000-4000-8000-000000000000.killed"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + kept.agents[0].id + ".killed"));
+  EXPECT_EQ(slurp(dropped), "{\"role\":\"user\"}\n");
   EXPECT_EQ(slurp(dir + "/" + kept.agents[0].id + ".blocks.jsonl"), "{}\n");
   EXPECT_TRUE(std::filesystem::exists(dir + "/session.json"));
   EXPECT_TRUE(std::filesystem::exists(copy));
