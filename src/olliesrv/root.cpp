@@ -15,6 +15,7 @@
 #include "olliesrv.hpp"
 #include "profile.hpp"
 #include "session.hpp"
+#include "lib9p/utf8.hpp"
 #include "toolsrv/catalog.hpp"
 #include "toolsrv/policy.hpp"
 #include "virtfs/ctl.hpp"
@@ -85,8 +86,8 @@ std::string catalog(const std::string& config_root, const p9::Env& env) {
     if (e.tool)
       out += e.name + "\t" + std::string(toolsrv::scope_name(e.tool->scope)) + "\t" + e.tool->tier + "\t" +
              backend::one_line(e.tool->description) + "\n";
-    else
-      out += e.name + "\t-\t-\tinvalid: " + backend::one_line(e.error) + "\n";
+    else  // an invalid name is any file name: one line of UTF-8, as every text (§1.2)
+      out += backend::one_line(p9::valid_utf8(e.name)) + "\t-\t-\tinvalid: " + backend::one_line(e.error) + "\n";
   }
   return out;
 }

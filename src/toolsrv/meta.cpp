@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 
 namespace toolsrv {
@@ -142,10 +143,10 @@ Result<void> check_fields(const json& obj, std::string_view where) {
     if (!s.is_string() || (s != "read" && s != "write" && s != "global")) return err("scope must be read, write or global");
   }
   if (obj.contains("timeout")) {
+    // An integer as JSON Schema counts them (`10.0` is one), as the call's `timeout` flag takes it.
     const auto& t = obj["timeout"];
-    if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() > 86400 * 365) {
-      return err("timeout must be an integer from 0 to 31536000 (a year)");
-    }
+    const double v = t.is_number() ? t.get<double>() : -1;
+    if (!(v >= 0) || v > 86400 * 365 || v != std::floor(v)) return err("timeout must be an integer from 0 to 31536000 (a year)");
   }
   if (obj.contains("args")) {
     const auto& a = obj["args"];
@@ -248,7 +249,7 @@ Result<Tool> parse_meta(std::string_view name, std::string_view dir, std::string
   t.scope = scope == "read" ? Scope::read : scope == "write" ? Scope::write : Scope::global;
   if (effective.contains("outputFormat")) t.output_format = effective["outputFormat"].get<std::string>();
   if (effective.contains("cmd")) t.cmd = effective["cmd"].get<std::string>();
-  t.timeout = effective.value("timeout", 30);
+  t.timeout = effective.contains("timeout") ? static_cast<int>(effective["timeout"].get<double>()) : 30;
   if (!t.cmd) {
     if (!has_executable) return p9::error("no executable and no cmd: " + std::string(dir) + "/" + std::string(name) + " is not an executable file");
     t.exe_path = std::string(dir) + "/" + std::string(name);

@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 
+#include "lib9p/utf8.hpp"
 #include "world.hpp"
 
 using namespace convo;
@@ -225,6 +226,13 @@ TEST(RootFiles, ToolsIsTheCatalogWithInvalidToolsAndTheirErrors) {
   EXPECT_EQ(rows[4], "plain\tglobal\thot\tDefaults.");
   write_file(w.config + "/tools/late.meta", R"({"description": "Late.", "cmd": "true"})");
   EXPECT_EQ(*w.read("tools"), *text);
+  // A name that is no valid tool name is any file name: listed as UTF-8 all the same (§1.2).
+  write_file(w.config + "/tools/bad\xff.meta", R"({"description": "x", "cmd": "true"})");
+  ASSERT_EQ(*w.rdwr("ctl", "invalidate"), "ok\n");
+  const auto listed = *w.read("tools");
+  EXPECT_TRUE(p9::is_utf8(listed)) << listed;
+  EXPECT_NE(listed.find("bad\xef\xbf\xbd\t-\t-\tinvalid: "), std::string::npos) << listed;
+  std::filesystem::remove(w.config + "/tools/bad\xff.meta");
   ASSERT_EQ(*w.rdwr("ctl", "invalidate"), "ok\n");
   EXPECT_NE(w.read("tools")->find("\nlate\tglobal\thot\tLate.\n"), std::string::npos);
 }

@@ -52,9 +52,19 @@ TEST(Meta, InvalidFilesNamed) {
   EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "object", "properties": {"bypass": {}}}})"), "reserved argument name: bypass");
   EXPECT_EQ(error_of(R"({"description": "d", "timeout": -1})"), "timeout must be an integer from 0 to 31536000 (a year)");
   EXPECT_EQ(error_of(R"({"description": "d", "timeout": 40000000})"), "timeout must be an integer from 0 to 31536000 (a year)");
+  EXPECT_EQ(error_of(R"({"description": "d", "timeout": 2.5})"), "timeout must be an integer from 0 to 31536000 (a year)");
+  EXPECT_EQ(error_of(R"({"description": "d", "timeout": "5"})"), "timeout must be an integer from 0 to 31536000 (a year)");
   EXPECT_EQ(error_of(R"({"description": "d", "variants": [{"when": {"moon": "full"}}]})"), "variant 1: unknown condition: moon");
   EXPECT_EQ(error_of(R"({"description": "d"})", false), "no executable and no cmd: /d/t is not an executable file");
   EXPECT_EQ(error_of(R"({"description": "d", "cmd": "true", "readOnly": true})", false), "");
+}
+
+// An integer as JSON Schema counts them, as the call's `timeout` flag takes it (§6.8).
+TEST(Meta, ATimeoutWrittenAsAWholeFloatIsItsInteger) {
+  auto t = parse_meta("t", "/d", R"({"description": "D.", "timeout": 10.0})", true, host());
+  ASSERT_TRUE(t) << t.ename();
+  EXPECT_EQ(t->timeout, 10);
+  EXPECT_EQ(tool_json(*t)["timeout"], 10);
 }
 
 TEST(Meta, FirstMatchingVariantWins) {
