@@ -1,5 +1,7 @@
 #include "rpc.hpp"
 
+#include "updates.hpp"
+
 #include <array>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -74,8 +76,11 @@ asio::awaitable<json> answered_null(Rpc::Notification h, json params) {
 
 void Rpc::dispatch(const std::string& line) {
   if (line.find_first_not_of(" \t\r") == std::string::npos) return;
-  json msg = json::parse(line, nullptr, false);
-  if (msg.is_discarded()) return fail(nullptr, code::parse_error, "parse error: not JSON");
+  bool deep = false;
+  json msg = parse_bounded(line, &deep);
+  if (msg.is_discarded())
+    return fail(nullptr, code::parse_error,
+                deep ? "parse error: nested deeper than " + std::to_string(max_json_depth) + " levels" : "parse error: not JSON");
   if (!msg.is_object()) return fail(nullptr, code::invalid_request, "invalid request: not a JSON-RPC object");
   json id = msg.contains("id") ? msg["id"] : json();
   const bool id_ok = id.is_null() || id.is_string() || id.is_number_integer();

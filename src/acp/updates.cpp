@@ -6,6 +6,15 @@
 #include <utility>
 
 namespace acp {
+
+json parse_bounded(std::string_view text, bool* too_deep) {
+  // The callback parser walks without recursion and keeps nothing below a refused level.
+  bool deep = false;
+  json j = json::parse(
+      text, [&deep](int depth, json::parse_event_t, json&) { return !(deep = deep || depth >= max_json_depth); }, false);
+  if (too_deep) *too_deep = deep;
+  return deep ? json(json::value_t::discarded) : j;
+}
 namespace {
 
 json text_chunk(const char* kind, std::string text) {
@@ -136,7 +145,7 @@ std::vector<json> Translator::block(const json& b) {
     return out;
   }
   if (role == "call") {
-    json args = json::parse(content, nullptr, false);
+    json args = parse_bounded(content);
     if (args.is_discarded()) args = content;
     json call = {{"sessionUpdate", "tool_call"}, {"toolCallId", id}, {"title", tool_title(name, args)},
                  {"kind", tool_kind(name)}, {"status", "in_progress"}, {"rawInput", args}};

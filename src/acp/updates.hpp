@@ -18,6 +18,15 @@ namespace acp {
 
 using json = nlohmann::json;
 
+/// Nesting deeper than this is refused: copying or dumping a JSON value recurses once a level, so
+/// an editor's line or a model's call arguments (kept verbatim in its `call` block) nested ten
+/// thousand deep would end the bridge. olliesrv bounds tool arguments the same (§8.3).
+inline constexpr int max_json_depth = 128;
+
+/// JSON text parsed; discarded when it is not JSON or nests deeper than max_json_depth (then
+/// `*too_deep` is set when given).
+json parse_bounded(std::string_view text, bool* too_deep = nullptr);
+
 /// How a turn ended, from its blocks: an `info` block `interrupted` is cancelled, an `error`
 /// block `stopped: <reason>` (the provider filtered or refused) is a refusal, any other `error`
 /// block is a failure with its text. An error followed by more of the turn (an `assistant`,

@@ -497,13 +497,17 @@ test("malformed JSON-RPC gets a JSON-RPC error and the bridge keeps going", asyn
   p.stdin.write(`{"jsonrpc":"2.0","id":12,"method":"session/new","params":{"cwd":"${project}","mcpServers":[{"name":5}]}}\n`);
   p.stdin.write('{"jsonrpc":"2.0","id":13,"method":"session/load","params":{"sessionId":"a/b","cwd":5,"mcpServers":[]}}\n');
   p.stdin.write('{"jsonrpc":"2.0","id":14,"method":"session/load","params":{"sessionId":"a/b","cwd":"/","mcpServers":{}}}\n');
+  // Nested ten thousand deep: refused as a parse error, not copied (a copy recurses once a level).
+  p.stdin.write(`{"jsonrpc":"2.0","id":15,"method":"x","params":${"[".repeat(10000)}${"]".repeat(10000)}}\n`);
   p.stdin.write('{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":1}}\n');
-  await within(10, () => replies.length >= 12, "twelve replies");
+  await within(10, () => replies.length >= 13, "thirteen replies");
   const byId = (id) => replies.find((r) => r.id === id);
   assert.equal(byId(0).error.code, -32600);
   assert.match(byId(0).error.message, /initialize first/);
-  assert.equal(replies.filter((r) => r.id === null).length, 2, "the notification was not answered");
-  assert.ok(replies.some((r) => r.id === null && r.error?.code === -32700), "not JSON");
+  // Answered with a null id: the line that is not JSON, the one nested too deep and the batch.
+  assert.equal(replies.filter((r) => r.id === null).length, 3, "the notification was not answered");
+  assert.ok(replies.some((r) => r.id === null && r.error?.code === -32700 && r.error.message === "parse error: not JSON"), "not JSON");
+  assert.ok(replies.some((r) => r.id === null && r.error?.message === "parse error: nested deeper than 128 levels"), "too deep");
   assert.equal(byId(1).error.code, -32601);
   assert.equal(byId(2).error.code, -32600);
   assert.ok(replies.some((r) => r.id === null && r.error?.code === -32600), "a batch is refused");

@@ -63,6 +63,24 @@ TEST(AcpTranslator, CallsAndResultsPairInOrderWithKindLocationsAndStatus) {
   EXPECT_EQ(r2[0]["status"], "failed");
 }
 
+// A model's call arguments are kept verbatim in its `call` block, however deep: nested past the
+// bound they are shown as the text they are, not parsed (a copy of the value would recurse once a
+// level, past the stack).
+TEST(AcpTranslator, CallArgumentsNestedPastTheBoundAreShownAsText) {
+  const std::string deep = "{\"cmd\":" + std::string(10000, '[') + std::string(10000, ']') + "}";
+  acp::Translator t("/p");
+  auto c = t.block(json{{"role", "call"}, {"id", "0000000a"}, {"name", "shell"}, {"content", deep}});
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0]["rawInput"], deep);
+  bool too_deep = false;
+  EXPECT_TRUE(acp::parse_bounded(std::string(128, '[') + std::string(128, ']'), &too_deep).is_array());
+  EXPECT_FALSE(too_deep);
+  EXPECT_TRUE(acp::parse_bounded(std::string(129, '[') + std::string(129, ']'), &too_deep).is_discarded());
+  EXPECT_TRUE(too_deep);
+  EXPECT_TRUE(acp::parse_bounded("{nope", &too_deep).is_discarded());
+  EXPECT_FALSE(too_deep);
+}
+
 // The title says what runs: the command or the path, whatever other arguments come with it.
 TEST(AcpTranslator, TheTitleIsTheCommandOrPathWhateverElseTheArgumentsHold) {
   EXPECT_EQ(acp::tool_title("shell", json{{"cmd", "ls -l"}, {"description", "run"}}), "shell ls -l");
