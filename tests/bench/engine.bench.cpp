@@ -170,6 +170,7 @@ void bench_rounds() {
               rounds, rounds);
   convo::World w;
   LogOnThrow keep_log{w};
+  w.fake.keep_bodies(false);
   add_true_tool(w);
   auto s = w.session("bench");
   auto a = w.agent(s, "main");
@@ -320,11 +321,11 @@ void bench_rounds() {
               "  (sh -c true alone, spawned by this bench on a quiet machine: %.3f ms)\n",
               median(srv_cpu), median(tsrv_cpu), median(tool_cpu), median(sh_cpu));
   std::printf("context switches per round (every thread): olliesrv %.1f, toolsrv %.1f\n", median(srv_cs), median(tsrv_cs));
-  std::printf("the fake provider's CPU per request (reading it, parsing its JSON body, keeping it, answering): %.3f ms\n",
+  std::printf("the fake provider's CPU per request (reading it, parsing its JSON body, answering): %.3f ms\n",
               median(fake_cpu));
   std::printf("session.json save (temp, fsync, rename) of a mid-turn session: %.3f ms (%zu bytes)\n", median(per_save),
               ollie::to_json(mid_turn).size());
-  std::printf("(fork+exec /bin/true from this bench: %.3f ms; its VmRSS %ld KiB, the fake provider keeps every request)\n",
+  std::printf("(fork+exec /bin/true from this bench: %.3f ms; its VmRSS %ld KiB)\n",
               median(per_fork), status_kib(::getpid(), "VmRSS"));
   std::printf("turn-by-turn ms/round, nobody reading / read:");
   for (std::size_t i = 0; i < per_round.size(); i++) std::printf(" %.3f/%.3f", per_round[i], per_round_watched[i]);

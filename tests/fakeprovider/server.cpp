@@ -170,6 +170,8 @@ std::optional<json> read_top_level(std::string_view t) {
 
 Server::Server(json script, int port) : script_(std::move(script)) {
   if (!script_.is_object()) script_ = json::object();
+  models_ = script_.value("models", json::array({{{"id", "fake-model"}, {"context_length", 65536}}}));
+  route_faults_ = script_.value("route_faults", json::object());
   for (const auto& r : script_.value("responses", json::array())) queue_.push_back(r);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
@@ -352,7 +354,16 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
     requests_.push_back(std::move(rec));
     kept = &requests_.back();
   }
-  const std::string& req_body = kept->body;  // never written again
+  const std::string& req_body = kept->body;  // never written again, but let go at the end when asked
+  struct LetGo {
+    Server* s;
+    std::size_t index;
+    ~LetGo() {
+      if (s->keep_bodies_) return;
+      std::lock_guard lk(s->mu_);
+      std::string().swap(s->requests_[index].body);
+    }
+  } let_go{this, index};
   const auto header = [&](const std::string& name) {
     const auto it = kept->headers.find(name);
     return it == kept->headers.end() ? std::string() : it->second;
@@ -372,9 +383,9 @@ bool Server::answer_one(int fd, std::size_t connection, std::string& buf) {
     const auto b = body.dump();
     send_all(fd, head(status, {}, false, b.size()) + b);
   };
-  const auto models = script_.value("models", json::array({{{"id", "fake-model"}, {"context_length", 65536}}}));
+  const json& models = models_;
   // The answer of a non-chat route, unless the script's route_faults says otherwise.
-  const auto route_faults = script_.value("route_faults", json::object());
+  const json& route_faults = route_faults_;
   auto answer = [&](const char* route, int status, json body) {
     const std::string fault = route_faults.value(route, "");
     if (fault == "malformed") return reply_json(200, malformed_route_body(route));

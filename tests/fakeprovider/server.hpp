@@ -45,6 +45,10 @@ class Server {
   void push(nlohmann::json response);
   /// Every request received so far, in arrival order.
   std::vector<Recorded> requests() const;
+  /// With false, a request's body is let go once it is answered (requests() then shows it empty):
+  /// for the round bench, whose thousands of requests would otherwise grow the fake by their size
+  /// every round, as no provider's server costs its client.
+  void keep_bodies(bool keep) { keep_bodies_ = keep; }
   /// Closes the listener and every connection, and joins the threads.
   void stop();
   /// CPU time its connection threads have spent on requests answered so far, in ms (for the
@@ -66,10 +70,12 @@ class Server {
   void record_closed(std::size_t index);
 
   nlohmann::json script_;
+  nlohmann::json models_, route_faults_;  // the script's, read once
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> cpu_ns_{0};
+  std::atomic<bool> keep_bodies_{true};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable answered_cv_;
