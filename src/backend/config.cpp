@@ -128,9 +128,12 @@ void top_level(BackendsConf& conf, const std::string& key, const std::string& va
 
 namespace {
 
+// Capitals, digits and underscores, as the environment's names are by convention (POSIX's for
+// the utilities'): a token pasted in the name's place (ghp_…, gsk_…, sk-…) has small letters or a
+// dash, and is not echoed by `missing key: set <key_env>`.
 bool env_name(std::string_view v) {
   if (v.empty() || std::isdigit(static_cast<unsigned char>(v.front()))) return false;
-  return std::all_of(v.begin(), v.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(v.begin(), v.end(), [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; });
 }
 
 }  // namespace
@@ -184,7 +187,7 @@ BackendsConf parse_backends_conf(std::string_view text, std::string_view file) {
     else if (key == "model") section->model = value;
     else if (key == "key_env" && env_name(value)) section->key_env = value;
     // A key pasted where its variable's name goes: named in no warning, error or log (§7.4).
-    else if (key == "key_env") warn("key_env must name an environment variable ([A-Za-z_][A-Za-z0-9_]*), ignored");
+    else if (key == "key_env") warn("key_env must name an environment variable in capitals ([A-Z_][A-Z0-9_]*), ignored");
     else if (key == "header" && header_line(value) && (section_name == "openai" || section_name == "openrouter"))
       section->headers.push_back(value);
     else if (key == "header") warn("header needs 'Name: value' in an openai-compatible section, ignored");

@@ -1022,10 +1022,13 @@ void Store::settle(const LoadedSession& ls) const {
     std::vector<std::string> names;
     while (auto* e = ::readdir(d)) names.emplace_back(e->d_name);
     ::closedir(d);
-    for (std::string_view n : names)
+    for (std::string_view n : names) {
+      struct stat st {};  // a mark is a file mark_killed made: a directory of that name is someone's
       if (const auto id = n.substr(0, n.size() - std::string_view(killed_mark).size());
-          n.ends_with(killed_mark) && looks_like_uuid(id))
+          n.ends_with(killed_mark) && looks_like_uuid(id) && ::fstatat(dir.fd, std::string(n).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISREG(st.st_mode))
         marked.emplace(id);
+    }
     std::vector<std::pair<std::string, const char*>> stale;
     for (std::string_view n : names) {
       if (n.starts_with(".session.json.tmp.")) stale.emplace_back(n, "left by a save cut short");
@@ -1039,8 +1042,8 @@ void Store::settle(const LoadedSession& ls) const {
     for (const auto& id : marked) stale.emplace_back(id + killed_mark, agents.contains(id) ? "a kill cut short before its save: the agent stays"
                                                                                            : "the kill's mark");
     for (const auto& [t, why] : stale) {
-      spdlog::warn("session {}: removing {}, {}", name, t, why);
-      (void)::unlinkat(dir.fd, t.c_str(), 0);
+      if (::unlinkat(dir.fd, t.c_str(), 0) == 0) spdlog::warn("session {}: removed {}, {}", name, t, why);
+      else spdlog::warn("session {}: cannot remove {} ({}): {}", name, t, why, std::strerror(errno));
     }
     for (const auto& t : orphans)
       spdlog::warn("session {}: keeping {}: of an agent session.json does not have (put it back there to restore it)", name, t);

@@ -137,7 +137,11 @@ void union_into(std::vector<T>& into, const std::vector<T>& more) {
 
 Result<PolicyFile> parse_policy(std::string_view text) {
   try {
-    return parse_document(YAML::Load(std::string(text)));
+    // One document: a second one (`---`, after `...`) is not read by a lookup, so a policy
+    // appended below the shipped one would be ignored without a word, as a key given twice was.
+    const auto docs = YAML::LoadAll(std::string(text));
+    if (docs.size() > 1) fail(docs[1], "a second YAML document: one policy per file");
+    return parse_document(docs.empty() ? YAML::Node() : docs.front());
   } catch (const ParseError& e) {
     return p9::error(e.text);
   } catch (const YAML::Exception& e) {

@@ -1,5 +1,8 @@
 #include "toolsrv/sandbox.hpp"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,23 +72,25 @@ bool trusted_link(const std::string& exe, const std::vector<std::string>& writab
   return !inside_writable(exe.substr(0, exe.rfind('/')), writable);
 }
 
-// A rule path the model can redirect: a link on the way to it sits in a directory the sandbox
-// can write (`{CWD}` = $HOME holds `.gitconfig` and the data root), so the model chose where it
-// leads; granting it would grant any file (`ln -s / .local/share/ollie/optmem`). Only paths
-// under a writable one (as written or resolved) are walked: the others cost no system call.
-bool planted(const std::string& path, const std::vector<std::string>& writable, const std::vector<std::string>& under) {
-  if (std::none_of(under.begin(), under.end(), [&](const std::string& w) { return is_within(path, w); })) return false;
-  if (no_link_on(path)) return false;
-  // The kernel's walk stopped at a name that does not exist (or at a file where a directory
-  // should be) before meeting any link: nothing there leads anywhere.
-  if (errno == ENOENT || errno == ENOTDIR) return false;
-  for (auto slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
-    const auto prefix = path.substr(0, slash);
-    struct stat st {};
-    if (::lstat(prefix.c_str(), &st) != 0) return false;  // nothing further exists to lead anywhere
-    if (S_ISLNK(st.st_mode) && inside_writable(prefix.substr(0, prefix.rfind('/')), writable)) return true;
-    if (slash == std::string::npos) return false;
-  }
+enum class Reach { ok, missing, placed };
+
+// A descriptor on what `path` names, reached with no link the model could have placed: one walk
+// of the kernel that follows no link when there is none on the way; else where the links lead
+// (resolve_unplaced: none of them in a writable directory), walked again without following any,
+// so a directory swapped for a link meanwhile fails the walk rather than redirects it. A rule
+// built from the descriptor grants what was checked (`ln -s / .local/share/ollie/optmem` planted
+// by a background process between a check and a later open by name granted `/`).
+Reach reach(const std::string& path, const std::vector<std::string>& writable, UniqueFd& out) {
+  open_how how{.flags = O_PATH | O_CLOEXEC, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
+  const auto walk = [&how](const std::string& p) { return UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, p.c_str(), &how, sizeof how))); };
+  out = walk(path);
+  if (out) return Reach::ok;
+  if (errno != ELOOP) return Reach::missing;  // the walk stopped at a name that is not there, before any link
+  const auto to = resolve_unplaced(path, writable);
+  if (!to) return Reach::placed;
+  out = walk(*to);
+  if (out) return Reach::ok;
+  return errno == ELOOP ? Reach::placed : Reach::missing;
 }
 
 }  // namespace
@@ -97,10 +102,6 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   plan.network = policy.network;
   plan.best_effort = policy.best_effort;
   const auto held_cwd = vars.expand("{CWD}");  // granted through the held descriptor
-  auto under = writable;  // as resolved, and as written
-  for (const auto* list : {&policy.rw, &policy.rwx})
-    for (const auto& templ : *list)
-      if (const auto e = vars.expand(templ); !e.empty() && e.front() == '/') under.push_back(clean_path(e));
   auto add = [&](const std::string& templ, Access access) {
     const auto expanded = vars.expand(templ);
     if (expanded.empty() || expanded.front() != '/') {
@@ -117,22 +118,29 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
       plan.rules.push_back({path, access, st.st_dev, st.st_ino, vars.cwd_fd});
       return;
     }
-    if (planted(path, writable, under)) {
+    UniqueFd fd;
+    auto reached = reach(path, writable, fd);
+    if (reached == Reach::missing && (access == Access::rw || access == Access::rwx) && !data_root.empty() &&
+        is_within(path, clean_path(data_root))) {
+      std::error_code ec;
+      if (std::filesystem::create_directories(path, ec)) {
+        reached = reach(path, writable, fd);
+        // Made private through the descriptor, not the path: what was checked is what changes.
+        if (reached == Reach::ok && ::chmod(("/proc/self/fd/" + std::to_string(fd.get())).c_str(), 0700) != 0)
+          reached = Reach::missing;
+      }
+    }
+    if (reached == Reach::placed) {
       plan.skipped.push_back(path + ": a link the sandbox can write is on the way");
       plan.redirectable.push_back(path);
       return;
     }
-    if (::stat(path.c_str(), &st) != 0) {
-      const bool create = (access == Access::rw || access == Access::rwx) && !data_root.empty() &&
-                          is_within(path, clean_path(data_root));
-      std::error_code ec;
-      if (!create || !std::filesystem::create_directories(path, ec) || ::chmod(path.c_str(), 0700) != 0 ||
-          ::stat(path.c_str(), &st) != 0) {
-        plan.skipped.push_back(path + ": does not exist");
-        return;
-      }
+    if (reached == Reach::missing || ::fstat(fd.get(), &st) != 0) {
+      plan.skipped.push_back(path + ": does not exist");
+      return;
     }
-    plan.rules.push_back({path, access, st.st_dev, st.st_ino});
+    plan.rules.push_back({path, access, st.st_dev, st.st_ino, fd.get()});
+    plan.held.push_back(std::move(fd));
   };
   for (const auto& p : policy.ro) add(p, Access::ro);
   for (const auto& p : policy.rox) add(p, Access::rox);
@@ -150,7 +158,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     }
     const auto written = clean_path(expanded);
     // As the file lists: a link the model can write on the way would let it choose the socket.
-    if (planted(written, writable, under)) {
+    if (!no_link_on(written) && errno == ELOOP && !resolve_unplaced(written, writable)) {
       plan.skipped.push_back(written + ": a link the sandbox can write is on the way");
       return;
     }
@@ -164,8 +172,11 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
   plan.unix_listed = !policy.unix_sockets.empty();
   if (policy.ldd && !exe.empty()) {
     for (const auto& lib : linked_libraries(exe, writable)) {
+      UniqueFd fd;
       struct stat st {};
-      if (::stat(lib.c_str(), &st) == 0 && S_ISREG(st.st_mode)) plan.rules.push_back({lib, Access::rox, st.st_dev, st.st_ino});
+      if (reach(lib, writable, fd) != Reach::ok || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      plan.rules.push_back({lib, Access::rox, st.st_dev, st.st_ino, fd.get()});
+      plan.held.push_back(std::move(fd));
     }
   }
   return plan;
@@ -189,6 +200,14 @@ bool model_placed(const std::string& path, const std::vector<std::string>& writa
   };
   const auto written = clean_path(path);
   if (written.empty() || written.front() != '/' || in_writable(written)) return true;
+  const auto to = resolve_unplaced(written, writable);
+  return !to || in_writable(*to);
+}
+
+std::optional<std::string> resolve_unplaced(const std::string& path, const std::vector<std::string>& writable) {
+  const auto in_writable = [&](const std::string& p) {
+    return std::any_of(writable.begin(), writable.end(), [&](const std::string& w) { return is_within(p, w); });
+  };
   // Walked as the kernel walks it: `done` holds no link; a link's target is walked next.
   std::string done = "/";
   std::vector<std::string> rest;  // the names still to walk, the next one last
@@ -202,7 +221,7 @@ bool model_placed(const std::string& path, const std::vector<std::string>& writa
     }
     rest.insert(rest.end(), names.rbegin(), names.rend());
   };
-  push(written);
+  push(path);
   for (int links = 0; !rest.empty();) {
     const std::string name = std::move(rest.back());
     rest.pop_back();
@@ -222,15 +241,15 @@ bool model_placed(const std::string& path, const std::vector<std::string>& writa
       done = next;
       continue;
     }
-    if (in_writable(done) || ++links > 40) return true;
+    if (in_writable(done) || ++links > 40) return std::nullopt;
     char target[4096];
     const auto n = ::readlink(next.c_str(), target, sizeof target);
-    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target) return true;
+    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target) return std::nullopt;
     const std::string_view t(target, static_cast<std::size_t>(n));
     if (t.front() == '/') done = "/";
     push(t);
   }
-  return in_writable(clean_path(done));
+  return clean_path(done);
 }
 
 bool inside_writable(const std::string& path, const std::vector<std::string>& writable) {

@@ -5,10 +5,12 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "toolsrv/fd.hpp"
 #include "toolsrv/policy.hpp"
 
 namespace toolsrv {
@@ -57,6 +59,9 @@ struct PathRule {
 /// What a call's sandbox must enforce.
 struct SandboxPlan {
   std::vector<PathRule> rules;
+  /// The descriptors the file rules were planned on (PathRule::fd): the ruleset grants what was
+  /// checked, whatever the path names by the time it is built.
+  std::vector<UniqueFd> held;
   NetworkPolicy network;
   bool best_effort = false;
   /// The `unix` list expanded (absolute, cleaned, each parent directory resolved as the call
@@ -79,7 +84,11 @@ struct SandboxPlan {
 /// map for `exe` (linked_libraries), unless `exe` lies inside a writable path (nothing is read
 /// from a file the model may have written), never on a directory and never on a file inside a
 /// writable path (already granted there). A missing rw path under `data_root` is created (0700).
-/// Every path is stat'ed now (one system call each) and its rule records the file it resolved to.
+/// Every path is opened now, its rule built from that descriptor (SandboxPlan::held): a path with
+/// no link on it in one walk of the kernel that follows none; one with links only where the
+/// sandbox cannot write them, at what they lead to, walked again without following any; one with
+/// a link in a directory the sandbox can write (whose target the model chose, or may swap in
+/// between this check and the build) is skipped.
 /// `writable` is writable_paths(policy, vars), resolved by the caller for this call.
 /// `ollie_socket` is the path of {OLLIE_ADDR}'s socket ("" = none), always allowed.
 SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const std::vector<std::string>& writable,
@@ -98,5 +107,9 @@ bool inside_writable(const std::string& path, const std::vector<std::string>& wr
 /// link, sits in one (the model can point it anywhere, also after this check). False means no
 /// step of the path can be changed from inside the sandbox.
 bool model_placed(const std::string& path, const std::vector<std::string>& writable);
+
+/// `path` (absolute) followed link by link to where it leads now, a link-free path; none when a
+/// link on the way sits in a directory of `writable` (resolved) or the links loop.
+std::optional<std::string> resolve_unplaced(const std::string& path, const std::vector<std::string>& writable);
 
 }  // namespace toolsrv

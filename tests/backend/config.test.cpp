@@ -87,10 +87,13 @@ TEST(BackendConfig, ASectionGivenTwiceIsMergedWithAWarning) {
 // A secret pasted where its variable's name goes is refused without a word of it: §7.4 keeps
 // secrets out of errors and logs, and `missing key: set <key_env>` would have said it.
 TEST(BackendConfig, AKeyEnvThatIsNoVariableNameIsIgnoredUnsaid) {
-  auto c = parse_backends_conf("[openai]\nkey_env = sk-SECRET123\n[anthropic]\nkey_env = MY_KEY_2\n", "/cfg/backends.conf");
-  ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_EQ(c.warnings[0], "/cfg/backends.conf:2: key_env must name an environment variable ([A-Za-z_][A-Za-z0-9_]*), ignored");
+  auto c = parse_backends_conf("[openai]\nkey_env = sk-SECRET123\n[anthropic]\nkey_env = MY_KEY_2\n"
+                               "[gemini]\nkey_env = ghp_R3alL00kingGitHubT0kenAbCdEf0123456789\n", "/cfg/backends.conf");
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_EQ(c.warnings[0], "/cfg/backends.conf:2: key_env must name an environment variable in capitals ([A-Z_][A-Z0-9_]*), ignored");
+  EXPECT_EQ(c.warnings[1].rfind("/cfg/backends.conf:6: key_env must name", 0), 0u) << c.warnings[1];
   EXPECT_EQ(c.sections.at("openai").key_env, "");
+  EXPECT_EQ(c.sections.at("gemini").key_env, "");
   EXPECT_EQ(c.sections.at("anthropic").key_env, "MY_KEY_2");
 }
 

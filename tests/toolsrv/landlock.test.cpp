@@ -462,6 +462,39 @@ TEST(SandboxPlan, ARulePathBehindALinkTheSandboxCanWriteIsSkipped) {
                                                     data + "/optmem: a link the sandbox can write is on the way"}));
 }
 
+// The hostowner's own link leads a policy path into the writable cwd (dotfiles: ~/.config/git ->
+// ~/dotfiles/git, the agent working in ~/dotfiles). The model cannot touch the link, but it can
+// replace what it leads to with a link of its own: that one sits in a writable directory, so the
+// path grants nothing. Before, only a path written under a writable one was walked, and the model's
+// link to any directory was followed. Every rule is built from the descriptor its check opened
+// (PathRule::fd): nothing is opened by name again, so no link swapped in after the check counts.
+TEST(SandboxPlan, AHostownersLinkIntoTheCwdIsFollowedButNotTheModelsLinkBeyondIt) {
+  const auto dir = temp_dir("dotfiles");
+  const auto home = dir + "/home", cwd = dir + "/home/dotfiles", secret = dir + "/secret";
+  for (const auto& d : {home + "/.config", cwd + "/git", secret}) std::filesystem::create_directories(d);
+  std::filesystem::create_directory_symlink(cwd + "/git", home + "/.config/git");  // the hostowner's
+  Policy policy;
+  policy.ro = {home + "/.config/git", "/usr"};
+  policy.rwx = {"{CWD}"};
+  const auto vars = TemplateVars::for_call(cwd, dir, dir, "", dir);
+  {
+    const auto plan = plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", "");
+    ASSERT_EQ(plan.rules.size(), 3u) << ::testing::PrintToString(plan.skipped);
+    struct stat st {};
+    ASSERT_EQ(::stat((cwd + "/git").c_str(), &st), 0);
+    EXPECT_EQ(plan.rules[0].path, home + "/.config/git");
+    EXPECT_EQ(plan.rules[0].ino, st.st_ino);
+    for (const auto& r : plan.rules) EXPECT_GE(r.fd, 0) << r.path;
+  }
+  std::filesystem::remove(cwd + "/git");
+  std::filesystem::create_directory_symlink(secret, cwd + "/git");  // the model's
+  const auto plan = plan_sandbox(policy, vars, writable_paths(policy, vars), {}, "", "");
+  std::vector<std::string> granted;
+  for (const auto& r : plan.rules) granted.push_back(r.path);
+  EXPECT_EQ(granted, (std::vector<std::string>{"/usr", cwd})) << ::testing::PrintToString(plan.skipped);
+  EXPECT_EQ(plan.skipped, (std::vector<std::string>{home + "/.config/git: a link the sandbox can write is on the way"}));
+}
+
 TEST(LandlockAbi, RulesetCacheReusesOnlyAnEqualPlan) {
   const int abi = landlock_abi();
   if (abi == 0) GTEST_SKIP() << "no Landlock";

@@ -36,6 +36,11 @@ TEST(Policy, ErrorsNameKeyAndLine) {
   // A key given twice is refused, at any depth: the second would be ignored, not applied.
   EXPECT_EQ(parse_policy("network:\n  enabled: true\nnetwork: {enabled: false}\n").ename(), "line 3: duplicate key: network");
   EXPECT_EQ(parse_policy("filesystem:\n  ro: []\n  ro: [/etc]\n").ename(), "line 3: duplicate key: filesystem.ro");
+  // So is a second document: a lookup reads only the first.
+  EXPECT_EQ(parse_policy("network:\n  enabled: true\n---\nnetwork: {enabled: false}\n").ename(),
+            "line 4: a second YAML document: one policy per file");
+  EXPECT_EQ(parse_policy("network: {enabled: true}\n...\nnetwork: {enabled: false}\n").ename().rfind("line ", 0), 0u);
+  EXPECT_TRUE(parse_policy("---\nnetwork: {enabled: true}\n...\n"));
 }
 
 TEST(Policy, MissingFileIsAnError) {

@@ -850,6 +850,8 @@ TEST(Store, KillsACrashCutShortLeaveNothingBehindAfterTheNextStart) {
   // An agent a hand edit of session.json dropped, no kill under way: its work is kept.
   const std::string dropped = dir + "/0ff1ce00-0000-4000-8000-0000000000aa.blocks.jsonl";
   spit(dropped, "{\"role\":\"user\"}\n");
+  // A directory of a mark's name is no mark (a tool can make one when the data root is in its cwd).
+  std::filesystem::create_directories(dir + "/0ff1ce00-0000-4000-8000-0000000000aa.killed");
   // Names olliesrv never makes are someone's own files: a copy, a note, a directory.
   const std::string copy = dir + "/" + kept.agents[0].id + ".backup.blocks.jsonl", note = dir + "/notes.compaction.jsonl",
                     aside = t.path + "/sessions/.old.killed";
@@ -868,6 +870,7 @@ TEST(Store, KillsACrashCutShortLeaveNothingBehindAfterTheNextStart) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/0ff1ce00-0000-4000-8000-000000000000.killed"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/" + kept.agents[0].id + ".killed"));
   EXPECT_EQ(slurp(dropped), "{\"role\":\"user\"}\n");
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/0ff1ce00-0000-4000-8000-0000000000aa.killed"));
   EXPECT_EQ(slurp(dir + "/" + kept.agents[0].id + ".blocks.jsonl"), "{}\n");
   EXPECT_TRUE(std::filesystem::exists(dir + "/session.json"));
   EXPECT_TRUE(std::filesystem::exists(copy));
