@@ -235,6 +235,8 @@ void Olliesrv::shutdown() {
   asio::post(m.hub->blocking, finish);
 }
 
+bool Olliesrv::stopping() const { return impl_->stopping; }
+
 void Olliesrv::wait() {
   impl_->pool.join();
   // A start that failed before the pool ran leaves contexts that never ran: stopped, so the HTTP
@@ -257,6 +259,9 @@ int run(Options opt) {
   Olliesrv srv(std::move(opt));
   p9::StopSignals signals([&] { srv.shutdown(); });  // before the socket exists
   if (auto st = srv.start(); !st) {
+    // A stop signal while the listener was being made (the socket file exists before the
+    // listener is registered, and a supervisor may take it for the server being up): a stop.
+    if (srv.stopping()) return 0;
     std::fprintf(stderr, "olliesrv: %s\n", st.ename().c_str());
     return 1;
   }

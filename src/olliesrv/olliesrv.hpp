@@ -35,6 +35,8 @@ class Olliesrv {
   /// Graceful stop, from any thread: listeners closed and sockets removed, connections closed
   /// once their last replies are written. Idempotent.
   void shutdown();
+  /// Whether shutdown() was called (a stop signal, root `ctl kill`).
+  bool stopping() const;
   /// Blocks until shutdown() completed and every io thread has ended.
   void wait();
 

@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
-#include <system_error>
 
 #include "lib9p/dirs.hpp"
 #include "toolsrv/elf.hpp"
@@ -72,6 +70,29 @@ bool trusted_link(const std::string& exe, const std::vector<std::string>& writab
   return !inside_writable(exe.substr(0, exe.rfind('/')), writable);
 }
 
+// Makes the missing directories of `path` (absolute) one at a time, each in the one before it,
+// following no link: a link a background process puts in the way meanwhile stops it, rather than
+// having toolsrv make directories wherever it points.
+bool make_dirs_following_no_link(const std::string& path) {
+  open_how how{.flags = O_PATH | O_CLOEXEC | O_DIRECTORY, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
+  std::string have = path;
+  std::vector<std::string> missing;  // the names to make, the first one last
+  UniqueFd dir;
+  while (!(dir = UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, have.c_str(), &how, sizeof how))))) {
+    const auto slash = have.rfind('/');
+    if (errno != ENOENT || slash == std::string::npos || have == "/") return false;
+    missing.push_back(have.substr(slash + 1));
+    have = slash == 0 ? "/" : have.substr(0, slash);
+  }
+  for (auto name = missing.rbegin(); name != missing.rend(); ++name) {
+    if (::mkdirat(dir.get(), name->c_str(), 0700) != 0 && errno != EEXIST) return false;
+    UniqueFd next(::openat(dir.get(), name->c_str(), O_PATH | O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW));
+    if (!next) return false;
+    dir = std::move(next);
+  }
+  return true;
+}
+
 enum class Reach { ok, missing, placed };
 
 // A descriptor on what `path` names, reached with no link the model could have placed: one walk
@@ -122,8 +143,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     auto reached = reach(path, writable, fd);
     if (reached == Reach::missing && (access == Access::rw || access == Access::rwx) && !data_root.empty() &&
         is_within(path, clean_path(data_root))) {
-      std::error_code ec;
-      if (std::filesystem::create_directories(path, ec)) {
+      if (make_dirs_following_no_link(path)) {
         reached = reach(path, writable, fd);
         // Made private through the descriptor, not the path: what was checked is what changes.
         if (reached == Reach::ok && ::chmod(("/proc/self/fd/" + std::to_string(fd.get())).c_str(), 0700) != 0)
