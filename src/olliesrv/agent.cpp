@@ -219,13 +219,19 @@ void Agent::note_sandbox(const ToolOutcome& r) {
   // that make the sandbox and the bypass policy, so it is the model's to widen. Said once.
   const auto s = session.lock();
   const bool config_writable = s && s->remote.empty() && !dir.empty() && at_or_below(hub.config_root, dir);
-  if (r.override_ignored.empty() && !r.unconfined && !config_writable) return;
+  // So with the data root: the saved histories and logs are the tools' to rewrite, and a link
+  // planted in place of a directory there leads olliesrv's next save wherever it points.
+  const bool data_writable = s && s->remote.empty() && !dir.empty() && at_or_below(hub.data_root, dir);
+  if (r.override_ignored.empty() && !r.unconfined && !config_writable && !data_writable) return;
   std::vector<std::string> notes;
   {
     std::lock_guard lock(mu);
     if (config_writable && sandbox_noted.insert("config").second)
       notes.push_back("warning: the working directory " + dir + " holds the config root " + hub.config_root +
                       ": tools can rewrite sandbox.yaml, bypass.policy and the agent profiles, and so widen their own sandbox");
+    if (data_writable && sandbox_noted.insert("data").second)
+      notes.push_back("warning: the working directory " + dir + " holds the data root " + hub.data_root +
+                      ": tools can rewrite the saved sessions, and links they plant there redirect what olliesrv writes");
     if (!r.override_ignored.empty() && sandbox_noted.insert("override " + r.override_ignored).second) {
       const std::string& hex = r.override_ignored;
       notes.push_back("project sandbox override " + dir + "/.ollie-sandbox.yaml ignored: not approved (sha256 " + hex +

@@ -34,7 +34,7 @@ struct Hub {
   Hub(Bus& b, std::string data_root, std::string config_root, std::string toolsrv,
       const std::vector<asio::io_context*>& contexts)
       : bus(b), store(data_root + "/sessions"), http(contexts), config_root(std::move(config_root)),
-        toolsrv(std::move(toolsrv)), bypass(*this, data_root) {
+        data_root(data_root), toolsrv(std::move(toolsrv)), bypass(*this, data_root) {
     for (auto* io : contexts) executors.push_back(io->get_executor());
   }
 
@@ -54,6 +54,7 @@ struct Hub {
   asio::thread_pool asks{2};
   Caches caches;                  ///< model lists, profiles, tool catalog: root `ctl invalidate` drops them
   std::string config_root;        ///< $XDG_CONFIG_HOME/ollie
+  std::string data_root;          ///< $XDG_DATA_HOME/ollie: sessions/, the bypass audit
   std::string toolsrv;            ///< the toolsrv executable
   std::string addr;               ///< OLLIE_ADDR for tools: olliesrv's first Unix address
   /// A remote session's forwarded socket (§6.11): olliesrv listens on `path` for session `sid`

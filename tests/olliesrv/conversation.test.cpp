@@ -496,8 +496,11 @@ TEST(Conversation, ACwdHoldingTheConfigRootIsWarnedOnce) {
   ASSERT_TRUE(w.wait_state(a, "idle"));
   EXPECT_EQ(contents(w, a, "info"),
             (std::vector<std::string>{"warning: the working directory " + w.home + " holds the config root " + w.config +
-                                      ": tools can rewrite sandbox.yaml, bypass.policy and the agent profiles, and so widen "
-                                      "their own sandbox"}));
+                                          ": tools can rewrite sandbox.yaml, bypass.policy and the agent profiles, and so widen "
+                                          "their own sandbox",
+                                      "warning: the working directory " + w.home + " holds the data root " + w.data +
+                                          ": tools can rewrite the saved sessions, and links they plant there redirect what "
+                                          "olliesrv writes"}));
   const auto results = contents(w, a, "tool");
   ASSERT_EQ(results.size(), 2u);
   EXPECT_NE(results[0].find("a link the sandbox can write is on the way: shell cannot run sandboxed"), std::string::npos)
