@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -115,9 +116,11 @@ std::string resolve(std::string_view path, int links_left) {
 
 std::string resolve_existing(std::string_view path) { return resolve(path, 0); }
 
-bool no_link_on(const std::string& path) {
-  open_how how{.flags = O_PATH | O_CLOEXEC, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
-  return UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how))).get() >= 0;
+bool no_link_on(const std::string& path) { return static_cast<bool>(open_following_no_link(path)); }
+
+UniqueFd open_following_no_link(const std::string& path, int flags) {
+  open_how how{.flags = static_cast<std::uint64_t>(O_PATH | O_CLOEXEC | flags), .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
+  return UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how)));
 }
 
 std::string resolve_write_target(std::string_view path) { return resolve(path, 40); }

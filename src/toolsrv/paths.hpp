@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "toolsrv/fd.hpp"
+
 namespace toolsrv {
 
 /// Lexically cleaned path, as Plan 9's cleanname: no `.`, no `..` past the root, no double or
@@ -23,6 +25,9 @@ std::string resolve_existing(std::string_view path);
 /// True when `path` exists and no component of it is a symlink (one openat2 walk): a path that
 /// passes is its own real path, and nothing on it can lead elsewhere.
 bool no_link_on(const std::string& path);
+/// `path` opened `O_PATH` (plus `flags`) in one walk of the kernel that follows no link
+/// (openat2, RESOLVE_NO_SYMLINKS); none, with errno ELOOP, when a link is on the way.
+UniqueFd open_following_no_link(const std::string& path, int flags = 0);
 /// resolve_existing, and a dangling symlink on the way followed to where it points (up to 40):
 /// where a write through `path` lands (a path lock's key, §6.7). Not for deciding what is
 /// writable: the link is the tool's to re-point.

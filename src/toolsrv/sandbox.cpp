@@ -1,8 +1,6 @@
 #include "toolsrv/sandbox.hpp"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,11 +72,10 @@ bool trusted_link(const std::string& exe, const std::vector<std::string>& writab
 // following no link: a link a background process puts in the way meanwhile stops it, rather than
 // having toolsrv make directories wherever it points.
 bool make_dirs_following_no_link(const std::string& path) {
-  open_how how{.flags = O_PATH | O_CLOEXEC | O_DIRECTORY, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
   std::string have = path;
   std::vector<std::string> missing;  // the names to make, the first one last
   UniqueFd dir;
-  while (!(dir = UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, have.c_str(), &how, sizeof how))))) {
+  while (!(dir = open_following_no_link(have, O_DIRECTORY))) {
     const auto slash = have.rfind('/');
     if (errno != ENOENT || slash == std::string::npos || have == "/") return false;
     missing.push_back(have.substr(slash + 1));
@@ -102,14 +99,12 @@ enum class Reach { ok, missing, placed };
 // built from the descriptor grants what was checked (`ln -s / .local/share/ollie/optmem` planted
 // by a background process between a check and a later open by name granted `/`).
 Reach reach(const std::string& path, const std::vector<std::string>& writable, UniqueFd& out) {
-  open_how how{.flags = O_PATH | O_CLOEXEC, .mode = 0, .resolve = RESOLVE_NO_SYMLINKS};
-  const auto walk = [&how](const std::string& p) { return UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, p.c_str(), &how, sizeof how))); };
-  out = walk(path);
+  out = open_following_no_link(path);
   if (out) return Reach::ok;
   if (errno != ELOOP) return Reach::missing;  // the walk stopped at a name that is not there, before any link
   const auto to = resolve_unplaced(path, writable);
   if (!to) return Reach::placed;
-  out = walk(*to);
+  out = open_following_no_link(*to);
   if (out) return Reach::ok;
   return errno == ELOOP ? Reach::placed : Reach::missing;
 }
@@ -178,7 +173,7 @@ SandboxPlan plan_sandbox(const Policy& policy, const TemplateVars& vars, const s
     }
     const auto written = clean_path(expanded);
     // As the file lists: a link the model can write on the way would let it choose the socket.
-    if (!no_link_on(written) && errno == ELOOP && !resolve_unplaced(written, writable)) {
+    if (UniqueFd unused; reach(written, writable, unused) == Reach::placed) {
       plan.skipped.push_back(written + ": a link the sandbox can write is on the way");
       return;
     }
