@@ -16,8 +16,8 @@ std::string new_uuid();
 bool looks_like_uuid(std::string_view s);
 /// §1.2: `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`, not `new` or `idx`, not a UUID.
 bool valid_name(std::string_view name);
-/// The refusal of a name valid_name refuses, `invalid name: <n>`: the name cut at 64 bytes and
-/// escaped as bypass/pending shows a command, so that a newline in it cannot split the error.
+/// The refusal of a name valid_name refuses, `invalid name: <n>`, the name whole: the Rerror
+/// escapes a newline in it and cuts the text at 127 bytes (p9::err::cut).
 std::string invalid_name(std::string_view name);
 /// What a cwd may not hold (§4.1: no TAB or newline; a NUL would end the path the kernel checks
 /// before the one olliesrv shows and stores).

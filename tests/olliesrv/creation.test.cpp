@@ -111,6 +111,7 @@ TEST(SessionNew, EveryErrorAndNothingCreated) {
       {"cwd=" + w.project + " name='a\nb'", "invalid name: a\\nb"},  // on one line
       {"cwd=" + w.project + " name=new", "invalid name: new"},
       {"cwd=" + w.project + " name=idx", "invalid name: idx"},
+      {"cwd=" + w.project + " name=" + std::string(65, 'n'), "invalid name: " + std::string(65, 'n')},  // whole (§1.8)
       {"cwd=" + w.project + " name=3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77", "invalid name: 3f0c2b9e-8c1d-4d5e-9a51-0b9f6d0e2a77"},
       {"cwd=" + w.project + " name=work", "session already exists: work"},
       {"cwd=" + w.project + " remote=-oProxyCommand=x", "remote: invalid destination: -oProxyCommand=x"},
