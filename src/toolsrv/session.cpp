@@ -155,6 +155,24 @@ Session::Session(SessionConfig config)
 Session::~Session() { procs_->stop(); }
 
 void Session::warn_once(const std::string& text, spdlog::level::level_enum level) {
+  if (!spdlog::should_log(level)) return;
+  once(text, level, *spdlog::default_logger());
+}
+
+void Session::sandbox_note(const std::string& log_level, const std::string& text, spdlog::level::level_enum level) {
+  if (log_level.empty()) return warn_once(text, level);
+  if (level < spdlog::level::from_str(log_level)) return;
+  // The default logger's twin (same name, sink and format: olliesrv relays its lines) that
+  // filters nothing: the policy's level, not OLLIE_LOG's, decides.
+  static const auto unfiltered = [] {
+    auto l = spdlog::default_logger()->clone("toolsrv");
+    l->set_level(spdlog::level::trace);
+    return l;
+  }();
+  once(text, level, *unfiltered);
+}
+
+void Session::once(const std::string& text, spdlog::level::level_enum level, spdlog::logger& to) {
   {
     std::lock_guard lock(mu_);
     // Bounded: a project override in the cwd is the model's to write, a new path every call.
@@ -165,7 +183,7 @@ void Session::warn_once(const std::string& text, spdlog::level::level_enum level
       return;
     }
   }
-  spdlog::log(level, "toolsrv: {}", text);
+  to.log(level, "toolsrv: {}", text);
 }
 
 std::string Session::agent_cwd(const std::string& agent) const {
@@ -576,11 +594,9 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
     if (!bypass) {
       const auto plan = plan_sandbox(p.policy, p.vars, p.writable, p.tool_dirs, s->config_.data_root, p.tool.exe_path,
                                      ollie_socket(l.spec.env));
-      // The shipped policy names optional paths (~/.config/git, skills/): one that is missing is
-      // normal, a template that is not absolute is a mistake in sandbox.yaml.
-      for (const auto& skipped : plan.skipped)
-        s->warn_once("sandbox path skipped: " + skipped,
-                     skipped.ends_with(": does not exist") ? spdlog::level::info : spdlog::level::warn);
+      // A warning (§7.3.2), optional paths of the shipped policy (~/.gitconfig or ~/.config/git)
+      // included: `log_level: error` in sandbox.yaml silences them.
+      for (const auto& skipped : plan.skipped) s->sandbox_note(p.policy.log_level, "sandbox path skipped: " + skipped);
       // A tool directory behind a link the model can write is not granted (the model could point
       // it anywhere), so its programs cannot run sandboxed: said here, not as exec's bare EACCES.
       if (!p.tool.cmd && !p.tool.exe_path.empty()) {
@@ -597,7 +613,7 @@ struct Session::Launcher : std::enable_shared_from_this<Session::Launcher> {
           spdlog::warn("toolsrv: NO LANDLOCK: {} runs UNCONFINED (best_effort): {}", p.request.tool, *why);
           l.headers.push_back("sandbox=none");
         } else {
-          s->warn_once("best_effort: running with Landlock ABI " + std::to_string(abi) + ": " + *why);
+          s->sandbox_note(p.policy.log_level, "best_effort: running with Landlock ABI " + std::to_string(abi) + ": " + *why);
         }
       }
       if (abi > 0) {
@@ -703,11 +719,13 @@ p9::Result<std::shared_ptr<Call>> Session::start_call(const CallRequest& request
         if (parsed) project = std::move(*parsed);
         p.headers.push_back("override=" + o->sha256 + " applied");
       } else {
-        spdlog::info("toolsrv: project sandbox override {} ignored: not approved (sha256 {})", o->path, o->sha256);
+        sandbox_note((*global)->log_level.value_or(""),
+                     "project sandbox override " + o->path + " ignored: not approved (sha256 " + o->sha256 + ")",
+                     spdlog::level::info);
         p.headers.push_back("override=" + o->sha256 + " ignored");
       }
     }
-    if (!note.empty()) warn_once(note);
+    if (!note.empty()) sandbox_note((*global)->log_level.value_or(""), note);
     p.policy = effective_policy(**global, project ? &*project : nullptr);
   }
   p.vars = TemplateVars::for_call(cwd_error.empty() ? p.held.resolved : p.cwd, config_.tmpdir, config_.config_root,

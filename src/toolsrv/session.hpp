@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <spdlog/common.h>
+#include <spdlog/fwd.h>
 
 #include "lib9p/result.hpp"
 #include "toolsrv/bypass.hpp"
@@ -133,8 +134,11 @@ class Session {
   std::shared_ptr<const std::vector<CatalogEntry>> catalog_for(const std::string& agent);
   std::map<std::string, std::string> sandbox_env(const Policy& policy) const;
   p9::Result<HeldCwd> held_cwd(const std::string& agent) const;
-  /// Logs `text` once per session (a missing optional path is normal: info, not a warning).
+  /// Logs `text` once per session.
   void warn_once(const std::string& text, spdlog::level::level_enum level = spdlog::level::warn);
+  /// A sandbox message (§7.3), once per session: sandbox.yaml's `general.log_level`, when set, is
+  /// the least level written, whatever toolsrv's own (OLLIE_LOG); unset, toolsrv's applies.
+  void sandbox_note(const std::string& log_level, const std::string& text, spdlog::level::level_enum level = spdlog::level::warn);
 
   SessionConfig config_;
   std::string tmpdir_error_;
@@ -157,6 +161,7 @@ class Session {
   std::shared_ptr<const HostFacts> host_;                     // the facts that scan used
   std::vector<std::string> dirs_;                             // the directories that scan read
   RulesetCache rulesets_;
+  void once(const std::string& text, spdlog::level::level_enum level, spdlog::logger& to);
   static constexpr std::size_t warned_max = 1024;
   std::set<std::string> warned_;  // what warn_once logged, at most warned_max + 1
   BypassBroker bypass_;

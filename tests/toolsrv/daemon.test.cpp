@@ -382,6 +382,36 @@ TEST_F(Served, InvalidUtf8AgentIsReplacedOnPending) {
 
 // ---- exit ----
 
+// §7.3.2: a policy path that does not exist is skipped with a warning in toolsrv's log, once;
+// sandbox.yaml's general.log_level governs it, whatever OLLIE_LOG says (the daemon runs at info).
+TEST(ToolsrvLog, ASkippedSandboxPathIsWarnedOnceUnlessLogLevelSaysLess) {
+  for (const std::string level : {"", "warn", "error"}) {
+    std::string policy = default_policy();
+    const auto general = policy.find("general: {best_effort: false}"), ro = policy.find("ro:  [\"/etc\"");
+    ASSERT_TRUE(general != std::string::npos && ro != std::string::npos && general < ro);
+    policy.replace(ro, 6, "ro:  [\"/nonexistent/ollie-typo\", ");
+    if (!level.empty()) policy.replace(general, 29, "general: {best_effort: false, log_level: " + level + "}");
+    Daemon d(test_secret + "\n", policy);
+    ASSERT_TRUE(d.listening()) << d.err_text();
+    p9::CFid root;
+    auto c = d.client(root);
+    ASSERT_TRUE(write_file9(root, "ctl", "load a1 echo\n"));
+    for (int i = 0; i < 2; i++) {
+      auto r = rdwr(root, "proc/new", "tool=echo\nagent=a1\n\n{}");
+      ASSERT_TRUE(r && r->find("status=exited\nexit=0\n") != std::string::npos) << (r ? *r : r.ename());
+    }
+    const std::string warned = "[warning] toolsrv: sandbox path skipped: /nonexistent/ollie-typo: does not exist";
+    const auto& log = d.err_text();
+    const auto at = log.find(warned);
+    if (level == "error") {
+      EXPECT_EQ(log.find("ollie-typo"), std::string::npos) << log;
+    } else {
+      ASSERT_NE(at, std::string::npos) << "log_level " << level << ":\n" << log;
+      EXPECT_EQ(log.find(warned, at + 1), std::string::npos) << "more than once:\n" << log;
+    }
+  }
+}
+
 TEST(ToolsrvExit, SigtermKillsEveryGroupAndRemovesTheSocket) {
   Daemon d;
   ASSERT_TRUE(d.listening()) << d.err_text();
