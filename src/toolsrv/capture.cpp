@@ -6,6 +6,12 @@ namespace toolsrv {
 
 Capture::Capture(std::size_t head_cap, std::size_t tail_cap) : head_cap_(head_cap), tail_cap_(tail_cap) {}
 
+void Capture::release() {
+  std::string().swap(head_);
+  std::string().swap(tail_);
+  total_ = 0;
+}
+
 void Capture::append(std::string_view data) {
   total_ += data.size();
   if (head_.size() < head_cap_) {

@@ -34,6 +34,12 @@ class Capture {
   /// Size of render() without building it.
   std::size_t rendered_size() const;
 
+  /// Forgets every byte and gives back the memory that held them. Assigning an empty Capture
+  /// does not: libstdc++ copies a short string into the buffer the target has, and keeps it.
+  void release();
+  /// Bytes of memory the kept output holds.
+  std::size_t held() const { return head_.capacity() + tail_.capacity(); }
+
  private:
   std::string omission_line() const;
   std::size_t head_cap_;

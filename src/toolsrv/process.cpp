@@ -101,9 +101,14 @@ void Process::trim_locked() {
     stderr_size_ = stderr_.rendered_size();
     trimmed_ = true;
   }
-  stdout_ = Capture();
-  stderr_ = Capture();
-  combined_ = Capture();
+  stdout_.release();
+  stderr_.release();
+  combined_.release();
+}
+
+std::size_t Process::held() const {
+  std::lock_guard lock(mu_);
+  return stdout_.held() + stderr_.held() + combined_.held() + final_out_.capacity();
 }
 
 std::string Process::stat_text() const {
@@ -461,7 +466,7 @@ void ProcessTable::finish(Slot& slot) {
     std::lock_guard lock(proc->mu_);
     proc->status_ = slot.end_status;
     proc->final_out_ = proc->combined_.render();
-    proc->combined_ = Capture();
+    proc->combined_.release();
     if (proc->background_) proc->trim_locked();  // nobody takes its reply: out and wait serve it
     proc->ended_ = proc->last_read_ = steady::now();
     proc->finished_ = true;

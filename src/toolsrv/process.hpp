@@ -78,6 +78,8 @@ class Process {
   std::string take_reply();
   /// `stat` content (§6.5.3).
   std::string stat_text() const;
+  /// Bytes of memory its output holds (the captures and `out`).
+  std::size_t held() const;
 
   /// Records a read of any of its files (for the collection time).
   void touch();

@@ -30,5 +30,16 @@ TEST(Capture, LargeAppendKeepsItsTail) {
   EXPECT_EQ(c.render(), "01\n[\u2026 5 bytes omitted \u2026]\n789");
 }
 
+TEST(Capture, ReleaseGivesBackTheMemory) {
+  Capture c;
+  c.append(std::string(1 << 20, 'x'));
+  EXPECT_GE(c.held(), 1u << 20);
+  c.release();
+  EXPECT_LT(c.held(), 64u);
+  EXPECT_EQ(c.render(), "");
+  c.append("again");
+  EXPECT_EQ(c.render(), "again");
+}
+
 }  // namespace
 }  // namespace toolsrv
