@@ -304,7 +304,13 @@ asio::awaitable<ToolOutcome> start_background(std::shared_ptr<Agent> a, ToolCall
   auto host = s->host;
   auto cmd = proc_cmd(req.tool, req.args);
   auto started = co_await host->start_background(req);
-  if (!started) co_return ToolOutcome{"error: " + started.ename(), true};
+  if (!started) {
+    // toolsrv's `start failed: <reason>` (§6.5.1) is the result `error: <reason>` (§8.3.4), as
+    // for a call in the foreground.
+    std::string_view why = started.ename();
+    if (why.starts_with("start failed: ")) why.remove_prefix(14);
+    co_return ToolOutcome{"error: " + std::string(why), true};
+  }
   auto p = std::make_shared<BgProc>();
   p->pid = started->pid;
   p->instance = started->instance;

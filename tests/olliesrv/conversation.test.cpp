@@ -457,6 +457,22 @@ TEST(Conversation, AResultDecidedWithoutRunningIsCutLikeAnyOther) {
   EXPECT_LT(results[0].size(), 8192u + 64u);
 }
 
+// §8.3.4: a call that cannot start is `error: <reason>`, in the background as in the foreground
+// (toolsrv's Rerror for the background one is `start failed: <reason>`, §6.5.1).
+TEST(Conversation, ACallThatCannotStartIsTheSameErrorInTheBackground) {
+  World w;
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  write_file(w.config + "/sandbox.yaml", "general: {best_effort: maybe}\n");
+  w.fake.push({{"tool_calls", json::array({{{"id", "f1"}, {"name", "shell"}, {"arguments", {{"cmd", "true"}}}},
+                                           {{"id", "b1"}, {"name", "shell"}, {"arguments", {{"cmd", "true"}, {"background", true}}}}})}});
+  w.fake.push({{"text", "done"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; })) << w.log_text();
+  const std::string why = "error: sandbox.yaml: line 1: general.best_effort: expected true or false";
+  EXPECT_EQ(contents(w, a, "tool"), (std::vector<std::string>{why, why}));
+}
+
 // §7.3.3: an unapproved project override is ignored, and the agent gets, once per hash, the
 // `info` block that says how to approve it.
 TEST(Conversation, AnIgnoredProjectOverrideIsNotedOncePerHash) {
