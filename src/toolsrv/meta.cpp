@@ -130,7 +130,12 @@ Result<void> check_fields(const json& obj, std::string_view where) {
   auto err = [&](const std::string& text) {
     return p9::error(where.empty() ? text : std::string(where) + ": " + text);
   };
-  if (obj.contains("description") && !obj["description"].is_string()) return err("description must be a string");
+  if (obj.contains("description")) {
+    const auto& d = obj["description"];
+    if (!d.is_string()) return err("description must be a string");
+    // Listed in tables and sent as the function's description: a blank one says nothing.
+    if (d.get_ref<const std::string&>().find_first_not_of(" \t\r\n") == std::string::npos) return err("description is empty");
+  }
   if (obj.contains("prompt") && !obj["prompt"].is_string()) return err("prompt must be a string");
   if (obj.contains("outputFormat") && !obj["outputFormat"].is_string()) return err("outputFormat must be a string");
   if (obj.contains("cmd") && !obj["cmd"].is_string()) return err("cmd must be a string");
@@ -156,6 +161,14 @@ Result<void> check_fields(const json& obj, std::string_view where) {
       for (const auto& r : reserved_args) {
         if (a["properties"].contains(r)) return err(std::string("reserved argument name: ") + r);
       }
+      for (const auto& [name, schema] : a["properties"].items())
+        if (!schema.is_object()) return err("args.properties." + name + " must be an object");
+    }
+    // Sent to the provider as it is: a schema it refuses fails every request of the agent.
+    if (a.contains("required")) {
+      const auto& r = a["required"];
+      if (!r.is_array() || !std::all_of(r.begin(), r.end(), [](const json& n) { return n.is_string(); }))
+        return err("args.required must be an array of names");
     }
   }
   return {};
@@ -166,10 +179,20 @@ Result<void> check_fields(const json& obj, std::string_view where) {
 std::string parse_error_text(std::string_view what) {
   if (const auto colon = what.find("] "); what.rfind("[json.exception.", 0) == 0 && colon != std::string_view::npos)
     what.remove_prefix(colon + 2);
+  std::string text;
   const auto read = what.find("; last read: '");
-  if (read == std::string_view::npos) return std::string(what);
-  const auto expected = what.rfind("; expected ");
-  return std::string(what.substr(0, read)) + std::string(expected > read && expected != std::string_view::npos ? what.substr(expected) : "");
+  if (read == std::string_view::npos) {
+    text = what;
+  } else {
+    const auto expected = what.rfind("; expected ");
+    text = std::string(what.substr(0, read)) + std::string(expected > read && expected != std::string_view::npos ? what.substr(expected) : "");
+  }
+  // "syntax error while parsing value - " says nothing the line and column do not, and pushed
+  // the reason past what an Rerror holds (127 bytes).
+  constexpr std::string_view syntax = "syntax error while parsing ";
+  if (const auto at = text.find(syntax); at != std::string::npos)
+    if (const auto dash = text.find(" - ", at); dash != std::string::npos) text.erase(at, dash + 3 - at);
+  return text;
 }
 
 std::string_view scope_name(Scope s) {

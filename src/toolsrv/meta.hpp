@@ -65,8 +65,9 @@ inline constexpr int max_meta_depth = 64;
 /// The error text parse_meta gives when no variant matches.
 inline constexpr std::string_view not_available_error = "not available on this host";
 
-/// nlohmann's parse error without its prefix and without the text it last read: the file may be
-/// a symlink the model planted to any file the server can read, and the error reaches the model.
+/// nlohmann's parse error without its prefix, its "syntax error while parsing <what> - " and the
+/// text it last read: the file may be a symlink the model planted to any file the server can
+/// read, and the error reaches the model. `parse error at line 2, column 1: unexpected end of input; …`
 std::string parse_error_text(std::string_view what);
 
 /// The tool as listed by `tools` (§6.4): name, description, prompt, parameters, scope, tier,

@@ -452,8 +452,7 @@ TEST(AgentCtl, AProfileSwitchRebuildsToolsPromptParametersAndHistory) {
   EXPECT_EQ(ctl(w, a, "agent ../x"), "error: unknown agent profile: ../x");
   // A parse error names no byte of the file: a profile may be a link to any file olliesrv reads.
   const std::string planted = ctl(w, a, "agent planted");
-  EXPECT_EQ(planted, "error: agent profile planted: parse error at line 1, column 1: syntax error while parsing value - "
-                     "invalid literal");
+  EXPECT_EQ(planted, "error: agent profile planted: parse error at line 1, column 1: invalid literal");
   EXPECT_EQ(ctl(w, a, "agent"), "pinned\n");
   // !cmd respects the profile's tool set.
   ASSERT_TRUE(w.write(a + "/prompt", "!ls"));

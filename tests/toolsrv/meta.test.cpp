@@ -38,14 +38,20 @@ TEST(Meta, DefaultsApplied) {
 }
 
 TEST(Meta, InvalidFilesNamed) {
-  EXPECT_EQ(error_of("{\"description\": "), "invalid JSON: parse error at line 1, column 17: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal");
+  EXPECT_EQ(error_of("{\"description\": "), "invalid JSON: parse error at line 1, column 17: unexpected end of input; expected '[', '{', or a literal");
   // The text the parser last read is not shown: the .meta may be a symlink the model planted to a
   // file it cannot read (the error reaches it through tool_load).
-  EXPECT_EQ(error_of("\"sk-live-SECRET\n"), "invalid JSON: parse error at line 2, column 0: syntax error while parsing value - invalid string: control character U+000A (LF) must be escaped to \\u000A or \\n");
-  EXPECT_EQ(error_of("{\"description\": \"d\", \"token\": sk-live-SECRET}"), "invalid JSON: parse error at line 1, column 31: syntax error while parsing value - invalid literal");
-  EXPECT_EQ(error_of("{\"a\": tru }"), "invalid JSON: parse error at line 1, column 10: syntax error while parsing value - invalid literal");
+  EXPECT_EQ(error_of("\"sk-live-SECRET\n"), "invalid JSON: parse error at line 2, column 0: invalid string: control character U+000A (LF) must be escaped to \\u000A or \\n");
+  EXPECT_EQ(error_of("{\"description\": \"d\", \"token\": sk-live-SECRET}"), "invalid JSON: parse error at line 1, column 31: invalid literal");
+  EXPECT_EQ(error_of("{\"a\": tru }"), "invalid JSON: parse error at line 1, column 10: invalid literal");
   EXPECT_EQ(error_of("[]"), "a .meta must be a JSON object");
   EXPECT_EQ(error_of("{}"), "description is required");
+  EXPECT_EQ(error_of(R"({"description": " \n"})"), "description is empty");
+  EXPECT_EQ(error_of(R"({"description": "d", "variants": [{"description": ""}]})"), "variant 1: description is empty");
+  EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "object", "required": "path"}})"), "args.required must be an array of names");
+  EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "object", "required": ["path", 1]}})"), "args.required must be an array of names");
+  EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "object", "properties": {"path": "string"}}})"),
+            "args.properties.path must be an object");
   EXPECT_EQ(error_of(R"({"description": "d", "tier": "lukewarm"})"), "tier must be hot, warm or cold");
   EXPECT_EQ(error_of(R"({"description": "d", "scope": "all"})"), "scope must be read, write or global");
   EXPECT_EQ(error_of(R"({"description": "d", "args": {"type": "string"}})"), "args must be a JSON Schema object");

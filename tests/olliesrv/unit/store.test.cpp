@@ -277,7 +277,7 @@ TEST(StoreJson, WrongTypesNameTheField) {
     return r ? std::string("ok") : r.ename();
   };
   // Where, for a person editing it by hand; no byte of the file.
-  EXPECT_EQ(e("{bad"), "session.json: parse error at line 1, column 2: syntax error while parsing object key - invalid "
+  EXPECT_EQ(e("{bad"), "session.json: parse error at line 1, column 2: invalid "
                        "literal; expected string literal");
   EXPECT_EQ(e("{\n  \"id\": \"x\",\n}").rfind("session.json: parse error at line 3, column 1: ", 0), 0u) << e("{\n  \"id\": \"x\",\n}");
   EXPECT_EQ(e("[]"), "session.json: session: expected an object");
