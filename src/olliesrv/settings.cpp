@@ -137,7 +137,11 @@ p9::Result<BackendChoice> resolve_backend_choice(const SettingsInput& in, const 
   }
   if (c.backend.empty()) c.backend = backend::default_backend(conf, env);  // backends.conf → OLLIE_BACKEND
   if (c.backend.empty()) return p9::error("no backend configured: set backend in backends.conf or OLLIE_BACKEND");
-  if (auto st = check_backend(c.backend); !st) return st.error();
+  if (auto st = check_backend(c.backend); !st) {
+    // Named where it came from when that is not the request: a profile's is its mistake.
+    if (in.backend.empty() && !profile_backend.empty()) return p9::error("agent profile " + in.profile->name + ": " + st.ename());
+    return st.error();
+  }
 
   auto fits = [&](const std::string& written_for) { return written_for.empty() || written_for == c.backend; };
   if (!in.model.empty()) c.model = in.model;

@@ -63,7 +63,11 @@ TEST(Settings, NoBackendAndUnknownBackend) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.ename(), "unknown backend: gpt (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
   in.backend.clear();
-  prof.backend = "nope";
+  prof.name = "mine";
+  prof.backend = "nope";  // the profile's mistake: named as its other errors are
+  EXPECT_EQ(resolve_backend_choice(in, {}, env_of({})).ename(),
+            "agent profile mine: unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
+  in.backend = "nope";  // the request's, whatever the profile says
   EXPECT_EQ(resolve_backend_choice(in, {}, env_of({})).ename(),
             "unknown backend: nope (ollama, openai, openrouter, anthropic, copilot, kiro, gemini)");
 }
