@@ -159,7 +159,7 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
   }
   if (killed) co_return p9::Status(p9::error("agent killed"));
   if (auto st = co_await save_change(hub, s); !st) co_return st;
-  if (c.target) (void)co_await Compaction::context_length(a, Compaction::show_patience);  // `stats` shows the new model's window, as agent/new does
+  if (c.target) (void)co_await Compaction::context_length(a, Compaction::ask_patience);  // `stats` shows the new model's window, as agent/new does
   co_return p9::Status{};
 }
 

@@ -120,8 +120,9 @@ class Compaction {
   /// its answer is kept, and shown from the next time on.
   static asio::awaitable<int> context_length(std::shared_ptr<Agent> a,
                                              std::chrono::steady_clock::duration patience = std::chrono::steady_clock::duration::max());
-  /// How long what only shows the window (`stats`, a new agent, a new model) waits for the ask.
-  static constexpr std::chrono::seconds show_patience{2};
+  /// How long a request, or what shows the window (`stats`, a new agent, a new model), waits
+  /// for the ask.
+  static constexpr std::chrono::seconds ask_patience{2};
 
  private:
   /// The summary request of a manual compaction, or `interrupted` once the agent is stopped.

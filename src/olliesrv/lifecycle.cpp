@@ -385,7 +385,7 @@ asio::awaitable<p9::Result<std::string>> new_agent(Hub& hub, std::shared_ptr<Ses
     co_return p9::error(s->killed ? "session killed" : "interrupted");
   }
   (void)co_await system_prompt(a, s);  // §8.1.1: rendered at creation (it shows the id and name)
-  (void)co_await Compaction::context_length(a, Compaction::show_patience);  // `stats` shows the model's window from the start
+  (void)co_await Compaction::context_length(a, Compaction::ask_patience);  // `stats` shows the model's window from the start
   if (!s->show(id)) co_return p9::error("session killed");  // §8.1.1: the directory last
   hub.bus.publish("agent." + id + ".new", agent_path(*s, *a));
   if (sub) co_return co_await run_subagent(a, std::move(*kv->prompt), timeout);

@@ -226,7 +226,7 @@ virtfs::Node<Ctx> declare() {
                 // sessions): its first read asks, so contextLength is never the unknown 128000 of
                 // a model whose window is known (§8.5.1). A read is not held by a provider that
                 // does not answer: after 2 s it shows 128000, and the answer from then on.
-                (void)co_await Compaction::context_length(c.agent, Compaction::show_patience);
+                (void)co_await Compaction::context_length(c.agent, Compaction::ask_patience);
                 co_return Text(c.agent->stats_text());
               })),
       D::Leaf("chat", Mode{0440}, Doc{"the rendered transcript: the last 64 KiB, then live, token by token"},

@@ -553,7 +553,9 @@ void Turn::fill_messages_locked(backend::ChatRequest& req) {
 
 asio::awaitable<void> Turn::before_request() {
   Agent& a = *a_;
-  const int context = co_await Compaction::context_length(a_);
+  // At most a while: a models endpoint that stalls or fails must not stretch the retry waits
+  // §8.2 announces (a failed ask is asked again after 30 s, at a retry's request).
+  const int context = co_await Compaction::context_length(a_, Compaction::ask_patience);
   bool over;
   {
     std::lock_guard lock(a.mu);
@@ -644,7 +646,7 @@ asio::awaitable<Response> Turn::attempt(const backend::ChatRequest& req) {
     std::lock_guard lock(a.mu);
     be = a.backend_;
   }
-  co_await Compaction::context_length(a_);
+  co_await Compaction::context_length(a_, Compaction::ask_patience);
   auto p = std::make_shared<Pending>();
   p->input_estimate = static_cast<std::int64_t>(backend::request_bytes(req) / 4);  // as the backends estimate
   current_ = p;

@@ -176,6 +176,21 @@ TEST(Conversation, AStalledWindowAskHoldsNeitherANewAgentNorStats) {
   EXPECT_EQ(asked, 1u);  // the read waited for the ask agent/new started
 }
 
+// Nor does it hold a turn: each request, a retry's among them, waits its 2 s for the ask at most,
+// so the waits stay the ones §8.2's `retry` blocks announce (here shortened to milliseconds).
+TEST(Conversation, AStalledWindowAskHoldsNoRequestAndNoRetry) {
+  World w(json{{"route_faults", {{"models", "stall"}}}});
+  auto s = w.session("work");
+  auto a = w.agent(s, "main");
+  for (int i = 0; i < 2; i++) w.fake.push({{"fault", "server_error"}});
+  w.fake.push({{"text", "done"}});
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(w.write(a + "/prompt", "go"));
+  ASSERT_TRUE(eventually([&] { return contents(w, a, "assistant").size() == 1; }, 40s)) << w.log_text();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // not the 60 s ask, per request
+  EXPECT_EQ(contents(w, a, "retry").size(), 2u);
+}
+
 // §1.4: SIGTERM ends olliesrv at once even while model lists trickle in (a byte every 100 ms, for
 // a minute) on both threads of its blocking pool, an agent's window ask and a read of `models`:
 // the fetches end first, or the shutdown's own work would wait behind them.
