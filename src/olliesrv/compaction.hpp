@@ -60,6 +60,9 @@ struct Pruned {
 /// §8.1.3 step 2: collapses every cold result the model has seen: carried by a request (`sent`),
 /// or, in a restored history, before the last assistant message.
 Pruned collapse_sent(std::vector<HistoryMessage>& h);
+/// The results after the last assistant message are not seen, whatever request carried them: it
+/// got no answer (refused, failed, stopped before a token), so the next one carries them verbatim.
+void unsend_unanswered(std::vector<HistoryMessage>& h);
 /// Collapses the cold results (tier `cold`) or shortens the warm ones (tier `warm`) among the
 /// first `end` messages; each is marked `collapsed`.
 Pruned prune(std::vector<HistoryMessage>& h, std::size_t end, std::string_view tier);

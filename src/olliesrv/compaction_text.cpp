@@ -167,6 +167,10 @@ Pruned collapse_sent(std::vector<HistoryMessage>& h) {
   return p;
 }
 
+void unsend_unanswered(std::vector<HistoryMessage>& h) {
+  for (std::size_t i = h.size(); i-- > 0 && h[i].msg.role != backend::Role::assistant;) h[i].sent = false;
+}
+
 std::int64_t estimate_tokens(std::size_t system_bytes, const std::vector<HistoryMessage>& h) {
   std::size_t bytes = system_bytes;
   for (const auto& m : h) {

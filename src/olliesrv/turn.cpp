@@ -373,6 +373,10 @@ asio::awaitable<void> Turn::run(Submission sub) {
   a.transcript.finish_stream();
   if (interrupt) interrupted();
   if (!failure.empty()) a.transcript.append(make_block("error", failure));
+  if (interrupt || !failure.empty()) {
+    std::lock_guard lock(a.mu);
+    unsend_unanswered(a.history);  // §8.4: verbatim in one request a model answered
+  }
   {
     std::lock_guard lock(a.mu);
     auto& t = a.stats.totals;

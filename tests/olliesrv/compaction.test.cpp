@@ -91,6 +91,35 @@ TEST(Tiers, AColdResultAnEmptyResponseFollowedIsCollapsedAllTheSame) {
   EXPECT_EQ(results[0].rfind("[file_read result elided after use: ", 0), 0u) << results[0];
 }
 
+// But a request no model answered (refused here; failed, or stopped before a token) did not show
+// it: the next turn's request carries it verbatim, and the one after that collapsed.
+TEST(Tiers, AColdResultARefusedRequestCarriedIsSentAgainVerbatim) {
+  World w;
+  write_file(w.project + "/notes.txt", "alpha\nbeta\n");
+  auto a = w.agent(w.session("work"), "main");
+  w.fake.push({{"tool_calls", json::array({{{"id", "c1"}, {"name", "file_read"}, {"arguments", {{"path", "notes.txt"}}}}})}});
+  w.fake.push({{"fault", "auth"}});
+  ASSERT_TRUE(w.write(a + "/prompt", "read notes.txt"));
+  ASSERT_TRUE(eventually([&] { return !contents(w, a, "error").empty(); })) << w.log_text();
+  ASSERT_TRUE(w.wait_state(a, "idle"));
+  exchange(w, a, "and now?", "alpha and beta");
+  exchange(w, a, "thanks", "welcome");
+  auto b = chat_bodies(w);
+  ASSERT_EQ(b.size(), 4u);
+  auto results = [&](std::size_t i) {
+    std::vector<std::string> r;
+    for (auto& m : b[i]["messages"])
+      if (m["role"] == "tool") r.push_back(m["content"]);
+    return r;
+  };
+  const auto refused = results(1), next = results(2), after = results(3);
+  ASSERT_EQ(refused.size(), 1u);
+  ASSERT_NE(refused[0].find("beta"), std::string::npos) << refused[0];
+  EXPECT_EQ(next, refused);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].rfind("[file_read result elided after use: ", 0), 0u) << after[0];
+}
+
 // §8.4, §8.8: a cold result's own text that ends like an inject is the tool's: elided with the
 // rest, not kept after the collapsed line as if the user had said it.
 TEST(Tiers, ToolOutputShapedLikeAnInjectIsElidedWithTheResult) {
