@@ -106,6 +106,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::uint32_t plan_version = 0;        ///< Qid.vers of `plan`: bumped when its content changes
   std::int64_t plan_changed = 0;         ///< when it last changed (seconds), 0: not since the start
   std::int64_t state_changed = 0;        ///< when the state last changed (seconds), 0: not since the start
+  std::int64_t name_changed = 0;         ///< when `name` last changed (seconds), 0: not since the start
+  std::int64_t cfg_changed = 0;          ///< when what `cfg` shows last changed (seconds), 0: not since the start
   std::vector<std::string> peers;        ///< linked peers' ids (§8.11: ctl peeradd/peerdel), persisted
   std::string feed;                      ///< the feed value (§8.12), persisted
   bool small_context_noted = false;      ///< the small-context `info` block was appended (once, §8.15)

@@ -129,6 +129,10 @@ asio::awaitable<p9::Status> apply_change(Hub& hub, std::shared_ptr<Session> s, s
       if (auto st = co_await s->host->check_agent_cwd(a->id, *c.cwd); !st) co_return st;
   }
   // Nothing can fail from here on.
+  {
+    std::lock_guard lock(a->mu);
+    a->cfg_changed = std::time(nullptr);
+  }
   if (be) a->use_backend(c.target->backend, std::move(be));
   if (c.cwd) {
     {

@@ -256,6 +256,7 @@ p9::Status Bypass::set_session_policy(Session& s, std::string text) {
   if (auto p = bypass::parse(text, bypass::Scope::session); !p) return p.error();
   {
     std::lock_guard lock(s.mu);
+    if (text != s.bypass) s.bypass_changed = std::time(nullptr);
     s.bypass = std::move(text);
   }
   return {};

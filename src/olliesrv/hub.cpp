@@ -74,6 +74,7 @@ p9::Status Hub::rename(const std::shared_ptr<Session>& s, const std::string& n) 
   std::lock_guard sl(s->mu);
   by_name_.erase(s->name);
   s->name = n;
+  s->name_changed = std::time(nullptr);
   by_name_[n] = s;
   return {};
 }

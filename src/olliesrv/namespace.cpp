@@ -184,6 +184,20 @@ Reply block(Ctx& c, std::string request) {
 }
 
 std::uint32_t log_vers(const Ctx& c) { return c.agent->transcript.version(); }
+
+/// The stat times of a file whose changes its session or agent records (§1.5).
+auto changed_at(std::int64_t Session::*when) {
+  return [when](const Ctx& c) {
+    std::lock_guard lock(c.session->mu);
+    return (*c.session).*when;
+  };
+}
+auto changed_at(std::int64_t Agent::*when) {
+  return [when](const Ctx& c) {
+    std::lock_guard lock(c.agent->mu);
+    return (*c.agent).*when;
+  };
+}
 std::int64_t log_mtime(const Ctx& c) { return c.agent->transcript.changed_at(); }
 }  // namespace
 
@@ -200,7 +214,8 @@ virtfs::Node<Ctx> declare() {
       }),
       D::Leaf("id", Mode{0444}, Doc{"the immutable agent id"}, Read([](Ctx& c) { return Text(c.agent->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the agent's name; write to rename"},
-              Read([](Ctx& c) { return Text(c.agent->current_name() + "\n"); }), Write(saved(rename_agent))),
+              Read([](Ctx& c) { return Text(c.agent->current_name() + "\n"); }), Write(saved(rename_agent)),
+              Mtime(changed_at(&Agent::name_changed))),
       D::Leaf("ctl", Mode{0600}, Owner(agent_owner), Doc{"agent control; verbs: stop kill compact clear inject agent model models backend tools tool_load cwd name systemprompt peeradd peerdel"},
               Rdwr(agent_ctl_file)),
       D::Leaf("cfg", Mode{0644}, Doc{"the effective configuration, key=value; write key=value tokens to change it (idle only)"},
@@ -208,7 +223,8 @@ virtfs::Node<Ctx> declare() {
               Write([](Ctx& c, std::string text) -> asio::awaitable<p9::Status> {
                 if (auto st = gone(c); !st) co_return st;
                 co_return co_await write_cfg(c.srv->hub(), c.session, c.agent, std::move(text));
-              })),
+              }),
+              Mtime(changed_at(&Agent::cfg_changed))),
       D::Leaf("prompt", Mode{0200}, Doc{"submit a prompt; /verb and !cmd run at once"}, Write(prompt)),
       fifo_file(), feed_file(),
       D::Leaf("statewait", Mode{0444}, Doc{"the state when it changes; the current state every 5 s"},
@@ -253,14 +269,16 @@ virtfs::Node<Ctx> declare() {
       }),
       D::Leaf("id", Mode{0444}, Doc{"the immutable session id"}, Read([](Ctx& c) { return Text(c.session->id + "\n"); })),
       D::Leaf("name", Mode{0644}, Doc{"the session's name; write to rename"},
-              Read([](Ctx& c) { return Text(c.session->current_name() + "\n"); }), Write(saved(rename_session))),
+              Read([](Ctx& c) { return Text(c.session->current_name() + "\n"); }), Write(saved(rename_session)),
+              Mtime(changed_at(&Session::name_changed))),
       D::Leaf("ctl", Mode{0600}, Doc{"session control; verbs: kill save invalidate"}, Rdwr(session_ctl_file)),
       D::Leaf("env", Mode{0600}, Doc{"the tools' environment additions, KEY=VALUE; write KEY=VALUE tokens, KEY= unsets"},
               Read([](Ctx& c) { return Text(read_env(*c.session)); }),
-              Write(saved([](Ctx& c, std::string text) { return write_env(*c.session, text); }))),
+              Write(saved([](Ctx& c, std::string text) { return write_env(*c.session, text); })),
+              Mtime(changed_at(&Session::env_changed))),
       D::Leaf("goal", Mode{0644}, Doc{"the session's goal, exactly as last written; a write sets it and submits it to the agent conductor"},
               Read([](Ctx& c) { return Text(read_goal(*c.session)); }),
-              Write(set_goal)),
+              Write(set_goal), Mtime(changed_at(&Session::goal_changed))),
       session_bypass_file(),
       D::Dir("agent", Mode{0555}, Doc{"the session's agents"},
              D::Leaf("new", Mode{0666}, Doc{"create an agent: name= cwd= agent= backend= model= parent=; reply: its id; with timeout= prompt=<rest>: a sub-agent's answer"},

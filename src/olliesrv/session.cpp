@@ -143,6 +143,7 @@ p9::Status Session::rename_agent(const std::shared_ptr<Agent>& a, const std::str
   }
   std::lock_guard al(a->mu);
   a->name = n;
+  a->name_changed = std::time(nullptr);
   return {};
 }
 

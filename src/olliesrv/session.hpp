@@ -43,6 +43,9 @@ class Session : public std::enable_shared_from_this<Session> {
   /// Unix seconds, its directory's mtime (§1.5): when it was made; for a restored one, when its
   /// oldest agent was (session.json keeps no time of its own).
   std::int64_t created = std::time(nullptr);
+  /// When `name`, `env`, `goal` and `bypass` last changed (Unix seconds, their mtime, §1.5); 0:
+  /// not since the start.
+  std::int64_t name_changed = 0, env_changed = 0, goal_changed = 0, bypass_changed = 0;
   std::string name, remote, backend, model;
   std::map<std::string, std::string> env;
   std::string goal, bypass;

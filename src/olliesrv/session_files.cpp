@@ -73,6 +73,7 @@ p9::Status write_env(Session& s, const std::string& request) {
     }
     if (next.size() > MAX_ENV_VARS)
       return p9::error("env: too many variables (limit " + std::to_string(MAX_ENV_VARS) + ")");
+    if (next != s.env) s.env_changed = std::time(nullptr);
     s.env = std::move(next);
   }
   for (const auto& [k, v] : changes) s.host->set_env(k, v);
@@ -97,6 +98,7 @@ p9::Status write_goal(Session& s, std::string text) {
     std::lock_guard lock(s.mu);
     if (s.killed) return p9::error("session killed");
     s.goal = std::move(text);
+    s.goal_changed = std::time(nullptr);
   }
   return {};
 }

@@ -198,6 +198,21 @@ TEST(AgentFiles, StatTimesAreTheLastChangeWhereKnownElseTheServerStart) {
   ASSERT_TRUE(stats);
   EXPECT_EQ(stats->mtime, started->mtime);
   EXPECT_LT(stats->mtime, t0);
+  // The files written to change: each its own time, a file nobody wrote keeps the start.
+  ASSERT_TRUE(w.write(s + "/env", "FOO=1"));
+  ASSERT_TRUE(w.write(a + "/cfg", "temperature=0.5"));
+  ASSERT_TRUE(w.write(a + "/name", "helper"));
+  ASSERT_TRUE(w.write(s + "/name", "work2"));
+  for (const char* f : {"session/work2/env", "session/work2/name", "session/work2/agent/helper/cfg", "session/work2/agent/helper/name"}) {
+    auto st = w.open(f).stat();
+    ASSERT_TRUE(st) << f;
+    EXPECT_GE(st->mtime, t0) << f;
+  }
+  for (const char* f : {"session/work2/goal", "session/work2/bypass"}) {
+    auto st = w.open(f).stat();
+    ASSERT_TRUE(st) << f;
+    EXPECT_EQ(st->mtime, started->mtime) << f;
+  }
 }
 
 TEST(AgentFiles, PlanAndFeedAreKeptAcrossARestart) {
