@@ -47,10 +47,8 @@ virtfs::Node<Ctx> bypass_dir() {
 virtfs::Node<Ctx> session_bypass_file() {
   using namespace virtfs;
   return D::Leaf("bypass", Mode{0600}, Doc{"the session's bypass policy, before the global one; write to replace it"},
-                 Read(read_session_policy), Write(saved(write_session_policy)), Mtime([](const Ctx& c) {
-                   std::lock_guard lock(c.session->mu);
-                   return c.session->bypass_changed;
-                 }));
+                 Read(read_session_policy), Write(saved(write_session_policy)),
+                 Mtime(changed_at(&Session::bypass_changed)));
 }
 
 }  // namespace ollie

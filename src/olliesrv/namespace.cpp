@@ -184,24 +184,24 @@ Reply block(Ctx& c, std::string request) {
 }
 
 std::uint32_t log_vers(const Ctx& c) { return c.agent->transcript.version(); }
+std::int64_t log_mtime(const Ctx& c) { return c.agent->transcript.changed_at(); }
+}  // namespace
 
-/// The stat times of a file whose changes its session or agent records (§1.5).
-auto changed_at(std::int64_t Session::*when) {
+std::string agent_owner(const Ctx& c) { return c.agent->id; }
+
+virtfs::MtimeFn<Ctx> changed_at(std::int64_t Session::*when) {
   return [when](const Ctx& c) {
     std::lock_guard lock(c.session->mu);
     return (*c.session).*when;
   };
 }
-auto changed_at(std::int64_t Agent::*when) {
+
+virtfs::MtimeFn<Ctx> changed_at(std::int64_t Agent::*when) {
   return [when](const Ctx& c) {
     std::lock_guard lock(c.agent->mu);
     return (*c.agent).*when;
   };
 }
-std::int64_t log_mtime(const Ctx& c) { return c.agent->transcript.changed_at(); }
-}  // namespace
-
-std::string agent_owner(const Ctx& c) { return c.agent->id; }
 
 virtfs::Node<Ctx> declare() {
   using namespace virtfs;

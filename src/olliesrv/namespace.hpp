@@ -35,6 +35,10 @@ std::optional<virtfs::Instance<Ctx>> session_lookup(const Ctx& c, const std::str
 /// session.json written before the reply, so kill -9 after the reply cannot lose it.
 virtfs::WriteCoFn<Ctx> saved(std::function<p9::Status(Ctx&, std::string)> f);
 
+/// The stat times of a file whose last change its session or agent records (§1.5).
+virtfs::MtimeFn<Ctx> changed_at(std::int64_t Session::*when);
+virtfs::MtimeFn<Ctx> changed_at(std::int64_t Agent::*when);
+
 /// The owner of an agent's files: the agent itself (§1.6).
 std::string agent_owner(const Ctx& c);
 
