@@ -307,8 +307,9 @@ asio::awaitable<ToolOutcome> start_background(std::shared_ptr<Agent> a, ToolCall
   if (!started) {
     // toolsrv's `start failed: <reason>` (§6.5.1) is the result `error: <reason>` (§8.3.4), as
     // for a call in the foreground.
+    constexpr std::string_view start_failed = "start failed: ";
     std::string_view why = started.ename();
-    if (why.starts_with("start failed: ")) why.remove_prefix(14);
+    if (why.starts_with(start_failed)) why.remove_prefix(start_failed.size());
     co_return ToolOutcome{"error: " + std::string(why), true};
   }
   auto p = std::make_shared<BgProc>();

@@ -30,6 +30,10 @@ extern char** environ;
 
 namespace ollie {
 
+p9::Error bad_profile(const std::string& name, const std::string& what) {
+  return p9::error("agent profile " + name + ": " + what);
+}
+
 namespace {
 
 using nlohmann::json;
@@ -47,9 +51,6 @@ constexpr std::size_t kMaxWarnings = 16;
 /// last read (agent/new agent=<p> reaches agents/<p>.json, which may be a link to any file).
 std::string json_message(const std::exception& e) { return toolsrv::parse_error_text(e.what()); }
 
-p9::Error bad_profile(const std::string& name, const std::string& what) {
-  return p9::error("agent profile " + name + ": " + what);
-}
 
 /// A string field; null and absent leave `out` unchanged.
 bool get_string(const json& j, const char* field, std::string& out) {

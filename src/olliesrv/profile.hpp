@@ -34,6 +34,8 @@ bool valid_profile_name(const std::string& name);
 /// `unknown agent profile: <p>`; bad JSON or a field of the wrong type is
 /// `agent profile <p>: <parse error>`. A name valid_profile_name refuses is unknown.
 p9::Result<Profile> load_profile(const std::string& config_root, const std::string& name);
+/// `agent profile <p>: <what>`: a profile's mistake, named.
+p9::Error bad_profile(const std::string& name, const std::string& what);
 /// Stored cfg overrides (JSON object text, as session.json keeps them) with each entry checked
 /// as a profile's parameter is: an unknown key or a value a `cfg` write would refuse is left
 /// out, and `dropped` is told why (`temperature must be a number`, `invalid maxTokens: -5`).

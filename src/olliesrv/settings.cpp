@@ -139,7 +139,7 @@ p9::Result<BackendChoice> resolve_backend_choice(const SettingsInput& in, const 
   if (c.backend.empty()) return p9::error("no backend configured: set backend in backends.conf or OLLIE_BACKEND");
   if (auto st = check_backend(c.backend); !st) {
     // Named where it came from when that is not the request: a profile's is its mistake.
-    if (in.backend.empty() && !profile_backend.empty()) return p9::error("agent profile " + in.profile->name + ": " + st.ename());
+    if (in.backend.empty() && !profile_backend.empty()) return bad_profile(in.profile->name, st.ename());
     return st.error();
   }
 

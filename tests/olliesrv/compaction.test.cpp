@@ -40,6 +40,14 @@ void customize(World& w, const std::map<std::string, json>& profiles, const std:
 
 std::vector<json> messages_of(const json& body) { return body["messages"].get<std::vector<json>>(); }
 
+/// The tool results a request body carries, in order.
+std::vector<std::string> tool_results(const json& body) {
+  std::vector<std::string> out;
+  for (const auto& m : body["messages"])
+    if (m["role"] == "tool") out.push_back(m["content"]);
+  return out;
+}
+
 }  // namespace
 
 // §8.4: a cold result is verbatim in the one request after it, then its one-line summary; the
@@ -56,16 +64,13 @@ TEST(Tiers, AColdResultIsSentOnceThenCollapsed) {
   exchange(w, a, "thanks", "welcome");
   auto b = chat_bodies(w);
   ASSERT_EQ(b.size(), 3u);
-  auto tool_content = [](const json& body) {
-    for (auto& m : body["messages"])
-      if (m["role"] == "tool") return m["content"].get<std::string>();
-    return std::string();
-  };
-  const std::string verbatim = tool_content(b[1]);
+  ASSERT_EQ(tool_results(b[1]).size(), 1u);
+  ASSERT_EQ(tool_results(b[2]).size(), 1u);
+  const std::string verbatim = tool_results(b[1])[0];
   ASSERT_NE(verbatim.find("beta"), std::string::npos) << verbatim;
   std::size_t lines = std::count(verbatim.begin(), verbatim.end(), '\n') + (verbatim.back() == '\n' ? 0 : 1);
   const std::string first = verbatim.substr(0, verbatim.find('\n'));
-  EXPECT_EQ(tool_content(b[2]), "[file_read result elided after use: " + std::to_string(lines) + " lines, " +
+  EXPECT_EQ(tool_results(b[2])[0], "[file_read result elided after use: " + std::to_string(lines) + " lines, " +
                                     std::to_string(verbatim.size()) + " bytes; first line: " + first + "]");
   EXPECT_EQ(contents(w, a, "tool").at(0), verbatim);
 }
@@ -84,9 +89,7 @@ TEST(Tiers, AColdResultAnEmptyResponseFollowedIsCollapsedAllTheSame) {
   exchange(w, a, "and now?", "done");
   auto b = chat_bodies(w);
   ASSERT_EQ(b.size(), 3u);
-  std::vector<std::string> results;
-  for (auto& m : b[2]["messages"])
-    if (m["role"] == "tool") results.push_back(m["content"]);
+  const auto results = tool_results(b[2]);
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].rfind("[file_read result elided after use: ", 0), 0u) << results[0];
 }
@@ -106,13 +109,7 @@ TEST(Tiers, AColdResultARefusedRequestCarriedIsSentAgainVerbatim) {
   exchange(w, a, "thanks", "welcome");
   auto b = chat_bodies(w);
   ASSERT_EQ(b.size(), 4u);
-  auto results = [&](std::size_t i) {
-    std::vector<std::string> r;
-    for (auto& m : b[i]["messages"])
-      if (m["role"] == "tool") r.push_back(m["content"]);
-    return r;
-  };
-  const auto refused = results(1), next = results(2), after = results(3);
+  const auto refused = tool_results(b[1]), next = tool_results(b[2]), after = tool_results(b[3]);
   ASSERT_EQ(refused.size(), 1u);
   ASSERT_NE(refused[0].find("beta"), std::string::npos) << refused[0];
   EXPECT_EQ(next, refused);
